@@ -1,0 +1,547 @@
+"""The request-tiled Diffusion-Gemma sampler: per-slot state, one denoising step, the tiling loop.
+
+One step, per request, over its [CL, vocab] logits (design.md, phases 1-7):
+
+    1. temperature    t = t_min + (t_max - t_min) * remaining / max_steps
+    2. sample         Gumbel-max on logits / t; the plain argmax is the draft canvas
+    3. confidence     log_softmax -> probs -> per-token entropy; mean < threshold = confident
+    4. acceptance     sort entropies, accept the longest prefix with cumsum - cummax <= bound;
+                      the rest are re-noised with uniform random tokens
+    5. stability      the draft unchanged for `stability_threshold` steps
+    6. convergence    stable and confident, or the last step: the canvas commits next
+    7. carry-over     the self-conditioning soft embedding probs @ embed * normalizer ([CL, hidden],
+                      never [CL, vocab]) and the draft's logprobs, held until the commit
+
+`reference_tile` is that step in plain eager PyTorch, in the order the source runs it, so its
+peak holds the source's ~7 fp32 copies of [n, CL, vocab]: it is the sampler that runs out of
+memory, the subject of the lesson. `TiledSampler.step` runs it over tiles sized by the planner.
+
+Randomness is keyed by (seed, canvas, step, purpose) per request, never drawn from a global
+stream, so any tile split and any batch composition give the same tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from .events import TilePlan, TileSplit
+from .memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles
+
+MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
+
+# Slot phases.
+FREE, DENOISING, COMMITTING = 0, 1, 2
+
+# Purposes of keyed random streams: a request draws each of these once per (canvas, step).
+_INIT, _GUMBEL, _RENOISE = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings; the defaults are transformers' DiffusionGemma defaults."""
+
+    max_denoising_steps: int = 48
+    t_min: float = 0.4
+    t_max: float = 0.8
+    entropy_bound: float = 0.1
+    confidence_threshold: float = 0.005
+    stability_threshold: int = 1
+    greedy: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError with one clear line for any setting out of range."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
+        _require_int(self, "max_denoising_steps", minimum=1)
+        _require_int(self, "stability_threshold", minimum=0, maximum=MAX_STABILITY)
+        _require_int(self, "seed", minimum=0, maximum=2**63 - 1)
+        if not isinstance(self.greedy, bool):
+            raise ValueError(f"greedy must be true or false, got {self.greedy!r}")
+        for name in ("t_min", "t_max", "entropy_bound", "confidence_threshold"):
+            if not isinstance(getattr(self, name), (int, float)) or isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a number, got {getattr(self, name)!r}")
+        if self.t_min <= 0:
+            raise ValueError(f"t_min must be > 0, got {self.t_min}")
+        if self.t_max < self.t_min:
+            raise ValueError(f"t_max must be >= t_min, got t_max={self.t_max} < t_min={self.t_min}")
+        if self.entropy_bound <= 0:
+            raise ValueError(f"entropy_bound must be > 0, got {self.entropy_bound}")
+        if self.confidence_threshold <= 0:
+            raise ValueError(f"confidence_threshold must be > 0, got {self.confidence_threshold}")
+
+    @classmethod
+    def from_generation_config(cls, config: object, **overrides: object) -> SamplingParams:
+        """Defaults from a model's DiffusionGemmaGenerationConfig, then `overrides`."""
+        values: dict[str, object] = {}
+        for name in ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold"):
+            if getattr(config, name, None) is not None:
+                values[name] = getattr(config, name)
+        sampler_config = getattr(config, "sampler_config", None)
+        bound = getattr(sampler_config, "entropy_bound", None)
+        if bound is None and isinstance(sampler_config, dict):
+            bound = sampler_config.get("entropy_bound")
+        if bound is not None:
+            values["entropy_bound"] = bound
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _require_int(params: SamplingParams, name: str, minimum: int, maximum: int | None = None) -> None:
+    value = getattr(params, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and <= {maximum}" if maximum is not None else ""
+        raise ValueError(f"{name} must be >= {minimum}{upper}, got {value}")
+
+
+# --------------------------------------------------------------------------- keyed randomness
+
+
+def _mix64(x: int) -> int:
+    """splitmix64 finaliser: spreads nearby keys over the whole 64-bit space."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+def stream_key(seed: int, canvas_index: int, step: int, purpose: int) -> int:
+    """The 63-bit seed of one request's random stream for one (canvas, step, purpose)."""
+    key = _mix64(seed)
+    for part in (canvas_index, step, purpose):
+        key = _mix64(key ^ part)
+    return key & 0x7FFFFFFFFFFFFFFF
+
+
+def keyed_generator(key: int, device: torch.device) -> torch.Generator | None:
+    """A generator seeded with `key` (None on meta, which has no generators and no values)."""
+    if device.type == "meta":
+        return None
+    gen = torch.Generator(device=device)
+    gen.manual_seed(key)
+    return gen
+
+
+@dataclass(frozen=True)
+class RowKey:
+    """Who a tile row is, for its random streams: the request's seed, canvas and step."""
+
+    seed: int
+    canvas_index: int
+    step: int
+
+
+def gumbel_uniform(rows: Sequence[RowKey], shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """Uniforms in (0, 1) for the Gumbel-max draw: row i is a [CL, vocab] block from row i's key,
+    so the value at (request, step, position, token) never depends on the other rows."""
+    u = torch.empty(shape, dtype=torch.float32, device=device)
+    for i, row in enumerate(rows):
+        u[i].uniform_(generator=keyed_generator(stream_key(row.seed, row.canvas_index, row.step, _GUMBEL), device))
+    return u.clamp_(min=1e-20)
+
+
+def keyed_tokens(rows: Sequence[RowKey], purpose: int, canvas_length: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """Uniform random token ids [n, CL], row i from row i's key for `purpose`."""
+    out = torch.empty((len(rows), canvas_length), dtype=torch.long, device=device)
+    for i, row in enumerate(rows):
+        gen = keyed_generator(stream_key(row.seed, row.canvas_index, row.step, purpose), device)
+        out[i].random_(0, vocab_size, generator=gen)
+    return out
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@dataclass
+class TileInputs:
+    """The per-row settings and state one tile reads (rows = requests in the tile)."""
+
+    rows: list[RowKey]
+    temperature: torch.Tensor  # [n] float32
+    sample: torch.Tensor  # [n] float32: 1 = stochastic (Gumbel noise), 0 = greedy
+    entropy_bound: torch.Tensor  # [n] float32
+    confidence_threshold: torch.Tensor  # [n] float32
+    last_step: torch.Tensor  # [n] bool: this step is the canvas's last allowed one
+    history: torch.Tensor  # [n, MAX_STABILITY, CL] long: previous drafts, -1 where none
+    history_valid: torch.Tensor  # [n, MAX_STABILITY] bool: which history entries count
+
+
+@dataclass
+class TileResult:
+    next_canvas: torch.Tensor  # [n, CL] long: accepted samples, the rest re-noised
+    draft: torch.Tensor  # [n, CL] long: argmax canvas
+    entropy: torch.Tensor  # [n, CL] float32
+    accepted: torch.Tensor  # [n, CL] bool
+    mean_entropy: torch.Tensor  # [n] float32
+    converged: torch.Tensor  # [n] bool
+    history: torch.Tensor  # [n, MAX_STABILITY, CL] long
+    soft_embeds: torch.Tensor  # [n, CL, hidden]
+    logprobs: torch.Tensor  # [n, CL] float32: log p(draft token)
+
+
+def reference_tile(
+    logits: torch.Tensor,
+    inputs: TileInputs,
+    embed_weight: torch.Tensor,
+    normalizer: float,
+) -> TileResult:
+    """One denoising step over a tile's logits [n, CL, vocab], eager, in the source's order.
+
+    Pure: reads `inputs`, returns new tensors, writes no state, so a tile that runs out of
+    memory can be split and retried with no trace of the failed attempt.
+    """
+    n, canvas_length, vocab_size = logits.shape
+    device = logits.device
+
+    # ---- Phase 1: temperature schedule (per row: requests carry their own settings)
+    temp = inputs.temperature
+
+    # ---- Phase 2: temperature scaling + Gumbel-max sampling
+    scaled = logits.float() / temp[:, None, None]
+    u = gumbel_uniform(inputs.rows, scaled.shape, device)
+    gumbel = -torch.log(-torch.log(u))
+    noisy = scaled + gumbel * inputs.sample[:, None, None]  # greedy rows: no noise
+    sampled = noisy.argmax(dim=-1)
+    draft = scaled.argmax(dim=-1)
+
+    # ---- Phase 3: probabilities and confidence
+    log_probs = scaled.log_softmax(dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).sum(dim=-1)  # [n, CL]
+    mean_entropy = entropy.mean(dim=-1)
+    confident = mean_entropy < inputs.confidence_threshold
+
+    # ---- Phase 4: entropy-bound acceptance; re-noise the rest
+    sorted_ent, sorted_idx = torch.sort(entropy, dim=-1, stable=True)
+    cumsum_ent = torch.cumsum(sorted_ent, dim=-1)
+    cummax_ent = torch.cummax(sorted_ent, dim=-1).values
+    sorted_mask = (cumsum_ent - cummax_ent) <= inputs.entropy_bound[:, None]
+    accepted = torch.zeros_like(sorted_mask).scatter_(1, sorted_idx, sorted_mask)
+    renoise = keyed_tokens(inputs.rows, _RENOISE, canvas_length, vocab_size, device)
+    next_canvas = torch.where(accepted, sampled, renoise)
+
+    # ---- Phase 5: stability: the draft equals each of the last `stability_threshold` drafts
+    same = (inputs.history == draft[:, None, :]).all(dim=-1) | ~inputs.history_valid
+    stable = same.all(dim=-1)
+    history = torch.cat([inputs.history[:, 1:], draft[:, None, :]], dim=1)
+
+    # ---- Phase 6: convergence
+    converged = (stable & confident) | inputs.last_step
+
+    # ---- Phase 7: carry-over: self-conditioning soft embedding and the draft's logprobs
+    soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
+    logprobs = log_probs.gather(-1, draft[..., None]).squeeze(-1)
+
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+
+
+# --------------------------------------------------------------------------- per-slot state
+
+
+@dataclass
+class StepOutput:
+    """What one sampler call produced, as views of the per-slot output buffers (row i = slots[i])."""
+
+    slots: list[int]
+    next_canvas: torch.Tensor  # [n, CL] the canvas the decoder reads next step
+    draft: torch.Tensor  # [n, CL] argmax canvas (what commits)
+    entropy: torch.Tensor  # [n, CL]
+    accepted: torch.Tensor  # [n, CL]
+    mean_entropy: torch.Tensor  # [n]
+    converged: torch.Tensor  # [n]
+    finite: torch.Tensor  # [n] False where a request's logits held NaN/inf
+    plan: TilePlan | None = None
+
+
+@dataclass
+class _HostSlot:
+    """Host-side mirror of what the keyed random streams need (no device reads in the hot path)."""
+
+    params: SamplingParams = field(default_factory=SamplingParams)
+    canvas_index: int = 0
+    steps: int = 0  # denoising steps done on the current canvas
+
+
+class TiledSampler:
+    """Per-slot state for `max_num_seqs` requests and the tiled step over them.
+
+    tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory),
+    "off" (one tile, no retry: the untiled run of the lesson), or an int (fixed tile size).
+    """
+
+    def __init__(
+        self,
+        max_num_seqs: int,
+        canvas_length: int,
+        vocab_size: int,
+        embed_weight: torch.Tensor,
+        normalizer: float,
+        memory: MemoryDevice | None = None,
+        tiling: str | int = "auto",
+        fraction: float = 0.5,
+        tile_fn=reference_tile,
+        impl: str = "reference",
+        calibration: Calibration | None = None,
+    ):
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if canvas_length < 1:
+            raise ValueError(f"canvas_length must be >= 1, got {canvas_length}")
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        self.tiling = parse_tiling(tiling)
+        self.max_num_seqs = max_num_seqs
+        self.canvas_length = canvas_length
+        self.vocab_size = vocab_size
+        self.embed_weight = embed_weight
+        self.normalizer = float(normalizer)
+        self.device = embed_weight.device
+        self.memory = memory if memory is not None else HostMemory()
+        self.fraction = fraction
+        self.tile_fn = tile_fn
+        self.impl = impl
+        self._calibration = calibration  # None: measured on first use
+
+        S, CL, H, dev = max_num_seqs, canvas_length, embed_weight.shape[1], self.device
+        # State, preallocated per slot (vLLM's indexed-slot pattern).
+        self.canvas = torch.zeros(S, CL, dtype=torch.long, device=dev)
+        self.draft = torch.zeros(S, CL, dtype=torch.long, device=dev)
+        self.phase = torch.zeros(S, dtype=torch.int8, device=dev)
+        self.step_count = torch.zeros(S, dtype=torch.int32, device=dev)
+        self.history = torch.full((S, MAX_STABILITY, CL), -1, dtype=torch.long, device=dev)
+        self.history_valid = torch.zeros(S, MAX_STABILITY, dtype=torch.bool, device=dev)
+        self.confident = torch.zeros(S, dtype=torch.bool, device=dev)
+        self.soft = torch.zeros(S, CL, H, dtype=embed_weight.dtype, device=dev)
+        self.logprobs = torch.zeros(S, CL, dtype=torch.float32, device=dev)
+        # Per-slot settings as tensors, so a tile of mixed requests runs as one batch.
+        self.t_min = torch.zeros(S, dtype=torch.float32, device=dev)
+        self.t_max = torch.zeros(S, dtype=torch.float32, device=dev)
+        self.max_steps = torch.ones(S, dtype=torch.float32, device=dev)
+        self.sample = torch.zeros(S, dtype=torch.float32, device=dev)
+        self.entropy_bound = torch.zeros(S, dtype=torch.float32, device=dev)
+        self.confidence_threshold = torch.zeros(S, dtype=torch.float32, device=dev)
+        # Output buffers: cleared once per call, each tile writes only its own slots' rows.
+        self.out_entropy = torch.zeros(S, CL, dtype=torch.float32, device=dev)
+        self.out_accepted = torch.zeros(S, CL, dtype=torch.bool, device=dev)
+        self.out_mean_entropy = torch.zeros(S, dtype=torch.float32, device=dev)
+        self.out_converged = torch.zeros(S, dtype=torch.bool, device=dev)
+        self._host = [_HostSlot() for _ in range(S)]
+
+    # ---- slots
+
+    def start_canvas(self, slot: int, params: SamplingParams, canvas_index: int) -> None:
+        """Begin denoising a fresh canvas in `slot`: keyed uniform random tokens, empty history."""
+        host = self._host[slot]
+        host.params, host.canvas_index, host.steps = params, canvas_index, 0
+        key = RowKey(params.seed, canvas_index, 0)
+        self.canvas[slot] = keyed_tokens([key], _INIT, self.canvas_length, self.vocab_size, self.device)[0]
+        self.draft[slot] = self.canvas[slot]
+        self.phase[slot] = DENOISING
+        self.step_count[slot] = 0
+        self.history[slot] = -1
+        self.history_valid[slot] = False
+        self.history_valid[slot, MAX_STABILITY - params.stability_threshold :] = params.stability_threshold > 0
+        self.confident[slot] = False
+        self.soft[slot] = 0  # no self-conditioning on a canvas's first step (transformers: zeros)
+        self.t_min[slot] = params.t_min
+        self.t_max[slot] = params.t_max
+        self.max_steps[slot] = params.max_denoising_steps
+        self.sample[slot] = 0.0 if params.greedy else 1.0
+        self.entropy_bound[slot] = params.entropy_bound
+        self.confidence_threshold[slot] = params.confidence_threshold
+
+    def free(self, slot: int) -> None:
+        self.phase[slot] = FREE
+        self._host[slot] = _HostSlot()
+
+    def steps_done(self, slot: int) -> int:
+        return self._host[slot].steps
+
+    def soft_embeds(self, slots: Sequence[int]) -> torch.Tensor:
+        """[n, CL, hidden] self-conditioning input for the decoder (zeros on a canvas's first step)."""
+        return self.soft[self._index(slots)]
+
+    def take_logprobs(self, slot: int) -> torch.Tensor:
+        """The committed draft's per-position logprobs, computed when the canvas converged."""
+        return self.logprobs[slot].clone()
+
+    def _index(self, slots: Sequence[int]) -> torch.Tensor:
+        return torch.as_tensor(list(slots), dtype=torch.long, device=self.device)
+
+    # ---- memory
+
+    def calibration(self) -> Calibration:
+        """Transient bytes per request of this sampler's step, measured once on meta tensors."""
+        if self._calibration is None:
+            self._calibration = calibrate_tile(
+                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight.shape[1], self.embed_weight.dtype
+            )
+        return self._calibration
+
+    # ---- the step
+
+    def _tile_inputs(self, slots: Sequence[int], idx: torch.Tensor) -> TileInputs:
+        hosts = [self._host[s] for s in slots]
+        steps = torch.tensor([h.steps for h in hosts], dtype=torch.float32, device=self.device)
+        max_steps = self.max_steps[idx]
+        remaining = max_steps - steps
+        t_min, t_max = self.t_min[idx], self.t_max[idx]
+        return TileInputs(
+            rows=[RowKey(h.params.seed, h.canvas_index, h.steps) for h in hosts],
+            temperature=t_min + (t_max - t_min) * remaining / max_steps,
+            sample=self.sample[idx],
+            entropy_bound=self.entropy_bound[idx],
+            confidence_threshold=self.confidence_threshold[idx],
+            last_step=remaining <= 1,
+            history=self.history[idx],
+            history_valid=self.history_valid[idx],
+        )
+
+    def _run_tile(self, logits: torch.Tensor, slots: Sequence[int]) -> None:
+        idx = self._index(slots)
+        result = self.tile_fn(logits, self._tile_inputs(slots, idx), self.embed_weight, self.normalizer)
+        # Write state only once the whole tile succeeded (a failed tile leaves no trace).
+        self.canvas[idx] = result.next_canvas
+        self.draft[idx] = result.draft
+        self.history[idx] = result.history
+        self.soft[idx] = result.soft_embeds.to(self.soft.dtype)
+        self.logprobs[idx] = result.logprobs
+        self.confident[idx] = result.mean_entropy < self.confidence_threshold[idx]
+        self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
+        self.step_count[idx] += 1
+        self.out_entropy[idx] = result.entropy
+        self.out_accepted[idx] = result.accepted
+        self.out_mean_entropy[idx] = result.mean_entropy
+        self.out_converged[idx] = result.converged
+        for s in slots:
+            self._host[s].steps += 1
+
+    def step(self, logits: torch.Tensor, slots: Sequence[int]) -> StepOutput:
+        """One denoising step for the requests in `slots`, given their logits [n, CL, vocab]."""
+        slots = [int(s) for s in slots]
+        n = len(slots)
+        if logits.dim() == 2:
+            logits = logits.view(n, self.canvas_length, -1)
+        if logits.shape[0] != n or logits.shape[1] != self.canvas_length:
+            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {n} slots x CL {self.canvas_length}")
+        if logits.shape[2] != self.vocab_size:
+            raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {self.vocab_size}")
+        started = time.time()
+
+        # Plan: how many requests fit in one tile of the step's transient.
+        free = self.memory.free_bytes()
+        calibration = self.calibration()
+        if self.tiling == "off":
+            group = n
+        elif self.tiling == "auto":
+            group = plan_tiles(n, free, calibration, self.fraction)
+        else:
+            group = max(1, min(n, self.tiling))
+
+        # Clear the outputs once: each tile below writes only its own rows.
+        self.out_entropy.zero_()
+        self.out_accepted.zero_()
+        self.out_mean_entropy.zero_()
+        self.out_converged.zero_()
+
+        pending = [(s, min(s + group, n)) for s in range(0, n, group)]
+        ran: list[int] = []
+        splits: list[TileSplit] = []
+        with self.memory.measure() as measured:
+            while pending:
+                start, end = pending.pop(0)
+                try:
+                    self._run_tile(logits[start:end], slots[start:end])
+                    ran.append(end - start)
+                except torch.OutOfMemoryError as err:
+                    # Out of memory is expected: split the tile in half and retry, down to one request.
+                    if self.tiling == "off" or end - start == 1:
+                        raise
+                    splits.append(TileSplit(start, end - start, str(err).splitlines()[0][:300]))
+                    mid = start + (end - start) // 2
+                    pending[:0] = [(start, mid), (mid, end)]
+
+        idx = self._index(slots)
+        plan = TilePlan(
+            time=started,
+            impl=self.impl,
+            num_decode=n,
+            canvas_length=self.canvas_length,
+            vocab_size=self.vocab_size,
+            free_bytes=int(free),
+            budget_bytes=self.memory.capacity_bytes(),
+            bytes_per_request=calibration.bytes_per_request,
+            group=group,
+            tiles=tuple(ran),
+            peak_transient_bytes=int(measured.peak_bytes),
+            splits=tuple(splits),
+            seconds=time.time() - started,
+        )
+        mean = self.out_mean_entropy[idx]
+        return StepOutput(
+            slots=slots,
+            next_canvas=self.canvas[idx],
+            draft=self.draft[idx],
+            entropy=self.out_entropy[idx],
+            accepted=self.out_accepted[idx],
+            mean_entropy=mean,
+            converged=self.out_converged[idx],
+            finite=torch.isfinite(mean),
+            plan=plan,
+        )
+
+
+def parse_tiling(tiling: str | int) -> str | int:
+    """'auto' | 'off' | a positive int (or its string) -> the sampler's tiling mode."""
+    if isinstance(tiling, bool):
+        raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling!r}")
+    if isinstance(tiling, int):
+        if tiling < 1:
+            raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling}")
+        return tiling
+    text = str(tiling).strip().lower()
+    if text in ("auto", "off"):
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling!r}")
+
+
+def meta_tile_inputs(n: int, canvas_length: int) -> TileInputs:
+    """Tile inputs on the meta device: shapes without values, for measuring memory at any scale."""
+    meta = torch.device("meta")
+    return TileInputs(
+        rows=[RowKey(0, 0, 0)] * n,
+        temperature=torch.empty(n, device=meta),
+        sample=torch.empty(n, device=meta),
+        entropy_bound=torch.empty(n, device=meta),
+        confidence_threshold=torch.empty(n, device=meta),
+        last_step=torch.empty(n, dtype=torch.bool, device=meta),
+        history=torch.empty(n, MAX_STABILITY, canvas_length, dtype=torch.long, device=meta),
+        history_valid=torch.empty(n, MAX_STABILITY, dtype=torch.bool, device=meta),
+    )
+
+
+def calibrate_tile(tile_fn, canvas_length: int, vocab_size: int, hidden: int, dtype: torch.dtype) -> Calibration:
+    """Measure `tile_fn`'s transient on meta tensors at the real shapes (no RAM, milliseconds)."""
+    meta = torch.device("meta")
+    embed = torch.empty(vocab_size, hidden, dtype=dtype, device=meta)
+
+    def prepare(n: int):
+        logits = torch.empty(n, canvas_length, vocab_size, dtype=torch.float32, device=meta)
+        inputs = meta_tile_inputs(n, canvas_length)
+        return lambda: tile_fn(logits, inputs, embed, 1.0)
+
+    return calibrate(prepare, canvas_length, vocab_size)

@@ -1,0 +1,147 @@
+"""Memory: sizes, the tracker, the virtual device, calibration and the tile planner."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dgemma.memory import (
+    GiB,
+    MiB,
+    Calibration,
+    HostMemory,
+    TransientTracker,
+    VirtualDevice,
+    measure_peak,
+    memory_for,
+    parse_size,
+    plan_tiles,
+    resolve_device,
+)
+from dgemma.sampler import RowKey, TileInputs, calibrate_tile, reference_tile
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("8GiB", 8 * GiB), ("512MiB", 512 * MiB), ("2GB", 2 * 10**9), ("1.5 gib", int(1.5 * GiB)), ("4096", 4096)],
+)
+def test_sizes_parse(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8 gigs", "", "GiB", "-1GiB", "1e3GiB", "0"])
+def test_malformed_sizes_raise_one_clear_line(text):
+    with pytest.raises(ValueError) as info:
+        parse_size(text)
+    assert "\n" not in str(info.value)
+
+
+def test_tracker_counts_new_storages_not_views_of_inputs():
+    inputs = torch.zeros(1000)
+    with TransientTracker() as tracker:
+        view = inputs[10:500]  # a view: no allocation
+        doubled = view * 2  # 490 floats
+        del view
+    assert tracker.peak == doubled.untyped_storage().nbytes() == 490 * 4
+
+
+def test_tracker_sees_frees():
+    with TransientTracker() as tracker:
+        a = torch.ones(256)
+        del a
+        b = torch.ones(128)
+    assert tracker.peak == 256 * 4
+    assert tracker.live == b.nbytes
+
+
+def test_virtual_device_raises_out_of_memory_over_budget():
+    device = VirtualDevice(4096)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        with device.measure():
+            torch.ones(2048)  # 8 KiB > 4 KiB
+
+
+def test_virtual_device_allows_allocations_under_budget():
+    device = VirtualDevice(4096)
+    with device.measure() as m:
+        a = torch.ones(512)  # 2 KiB
+        del a
+        b = torch.ones(512)
+        del b
+    assert m.peak_bytes == 2048
+    assert device.free_bytes() == 4096
+
+
+def test_virtual_device_counts_resident_bytes_against_the_budget():
+    device = VirtualDevice("1MiB")
+    device.reserve(768 * 1024, "weights")
+    assert device.free_bytes() == 256 * 1024
+    with pytest.raises(torch.OutOfMemoryError, match="KV cache needs"):
+        device.reserve(512 * 1024, "KV cache")
+    with pytest.raises(torch.OutOfMemoryError):
+        with device.measure():
+            torch.ones(128 * 1024)  # 512 KiB of transient
+
+
+def test_calibration_on_meta_matches_the_real_step():
+    CL, V, H = 16, 3000, 8
+    calibration = calibrate_tile(reference_tile, CL, V, H, torch.float32)
+    logits = torch.randn(3, CL, V)
+    embed = torch.randn(V, H)
+    inputs = TileInputs(
+        rows=[RowKey(seed=i, canvas_index=0, step=0) for i in range(3)],
+        temperature=torch.ones(3),
+        sample=torch.ones(3),
+        entropy_bound=torch.full((3,), 0.1),
+        confidence_threshold=torch.full((3,), 0.005),
+        last_step=torch.zeros(3, dtype=torch.bool),
+        history=torch.full((3, 8, CL), -1),
+        history_valid=torch.zeros(3, 8, dtype=torch.bool),
+    )
+    real = measure_peak(lambda: reference_tile(logits, inputs, embed, 1.0))
+    assert real == pytest.approx(calibration.tile_bytes(3), rel=0.02)
+
+
+def test_reference_step_holds_seven_fp32_copies_per_request_at_real_scale():
+    calibration = calibrate_tile(reference_tile, 256, 262_144, 2816, torch.bfloat16)
+    assert calibration.copies_per_request == pytest.approx(7.0, abs=0.05)
+    # The source's figure: 16 requests need 28,672 MiB of transient memory.
+    assert calibration.tile_bytes(16) / MiB == pytest.approx(28_672, rel=0.01)
+
+
+CAL = Calibration(bytes_per_request=100, fixed_bytes=20, canvas_length=1, vocab_size=25)
+
+
+@pytest.mark.parametrize(
+    "num_decode, free, fraction, group",
+    [
+        (16, 10_000, 0.5, 16),  # everything fits
+        (16, 1_000, 0.5, 4),  # (500 - 20) // 100
+        (16, 1_000, 1.0, 9),  # (1000 - 20) // 100
+        (16, 130, 0.5, 1),  # one request fits in free memory, not in half of it: still one
+        (3, 10**9, 0.5, 3),  # never more than the requests there are
+    ],
+)
+def test_planner_arithmetic(num_decode, free, fraction, group):
+    assert plan_tiles(num_decode, free, CAL, fraction) == group
+
+
+def test_planner_reports_bytes_needed_and_free_when_one_request_cannot_fit():
+    with pytest.raises(torch.OutOfMemoryError, match=r"needs 0\.0 MiB but only 0\.0 MiB is free"):
+        plan_tiles(4, 119, CAL)
+    big = Calibration(bytes_per_request=2 * GiB, fixed_bytes=0, canvas_length=256, vocab_size=262_144)
+    with pytest.raises(torch.OutOfMemoryError, match="needs 2.00 GiB but only 1.00 GiB is free"):
+        plan_tiles(4, GiB, big)
+
+
+def test_memory_for_picks_the_device():
+    assert isinstance(memory_for("cpu"), HostMemory)
+    assert isinstance(memory_for("cpu", "8GiB"), VirtualDevice)
+    assert memory_for("cpu", "8GiB").capacity_bytes() == 8 * GiB
+
+
+@pytest.mark.parametrize("name", ["tpu", "gpu0", "cuda"] if not torch.cuda.is_available() else ["tpu", "gpu0"])
+def test_unknown_or_absent_devices_raise_one_clear_line(name):
+    with pytest.raises(ValueError) as info:
+        resolve_device(name)
+    assert "\n" not in str(info.value)

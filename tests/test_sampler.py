@@ -1,0 +1,328 @@
+"""The sampler: transformers' semantics, keyed randomness, and tiling that changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+    EntropyBoundSampler,
+    EntropyBoundSamplerConfig,
+    LinearTemperatureScheduleLogitsProcessor,
+    StableAndConfidentStoppingCriteria,
+)
+
+from dgemma.memory import Calibration, VirtualDevice
+from dgemma.sampler import COMMITTING, SamplingParams, TiledSampler, parse_tiling
+
+HIDDEN = 8
+
+
+def make_sampler(num_slots: int, canvas_length: int, vocab: int, tiling="off", **kwargs) -> TiledSampler:
+    embed = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(7))
+    return TiledSampler(num_slots, canvas_length, vocab, embed, HIDDEN**0.5, tiling=tiling, **kwargs)
+
+
+def logits_for(n: int, canvas_length: int, vocab: int, seed: int, scale: float = 3.0) -> torch.Tensor:
+    return torch.randn(n, canvas_length, vocab, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def snapshot(sampler: TiledSampler, slots: list[int]) -> dict[str, torch.Tensor]:
+    idx = torch.tensor(slots)
+    return {
+        "canvas": sampler.canvas[idx].clone(),
+        "draft": sampler.draft[idx].clone(),
+        "soft": sampler.soft[idx].clone(),
+        "history": sampler.history[idx].clone(),
+        "logprobs": sampler.logprobs[idx].clone(),
+        "phase": sampler.phase[idx].clone(),
+        "entropy": sampler.out_entropy[idx].clone(),
+        "accepted": sampler.out_accepted[idx].clone(),
+        "converged": sampler.out_converged[idx].clone(),
+    }
+
+
+def run_steps(sampler, params_list, slots, logits_seq, canvas_index=0):
+    for slot, params in zip(slots, params_list):
+        sampler.start_canvas(slot, params, canvas_index)
+    snaps = []
+    for logits in logits_seq:
+        sampler.step(logits, slots)
+        snaps.append(snapshot(sampler, slots))
+    return snaps
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    for step_a, step_b in zip(a, b, strict=True):
+        for key in step_a:
+            assert torch.equal(step_a[key], step_b[key]), key
+
+
+# --------------------------------------------------------------------------- transformers semantics
+
+
+def test_temperature_and_entropy_match_transformers_schedule():
+    CL, V, N = 6, 40, 5
+    params = SamplingParams(max_denoising_steps=N, t_min=0.3, t_max=0.9, seed=1)
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, params, 0)
+    processor = LinearTemperatureScheduleLogitsProcessor(t_min=0.3, t_max=0.9, max_denoising_steps=N)
+    for k in range(3):
+        logits = logits_for(1, CL, V, seed=k)
+        out = sampler.step(logits, [0])
+        # transformers counts remaining steps: N, N-1, ...
+        processed = processor(None, logits, cur_step=N - k)
+        expected = torch.distributions.Categorical(logits=processed).entropy()
+        torch.testing.assert_close(out.entropy, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_acceptance_mask_matches_entropy_bound_sampler():
+    CL, V = 32, 50
+    params = SamplingParams(entropy_bound=0.5, max_denoising_steps=4, t_min=1.0, t_max=1.0)
+    sampler = make_sampler(3, CL, V)
+    for slot in range(3):
+        sampler.start_canvas(slot, params, 0)
+    # Peaked rows give a spread of entropies, so the bound cuts somewhere inside the canvas.
+    logits = logits_for(3, CL, V, seed=3, scale=1.0) * torch.linspace(0.5, 12, CL)[None, :, None]
+    out = sampler.step(logits, [0, 1, 2])
+    reference = EntropyBoundSampler(EntropyBoundSamplerConfig(entropy_bound=0.5), CL, V, 4)
+    dummy = torch.zeros(3, CL, dtype=torch.long)
+    reference.accept_canvas(dummy, dummy, logits, cur_step=4)
+    assert torch.equal(out.accepted, reference.accepted_token_mask)
+    assert 0 < int(out.accepted.sum()) < 3 * CL
+
+
+def test_accepted_positions_take_the_sample_and_the_rest_are_renoised():
+    CL, V = 64, 30
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, SamplingParams(greedy=True, entropy_bound=0.3, t_min=1.0, t_max=1.0), 0)
+    logits = logits_for(1, CL, V, seed=4, scale=1.0) * torch.linspace(0.5, 15, CL)[None, :, None]
+    out = sampler.step(logits, [0])
+    accepted = out.accepted[0]
+    assert torch.equal(out.next_canvas[0][accepted], logits[0].argmax(-1)[accepted])
+    # Re-noised positions are uniform draws: they disagree with the argmax far more often than not.
+    renoised = ~accepted
+    assert (out.next_canvas[0][renoised] != logits[0].argmax(-1)[renoised]).float().mean() > 0.6
+
+
+@pytest.mark.parametrize("stability_threshold", [0, 1, 2, 3])
+def test_stopping_matches_stable_and_confident_criteria(stability_threshold):
+    CL, V, N = 8, 20, 12
+    params = SamplingParams(max_denoising_steps=N, stability_threshold=stability_threshold, confidence_threshold=0.05)
+    sampler = make_sampler(2, CL, V)
+    for slot in range(2):
+        sampler.start_canvas(slot, params, 0)
+    criteria = StableAndConfidentStoppingCriteria(stability_threshold, 0.05)
+    processor = LinearTemperatureScheduleLogitsProcessor(params.t_min, params.t_max, N)
+    # Row 0: a confident canvas that changes once then holds; row 1: never confident.
+    confident_a = torch.full((CL, V), -20.0).scatter_(1, torch.arange(CL)[:, None] % V, 20.0)
+    confident_b = torch.full((CL, V), -20.0).scatter_(1, (torch.arange(CL)[:, None] + 1) % V, 20.0)
+    flat = torch.zeros(CL, V)
+    sequence = [confident_a, confident_b, confident_b, confident_b, confident_b, confident_b]
+    for k, row0 in enumerate(sequence):
+        logits = torch.stack([row0, flat])
+        out = sampler.step(logits, [0, 1])
+        processed = processor(None, logits, cur_step=N - k)
+        expected = criteria(processed.argmax(-1), processed)
+        assert out.converged.tolist() == expected.tolist(), f"step {k}"
+        if bool(out.converged[0]):
+            break
+    assert bool(out.converged[0])
+
+
+def test_canvas_converges_at_max_steps_even_when_never_confident():
+    CL, V, N = 4, 10, 3
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, SamplingParams(max_denoising_steps=N), 0)
+    flags = [bool(sampler.step(torch.zeros(1, CL, V), [0]).converged[0]) for _ in range(N)]
+    assert flags == [False, False, True]
+    assert int(sampler.phase[0]) == COMMITTING
+
+
+def test_gumbel_max_samples_from_the_tempered_distribution():
+    CL, V = 4000, 4
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, SamplingParams(t_min=1.0, t_max=1.0, entropy_bound=1e9, seed=3), 0)
+    row = torch.tensor([0.0, 1.0, 2.0, -1.0])
+    out = sampler.step(row.expand(1, CL, V).clone(), [0])
+    counts = torch.bincount(out.next_canvas[0], minlength=V).float() / CL
+    torch.testing.assert_close(counts, row.softmax(-1), atol=0.025, rtol=0)
+
+
+def test_greedy_takes_the_argmax():
+    CL, V = 16, 25
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, SamplingParams(greedy=True, entropy_bound=1e9), 0)
+    logits = logits_for(1, CL, V, seed=5)
+    out = sampler.step(logits, [0])
+    assert torch.equal(out.next_canvas[0], logits[0].argmax(-1))
+    assert torch.equal(out.draft[0], logits[0].argmax(-1))
+
+
+def test_soft_embedding_is_probs_times_embedding_times_normalizer():
+    CL, V = 5, 30
+    sampler = make_sampler(1, CL, V)
+    params = SamplingParams(t_min=0.5, t_max=0.5)
+    sampler.start_canvas(0, params, 0)
+    logits = logits_for(1, CL, V, seed=6)
+    sampler.step(logits, [0])
+    expected = (logits / 0.5).softmax(-1) @ sampler.embed_weight * sampler.normalizer
+    torch.testing.assert_close(sampler.soft_embeds([0]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_soft_embedding_is_zero_on_a_fresh_canvas():
+    sampler = make_sampler(1, 4, 10)
+    sampler.start_canvas(0, SamplingParams(), 0)
+    sampler.step(logits_for(1, 4, 10, seed=1), [0])
+    sampler.start_canvas(0, SamplingParams(), 1)
+    assert not sampler.soft_embeds([0]).any()
+
+
+def test_logprobs_of_the_converged_draft_are_held_for_the_commit():
+    CL, V = 4, 12
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, SamplingParams(max_denoising_steps=1, t_min=0.5, t_max=0.5), 0)
+    logits = logits_for(1, CL, V, seed=8)
+    out = sampler.step(logits, [0])
+    assert bool(out.converged[0])
+    expected = (logits[0] / 0.5).log_softmax(-1).gather(-1, out.draft[0][:, None]).squeeze(-1)
+    torch.testing.assert_close(sampler.take_logprobs(0), expected)
+
+
+def test_nan_logits_are_flagged_for_that_request_only():
+    sampler = make_sampler(2, 4, 10)
+    for slot in range(2):
+        sampler.start_canvas(slot, SamplingParams(), 0)
+    logits = logits_for(2, 4, 10, seed=9)
+    logits[1, 2, 3] = float("nan")
+    out = sampler.step(logits, [0, 1])
+    assert out.finite.tolist() == [True, False]
+
+
+# --------------------------------------------------------------------------- keyed randomness and tiling
+
+shapes = st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(2, 40))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shape=shapes,
+    seeds=st.lists(st.integers(0, 2**40), min_size=6, max_size=6),
+    greedy=st.lists(st.booleans(), min_size=6, max_size=6),
+    tile=st.integers(1, 6),
+    extra_slots=st.integers(0, 3),
+    data=st.randoms(use_true_random=False),
+)
+def test_tiled_equals_untiled_bit_for_bit(shape, seeds, greedy, tile, extra_slots, data):
+    n, CL, V = shape
+    params = [SamplingParams(seed=seeds[i], greedy=greedy[i], max_denoising_steps=3, entropy_bound=0.2) for i in range(n)]
+    logits_seq = [logits_for(n, CL, V, seed=k) for k in range(3)]
+    untiled = make_sampler(n, CL, V, tiling="off")
+    expected = run_steps(untiled, params, list(range(n)), logits_seq)
+    # Same requests in other slots of a bigger sampler, tiled: every output row identical,
+    # and the slots that are not decoding keep zero outputs across all the tiles.
+    tiled = make_sampler(n + extra_slots, CL, V, tiling=tile)
+    slots = list(range(extra_slots, extra_slots + n))
+    data.shuffle(slots)
+    got = run_steps(tiled, params, slots, logits_seq)
+    assert_same(expected, got)
+    idle = [s for s in range(n + extra_slots) if s not in slots]
+    for buffer in (tiled.out_entropy, tiled.out_accepted, tiled.out_mean_entropy, tiled.out_converged):
+        assert not buffer[idle].any()
+
+
+def test_a_seeded_request_gives_the_same_tokens_alone_and_in_a_batch():
+    CL, V = 8, 50
+    params = SamplingParams(seed=1234, max_denoising_steps=4)
+    mine = [logits_for(1, CL, V, seed=k) for k in range(3)]
+    alone = run_steps(make_sampler(1, CL, V), [params], [0], mine)
+    crowd = make_sampler(5, CL, V, tiling=2)
+    others = [SamplingParams(seed=s) for s in (1, 2, 3, 4)]
+    batch_logits = [torch.cat([logits_for(4, CL, V, seed=100 + k), m]) for k, m in enumerate(mine)]
+    together = run_steps(crowd, others + [params], [0, 1, 2, 4, 3], batch_logits)
+    for a, b in zip(alone, together):
+        idx = 4  # the request's row in the snapshot: it sits in slot 3, listed last
+        assert torch.equal(a["canvas"][0], b["canvas"][idx])
+        assert torch.equal(a["draft"][0], b["draft"][idx])
+
+
+def test_different_seeds_draw_different_canvases():
+    sampler = make_sampler(2, 16, 1000)
+    sampler.start_canvas(0, SamplingParams(seed=1), 0)
+    sampler.start_canvas(1, SamplingParams(seed=2), 0)
+    assert not torch.equal(sampler.canvas[0], sampler.canvas[1])
+
+
+def test_an_injected_oom_is_split_and_retried_with_identical_results():
+    n, CL, V = 6, 8, 2000
+    params = [SamplingParams(seed=i) for i in range(n)]
+    logits_seq = [logits_for(n, CL, V, seed=k) for k in range(2)]
+    expected = run_steps(make_sampler(n, CL, V), params, list(range(n)), logits_seq)
+    # The planner is told a tile costs almost nothing, so it plans one tile of six; the virtual
+    # device (room for about two requests' transient) then raises a real out-of-memory.
+    lying = Calibration(bytes_per_request=1, fixed_bytes=0, canvas_length=CL, vocab_size=V)
+    sampler = make_sampler(n, CL, V, tiling="auto", memory=VirtualDevice(2 * 7 * CL * V * 4 + 65536), calibration=lying)
+    got = run_steps(sampler, params, list(range(n)), logits_seq)
+    assert_same(expected, got)
+    plan = sampler.step(logits_seq[0], list(range(n))).plan
+    assert plan.group == n and len(plan.splits) >= 2 and sum(plan.tiles) == n
+    assert max(plan.tiles) <= 2
+
+
+def test_untiled_mode_lets_the_out_of_memory_through():
+    n, CL, V = 4, 8, 2000
+    sampler = make_sampler(n, CL, V, tiling="off", memory=VirtualDevice(2 * 7 * CL * V * 4))
+    for i in range(n):
+        sampler.start_canvas(i, SamplingParams(seed=i), 0)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        sampler.step(logits_for(n, CL, V, seed=0), list(range(n)))
+
+
+def test_auto_tiling_fits_the_step_inside_the_budget():
+    n, CL, V = 8, 8, 4000
+    per_request = 7 * CL * V * 4
+    device = VirtualDevice(int(6.5 * per_request))
+    sampler = make_sampler(n, CL, V, tiling="auto", memory=device)
+    for i in range(n):
+        sampler.start_canvas(i, SamplingParams(seed=i), 0)
+    plan = sampler.step(logits_for(n, CL, V, seed=0), list(range(n))).plan
+    assert plan.group == 3 and plan.tiles == (3, 3, 2) and not plan.splits
+    assert plan.peak_transient_bytes <= device.capacity
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_denoising_steps": 0}, "max_denoising_steps must be >= 1"),
+        ({"max_denoising_steps": -3}, "max_denoising_steps must be >= 1"),
+        ({"t_min": 0.8, "t_max": 0.4}, "t_max must be >= t_min"),
+        ({"entropy_bound": 0.0}, "entropy_bound must be > 0"),
+        ({"entropy_bound": -1.0}, "entropy_bound must be > 0"),
+        ({"t_min": float("nan")}, "t_min must be a finite number"),
+        ({"confidence_threshold": float("inf")}, "confidence_threshold must be a finite number"),
+        ({"stability_threshold": 99}, "stability_threshold must be >= 0 and <= 8"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"max_denoising_steps": "many"}, "max_denoising_steps must be an integer"),
+    ],
+)
+def test_bad_settings_raise_one_clear_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as info:
+        SamplingParams(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs", [{"canvas_length": 0}, {"canvas_length": -4}, {"max_num_seqs": 0}])
+def test_bad_sampler_shapes_raise(kwargs):
+    args = {"max_num_seqs": 2, "canvas_length": 4, "vocab_size": 10} | kwargs
+    with pytest.raises(ValueError, match="must be >= 1"):
+        TiledSampler(embed_weight=torch.zeros(10, 2), normalizer=1.0, **args)
+
+
+@pytest.mark.parametrize("value", ["sometimes", "0", -2, True])
+def test_bad_tiling_is_rejected(value):
+    with pytest.raises(ValueError, match="tiling must be auto, off or a positive integer"):
+        parse_tiling(value)
