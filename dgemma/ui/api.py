@@ -1,0 +1,55 @@
+"""The `generate` API endpoint: prompts and settings in, texts and tile plans out.
+
+Listed on the app's API page (gr.api derives its schema from the type hints). Settings use the
+CLI's names and meanings (`seed` S gives the i-th prompt the seed S + i), so one call gives the
+same tokens through the API, the CLI and the UI. Bad input is a gr.Error with one sentence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gradio as gr
+
+from dgemma.ui.backend import Backend
+from dgemma.ui.sessions import Sessions
+from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings
+from dgemma.ui.zerogpu import gpu
+
+
+def register(backend: Backend, sessions: Sessions) -> None:
+    """Add the endpoint to the Blocks being built (call inside `with gr.Blocks()`)."""
+    limits = backend.limits
+
+    def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
+        """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
+        t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
+        seed + i), greedy, tiling (auto | off | N). Returns {"outputs": [{"prompt", "text", "steps",
+        "seed"}...], "tile_plans": [...]}."""
+        try:
+            batch = parse_prompts(prompts, limits)
+            checked = parse_settings(settings, backend.defaults, limits, backend.max_num_seqs)
+        except SettingsError as err:
+            raise gr.Error(str(err)) from None
+        session = (request.session_hash if request is not None else None) or "api"
+        if sessions.pending(session) + len(batch) > limits.max_queued:
+            raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait for them first.")
+        try:
+            run = backend.start(batch, checked)
+        except ValueError as err:
+            raise gr.Error(str(err)) from None
+        sessions.add(session, run)
+        try:
+            outputs, plans = run.results()
+        finally:
+            run.cancel()
+            sessions.remove(session, run)
+        failed = [o for o in outputs if o.error]
+        if failed:
+            raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}")
+        return {
+            "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed} for o in outputs],
+            "tile_plans": [dataclasses.asdict(p) for p in plans],
+        }
+
+    gr.api(gpu(generate), api_name="generate", concurrency_limit=None)

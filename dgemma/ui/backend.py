@@ -1,0 +1,69 @@
+"""What the UI needs from the engine, in one small interface (the layout never imports torch).
+
+`Backend.start` submits one call's prompts and returns a `Run`: poll it for events, cancel it,
+or wait for its results. The real backend (dgemma/ui/engine_backend.py) wraps dgemma.engine;
+keeping the interface this small is what lets the layout and the API be tested and read alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dgemma.events import Event, TilePlan
+from dgemma.ui.settings import Limits, Settings
+
+
+@dataclass
+class Output:
+    """One finished request, in the API's shape."""
+
+    prompt: str
+    text: str
+    steps: int
+    seed: int
+    error: str = ""
+
+
+class Run(Protocol):
+    size: int  # requests in this run
+
+    def poll(self, timeout: float) -> list[Event]:
+        """Events that arrived within `timeout` seconds (possibly none)."""
+
+    def cancel(self) -> None:
+        """Stop this run's requests (queued ones never start; running ones free their slots)."""
+
+    def results(self) -> tuple[list[Output], list[TilePlan]]:
+        """Block until every request finished; outputs in submission order, the run's tile plans."""
+
+
+@dataclass
+class LessonOutcome:
+    """One run of the lesson's batch: finished, or out of memory with the numbers."""
+
+    tiling: str  # "off" | "auto"
+    ok: bool
+    message: str  # one sentence: what happened, with the numbers
+    needed_bytes: int = 0
+    free_bytes: int = 0
+    plans: list[TilePlan] = field(default_factory=list)
+    tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # request index -> committed ids
+    seconds: float = 0.0
+
+
+class Backend(Protocol):
+    defaults: Settings
+    limits: Limits
+    max_num_seqs: int
+    description: str  # one line for the page: model, device, memory budget
+
+    def start(self, prompts: list[str], settings: Settings) -> Run: ...
+
+    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings) -> LessonOutcome:
+        """Run the lesson's batch once under `budget` (None: no budget) with tiling "off" or "auto"."""
+
+    def suggest_budget(self, requests: int, real_scale: bool) -> str:
+        """A budget where one tile of `requests` runs out of memory but tiles of a few fit."""
+
+    def info(self) -> dict[str, Any]: ...

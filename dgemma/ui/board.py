@@ -1,0 +1,106 @@
+"""The board: what one session has seen of the event stream, folded into one small state.
+
+The engine emits many events per step (one `StepEvent` per request, one `TilePlan` per sampler
+call). The UI never re-renders per event: it folds events into a `Board` as they arrive and
+renders the board a few times a second. Folding is cheap (it keeps only the latest step of each
+request plus one mean-entropy point per step), so a slow browser never slows the fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+
+# Keep the tile chart readable and its JSON small: only the most recent sampler calls.
+MAX_PLANS = 240
+
+
+@dataclass
+class RequestView:
+    """One request as a card shows it."""
+
+    request_id: int
+    prompt: str = ""
+    seed: int | None = None
+    status: str = "queued"  # queued | running | converged | done | cancelled | error
+    committed_text: str = ""
+    canvases: int = 0  # canvases committed so far
+    steps: int = 0  # denoising steps taken so far, all canvases
+    last_step: StepEvent | None = None
+    # (steps taken by this request so far, mean entropy): one point per denoising step.
+    entropy_curve: list[tuple[int, float]] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class Board:
+    """Everything one session's page shows, in the order requests were submitted."""
+
+    requests: dict[int, RequestView] = field(default_factory=dict)
+    plans: list[TilePlan] = field(default_factory=list)
+    plan_count: int = 0  # sampler calls seen in total (plans keeps only the latest MAX_PLANS)
+    confidence_threshold: float | None = None
+    events: int = 0  # events folded so far: lets the driver tell whether anything changed
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.requests) and all(
+            r.status in ("done", "cancelled", "error") for r in self.requests.values()
+        )
+
+
+def _view(board: Board, request_id: int) -> RequestView:
+    view = board.requests.get(request_id)
+    if view is None:
+        view = board.requests[request_id] = RequestView(request_id)
+    return view
+
+
+def apply(board: Board, event: Event) -> Board:
+    """Fold one event into `board` (in place, for speed) and return it."""
+    board.events += 1
+    if isinstance(event, TilePlan):
+        board.plans.append(event)
+        board.plan_count += 1
+        if len(board.plans) > MAX_PLANS:
+            del board.plans[: len(board.plans) - MAX_PLANS]
+    elif isinstance(event, StepEvent):
+        view = _view(board, event.request_id)
+        view.last_step = event
+        view.steps += 1
+        view.entropy_curve.append((view.steps, event.mean_entropy))
+        if view.status not in ("done", "cancelled", "error"):
+            view.status = "converged" if event.converged else "running"
+        board.confidence_threshold = event.confidence_threshold
+    elif isinstance(event, RequestEvent):
+        view = _view(board, event.request_id)
+        if event.prompt:
+            view.prompt = event.prompt
+        if event.seed is not None:
+            view.seed = event.seed
+        if event.status in ("committed", "done") or event.text:
+            view.committed_text = event.text
+            view.canvases = event.canvases
+        if event.steps:
+            view.steps = max(view.steps, event.steps)
+        if event.status == "committed":
+            # The converged canvas is now part of the text; the next canvas starts from noise.
+            view.status = "running"
+            view.last_step = None
+        elif event.status in ("queued", "running", "done", "cancelled", "error"):
+            view.status = event.status
+        if event.status == "done":
+            view.last_step = None
+        if event.error:
+            view.error = event.error
+    return board
+
+
+def fold(events: Iterable[Event], board: Board | None = None) -> Board:
+    """A board from events: `fold(events)` is the pure form the tests use."""
+    board = Board() if board is None else board
+    for event in events:
+        apply(board, event)
+    return board

@@ -1,0 +1,102 @@
+"""Canvas cards: one HTML card per request, drawn from the board (pure: board in, HTML out).
+
+A card shows, top to bottom: who it is (request, seed, status), the committed text (canvases
+that converged and were appended to the cache), and the live canvas being denoised. Each live
+token is shaded by its confidence, exp(-entropy): dark = the model is sure of this position.
+Accepted positions (kept the sampled token) are green; re-noised ones (replaced by uniform
+random tokens for the next step) are grey and dashed. Colours come from CSS variables set in
+assets/style.css, so the HTML carries one number per token, not a style sheet.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from dgemma.events import StepEvent
+from dgemma.ui.board import Board, RequestView
+
+# Whitespace pieces would be invisible on a canvas; show them as visible marks instead.
+_VISIBLE = str.maketrans({"\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def confidence(entropy: float) -> float:
+    """exp(-entropy) in [0, 1]: 1 for a certain position, near 0 for a flat distribution."""
+    if not math.isfinite(entropy) or entropy < 0:
+        return 0.0
+    return math.exp(-entropy)
+
+
+def status_text(view: RequestView) -> str:
+    """queued / step k of max / converged / done / cancelled / error: why."""
+    step = view.last_step
+    if view.status == "error":
+        return f"error: {view.error}" if view.error else "error"
+    if view.status in ("queued", "done", "cancelled"):
+        return view.status
+    if view.status == "converged" and step is not None:
+        return f"converged at step {step.step}"
+    if step is not None:
+        return f"step {step.step} of {step.max_steps}"
+    return "running"
+
+
+def _piece(text: str) -> str:
+    # Tokens of the embedded model are single characters: a space keeps its cell (white-space: pre)
+    # and its shading; only line breaks and tabs become visible marks, and an empty piece a dot.
+    shown = text.translate(_VISIBLE) or "∅"
+    return html.escape(shown)
+
+
+def render_canvas(step: StepEvent) -> str:
+    """The live canvas: one <span> per position, confidence as a CSS variable."""
+    parts = []
+    for piece, entropy, accepted in zip(step.pieces, step.entropy, step.accepted, strict=False):
+        cls = "tok acc" if accepted else "tok noise"
+        parts.append(
+            f'<span class="{cls}" style="--c:{confidence(entropy):.2f}" '
+            f'title="entropy {entropy:.3g}">{_piece(piece)}</span>'
+        )
+    return "".join(parts)
+
+
+def render_card(view: RequestView) -> str:
+    step = view.last_step
+    seed = f" · seed {view.seed}" if view.seed is not None else ""
+    prompt = html.escape(view.prompt[:80] + ("…" if len(view.prompt) > 80 else ""))
+    committed = html.escape(view.committed_text) if view.committed_text else '<span class="empty">nothing committed yet</span>'
+    if step is not None:
+        accepted = sum(step.accepted)
+        live = render_canvas(step)
+        meter = (
+            f'<div class="meter">canvas {step.canvas_index + 1} · accepted {accepted}/{len(step.accepted)}'
+            f" · mean entropy {step.mean_entropy:.3g} (confident below {step.confidence_threshold:g})</div>"
+        )
+    else:
+        live, meter = "", ""
+    return (
+        f'<div class="card status-{html.escape(view.status)}" data-request="{view.request_id}" '
+        f'data-step="{step.step if step else 0}">'
+        f'<div class="card-head"><b>#{view.request_id}</b>{seed}'
+        f'<span class="status">{html.escape(status_text(view))}</span></div>'
+        f'<div class="prompt" title="prompt">{prompt}</div>'
+        f'<div class="committed">{committed}</div>'
+        f'<div class="canvas">{live}</div>{meter}</div>'
+    )
+
+
+LEGEND = (
+    '<div class="legend"><span class="tok acc" style="--c:0.9">sure</span>'
+    '<span class="tok acc" style="--c:0.3">unsure</span> accepted · '
+    '<span class="tok noise" style="--c:0.5">re-noised</span> replaced by random tokens next step · '
+    "darker = lower entropy (confidence = e<sup>−entropy</sup>) · "
+    "grey box above the canvas = committed text</div>"
+)
+
+
+def render_board(board: Board) -> str:
+    """All cards of a session, in submission order, with the legend; a hint when empty."""
+    if not board.requests:
+        return '<div class="board empty-board">Press <b>Run</b> to watch the canvases denoise.</div>'
+    cards = "".join(render_card(v) for v in board.requests.values())
+    return f'{LEGEND}<div class="board">{cards}</div>'

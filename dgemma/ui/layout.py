@@ -1,0 +1,163 @@
+"""The page, top to bottom: title, the Generate tab, the Tiling-vs-OOM tab, and the API.
+
+Reads like Gradio's own demos: components first, then the events that wire them. All work is
+delegated: settings are checked in settings.py, runs go through the Backend, frames come from
+stream.py, HTML from canvas.py, figures from charts.py, the lesson from lesson.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import gradio as gr
+
+from dgemma.ui import api, lesson
+from dgemma.ui.backend import Backend
+from dgemma.ui.board import Board
+from dgemma.ui.canvas import render_board
+from dgemma.ui.charts import board_tile_figure, entropy_figure
+from dgemma.ui.sessions import Sessions
+from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings, prompts_from_text
+from dgemma.ui.stream import frames
+from dgemma.ui.zerogpu import gpu
+
+EXAMPLES = [
+    ["The cat sat on the mat.\nOnce upon a time\nThe sky is"],
+    ["A list of colours:\nTwo plus two is\nThe capital of France is"],
+]
+
+ENTROPY_TEXT = (
+    "**Confidence per step.** Each line is one request's mean token entropy after each denoising "
+    "step. A canvas starts as random tokens (high entropy) and converges when its mean drops below "
+    "the dashed threshold and its draft stops changing; then it is committed and the next canvas starts."
+)
+TILE_TEXT = (
+    "**Tiles against free memory.** Each sampler call sees how much memory is free and groups the "
+    "denoising requests into tiles that fit half of it. Grey bars: requests denoising; blue: the "
+    "largest tile; orange: tiles per call; right axis: free memory, the measured peak transient, the budget."
+)
+
+SETTING_NAMES = (
+    "max_new_tokens", "max_denoising_steps", "t_min", "t_max", "entropy_bound",
+    "confidence_threshold", "stability_threshold", "seed", "greedy",
+)  # fmt: skip
+
+
+def _tiling(mode: str, fixed: float | None) -> str:
+    if mode == "fixed":
+        if fixed is None:
+            raise SettingsError("Choose a tile size for fixed tiling.")
+        return str(int(fixed)) if float(fixed).is_integer() else str(fixed)
+    return mode
+
+
+def _status(board: Board, started: float) -> str:
+    counts: dict[str, int] = {}
+    for view in board.requests.values():
+        counts[view.status] = counts.get(view.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
+
+
+def build_demo(backend: Backend) -> gr.Blocks:
+    """The whole app for one backend (one engine, one model)."""
+    defaults, limits = backend.defaults, backend.limits
+    sessions = Sessions(limits.max_queued)
+
+    with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
+        gr.Markdown(
+            "# dgemma · watch a Diffusion-Gemma sampler at work\n"
+            "Many prompts denoise at once: every card is one request's canvas turning from random "
+            "tokens into text. The sampler tiles its work so it fits in memory. "
+            f"<small>{backend.description}</small>"
+        )
+
+        with gr.Tab("Generate"):
+            with gr.Row():
+                prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3,
+                                     value=EXAMPLES[0][0])
+                with gr.Column(scale=1, min_width=220):
+                    concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
+                                           label="Concurrent requests",
+                                           info="Fills the batch by cycling the prompts (seed S + i each).")
+                    run = gr.Button("Run", variant="primary", elem_id="run")
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
+            gr.Examples(EXAMPLES, inputs=[prompts], label="Example prompts")
+            with gr.Accordion("Settings (the model's defaults)", open=False):
+                with gr.Row():
+                    max_new_tokens = gr.Number(defaults.max_new_tokens, label="max new tokens", precision=0,
+                                               minimum=1, maximum=limits.max_new_tokens)
+                    max_steps = gr.Number(defaults.max_denoising_steps, label="denoising steps", precision=0)
+                    seed = gr.Number(defaults.seed, label="seed (request i gets seed + i)", precision=0)
+                    greedy = gr.Checkbox(defaults.greedy, label="greedy")
+                with gr.Row():
+                    t_min = gr.Number(defaults.t_min, label="t_min")
+                    t_max = gr.Number(defaults.t_max, label="t_max")
+                    entropy_bound = gr.Number(defaults.entropy_bound, label="entropy bound")
+                    confidence = gr.Number(defaults.confidence_threshold, label="confidence threshold")
+                    stability = gr.Number(defaults.stability_threshold, label="stability threshold", precision=0)
+                with gr.Row():
+                    tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
+                                      info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
+                    tile_size = gr.Number(4, label="fixed tile size N", precision=0)
+                    gr.Textbox(backend.info().get("memory_budget", "none"), label="memory budget",
+                               interactive=False, info="set with --memory-budget when starting the app")
+            status = gr.Markdown("Idle.", elem_id="status")
+            cards = gr.HTML(render_board(Board()), elem_id="cards")
+            with gr.Row():
+                with gr.Column():
+                    entropy_plot = gr.Plot(entropy_figure(Board()), label="confidence", elem_id="entropy-plot")
+                    gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
+                with gr.Column():
+                    tile_plot = gr.Plot(board_tile_figure(Board()), label="tiles", elem_id="tile-plot")
+                    gr.Markdown(TILE_TEXT, elem_classes="explain")
+
+        with gr.Tab("Tiling vs OOM"):
+            lesson_parts = lesson.build(backend)
+
+        # ---------------------------------------------------------------- events
+
+        def generate_stream(text, n, mode, fixed, new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_,
+                            greedy_, request: gr.Request) -> Iterator[tuple]:
+            values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
+            try:
+                batch = parse_prompts(prompts_from_text(text, n), limits)
+                raw = dict(zip(SETTING_NAMES, values, strict=True))
+                raw["tiling"] = _tiling(mode, fixed)
+                settings = parse_settings(raw, defaults, limits, backend.max_num_seqs)
+            except SettingsError as err:
+                raise gr.Error(str(err)) from None
+            session = request.session_hash or "anonymous"
+            if sessions.pending(session) + len(batch) > limits.max_queued:
+                raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait or press Stop.")
+            try:
+                handle = backend.start(batch, settings)
+            except ValueError as err:
+                raise gr.Error(str(err)) from None
+            sessions.add(session, handle)
+            started = time.monotonic()
+            try:
+                for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size):
+                    yield render_board(board), entropy_figure(board), board_tile_figure(board), _status(board, started)
+            finally:
+                handle.cancel()  # a closed page or Stop: free the slots; a no-op when all are done
+                sessions.remove(session, handle)
+
+        def stop_session(request: gr.Request) -> str:
+            n = sessions.cancel(request.session_hash or "anonymous")
+            return f"Stopped {n} requests." if n else "Nothing to stop."
+
+        run_event = run.click(
+            gpu(generate_stream),
+            inputs=[prompts, concurrent, tiling, tile_size, max_new_tokens, max_steps, t_min, t_max,
+                    entropy_bound, confidence, stability, seed, greedy],
+            outputs=[cards, entropy_plot, tile_plot, status],
+            api_name="generate_stream", api_visibility="undocumented",
+            concurrency_limit=None,  # sessions share the engine; the engine does the batching
+            show_progress="minimal",
+        )
+        stop.click(stop_session, None, status, cancels=[run_event], api_visibility="private", queue=False)
+        lesson.wire(backend, lesson_parts)
+        api.register(backend, sessions)
+    return demo

@@ -1,0 +1,163 @@
+"""The "Tiling vs OOM" tab: one batch, one memory budget, run untiled and then tiled.
+
+Untiled, the sampler step holds ~7 fp32 [requests x CL x vocab] copies at once and runs out of
+memory (a real torch.OutOfMemoryError: the CUDA allocator under a per-process cap, or the
+budgeted virtual device on a CPU). Tiled, the same batch runs a few requests at a time and
+completes. Then the page checks the tokens: the tiled run against an untiled rerun with room
+to spare. Rendering (outcome -> HTML) is pure and lives here with the tab's components.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from dgemma.ui.backend import Backend, LessonOutcome
+from dgemma.ui.charts import tile_figure
+from dgemma.ui.settings import SettingsError, parse_settings
+from dgemma.ui.zerogpu import gpu
+
+REAL_VOCAB = 262_144
+MiB = 1024**2
+
+INTRO = (
+    "### Why many canvases run out of memory, and how tiling fixes it\n"
+    "One denoising step works in fp32 over `[requests × canvas length, vocab]` logits and, in eager "
+    "PyTorch, holds about **7 copies** of that tensor at its peak. With many requests the *sampler* "
+    "runs out of memory before the weights or the cache do. Tiling runs the step a few requests at "
+    "a time, sized from free memory, so the peak shrinks by the number of tiles, and because each "
+    "request's randomness is keyed by (seed, canvas, step), the tokens do not change."
+)
+CHART_TEXT = (
+    "**The tiled run, call by call.** Grey: requests denoising; blue: requests per tile; orange: "
+    "tiles per call. Right axis: free memory before the call, the measured peak the call allocated, "
+    "and the budget. The peak stays under the budget because no tile holds more than half of what is free."
+)
+
+
+@dataclass
+class LessonParts:
+    requests: gr.Slider
+    budget: gr.Textbox
+    real_scale: gr.Checkbox
+    steps: gr.Number
+    run: gr.Button
+    untiled: gr.HTML
+    tiled: gr.HTML
+    verdict: gr.HTML
+    chart: gr.Plot
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:,.0f} MiB" if n < 10 * 1024 * MiB else f"{n / 1024**3:,.2f} GiB"
+
+
+def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
+    """One run's result box: the OOM with its numbers, or the tiles it ran."""
+    if outcome is None:
+        return f'<div class="lesson-result"><b>{html.escape(title)}</b>: not run yet.</div>'
+    if outcome.ok:
+        tiles = [len(p.tiles) for p in outcome.plans]
+        peak = max((p.peak_transient_bytes for p in outcome.plans), default=0)
+        detail = (
+            f"{len(outcome.plans)} sampler calls, up to {max(tiles, default=0)} tiles per call, "
+            f"peak transient {_mib(peak)}, {outcome.seconds:.1f} s."
+        )
+        return (
+            f'<div class="lesson-result ok" data-outcome="ok"><b>{html.escape(title)}: completed.</b> '
+            f"{html.escape(outcome.message)} {detail}</div>"
+        )
+    numbers = ""
+    if outcome.needed_bytes or outcome.free_bytes:
+        numbers = f" Needed {_mib(outcome.needed_bytes)}, free {_mib(outcome.free_bytes)}."
+    return (
+        f'<div class="lesson-result oom" data-outcome="oom"><b>{html.escape(title)}: out of memory.</b> '
+        f"{html.escape(outcome.message)}{numbers}</div>"
+    )
+
+
+def render_verdict(tiled: LessonOutcome, reference: LessonOutcome) -> str:
+    """Whether the tiled run's tokens equal the untiled reference's, request by request."""
+    if not (tiled.ok and reference.ok):
+        why = tiled.message if not tiled.ok else reference.message
+        return f'<div class="lesson-result oom">Tokens not compared: {html.escape(why)}</div>'
+    same = [i for i in tiled.tokens if reference.tokens.get(i) == tiled.tokens[i]]
+    n = len(tiled.tokens)
+    if len(same) == n and n == len(reference.tokens):
+        return (
+            f'<div class="lesson-result same" data-outcome="identical"><b>Identical tokens.</b> All {n} requests '
+            "committed the same token ids tiled as untiled (the untiled rerun had a budget large enough "
+            "for a single tile).</div>"
+        )
+    differ = sorted(set(tiled.tokens) - set(same))
+    return (
+        f'<div class="lesson-result oom" data-outcome="different"><b>Tokens differ</b> for requests '
+        f"{', '.join(map(str, differ[:10]))}: {len(same)} of {n} identical.</div>"
+    )
+
+
+def build(backend: Backend) -> LessonParts:
+    """The tab's components (call inside `with gr.Tab(...)`)."""
+    gr.Markdown(INTRO)
+    with gr.Row():
+        requests = gr.Slider(2, max(2, backend.max_num_seqs), value=min(16, backend.max_num_seqs), step=1,
+                             label="requests in the batch")
+        budget = gr.Textbox(backend.info().get("lesson_budget", "256MiB"), label="memory budget",
+                            info="weights + cache + the sampler's transient must fit (e.g. 256MiB, 2GiB)")
+        steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48)
+        real_scale = gr.Checkbox(
+            False, label=f"real scale: pad the logits to vocab {REAL_VOCAB:,}",
+            info="The released model's vocabulary: the sampler's memory is real-size even with the small model.",
+        )
+    run = gr.Button("Run untiled, then tiled", variant="primary", elem_id="lesson-run")
+    with gr.Row():
+        untiled = gr.HTML(render_outcome(None, "Untiled (one tile)"), elem_id="lesson-untiled")
+        tiled = gr.HTML(render_outcome(None, "Tiled (auto)"), elem_id="lesson-tiled")
+    verdict = gr.HTML("", elem_id="lesson-verdict")
+    with gr.Row():
+        chart = gr.Plot(tile_figure([]), label="tiled run", elem_id="lesson-plot", scale=2)
+        gr.Markdown(CHART_TEXT, elem_classes="explain")
+    gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
+    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, verdict, chart)
+
+
+def wire(backend: Backend, parts: LessonParts) -> None:
+    def suggest(n: float, real: bool) -> str:
+        return backend.suggest_budget(int(n), bool(real))
+
+    def run_lesson(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
+        try:
+            settings = parse_settings({"max_denoising_steps": steps, "max_new_tokens": None}, backend.defaults,
+                                      backend.limits, backend.max_num_seqs)
+            n = int(n)
+            if not 1 <= n <= backend.max_num_seqs:
+                raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
+        except (SettingsError, TypeError, ValueError) as err:
+            raise gr.Error(str(err)) from None
+        pending = '<div class="lesson-result">running…</div>'
+        yield pending, render_outcome(None, "Tiled (auto)"), "", gr.skip()
+        try:
+            untiled = backend.lesson(n, budget, real, "off", settings)
+            yield render_outcome(untiled, "Untiled (one tile)"), pending, "", gr.skip()
+            tiled = backend.lesson(n, budget, real, "auto", settings)
+            chart = tile_figure(tiled.plans)
+            yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), \
+                '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>', chart
+            reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
+        except ValueError as err:
+            raise gr.Error(str(err)) from None
+        yield (render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"),
+               render_verdict(tiled, reference), chart)
+
+    parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
+    parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
+    parts.run.click(
+        gpu(run_lesson),
+        [parts.requests, parts.budget, parts.real_scale, parts.steps],
+        [parts.untiled, parts.tiled, parts.verdict, parts.chart],
+        api_name="lesson", api_visibility="undocumented",
+        concurrency_limit=1,  # the lesson allocates on purpose: one at a time, whoever asks
+    )

@@ -1,0 +1,46 @@
+"""From an event stream to a few frames a second: fold every event, render only on a tick.
+
+A step of 32 requests emits 32 StepEvents and a TilePlan; re-rendering the page per event would
+spend the CPU the engine needs and flood the browser. `frames` folds events into the board as
+fast as they come and hands the board out at most `hz` times a second (and once more at the end),
+so the page stays live (>= 4 updates/s) whatever the step rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from dgemma.events import Event
+from dgemma.ui.board import Board, apply
+
+
+def frames(
+    poll: Callable[[float], list[Event]],
+    finished: Callable[[Board], bool],
+    board: Board | None = None,
+    hz: float = 6.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Board]:
+    """Yield `board` whenever it changed, at most `hz` times a second, then once when finished.
+
+    poll(timeout) returns the events that arrived (possibly none) within `timeout` seconds.
+    finished(board) says when the stream is over (every request done, cancelled or failed).
+    """
+    board = Board() if board is None else board
+    period = 1.0 / hz
+    shown = -1  # board.events at the last yield
+    next_tick = clock()
+    while True:
+        for event in poll(max(0.0, next_tick - clock())):
+            apply(board, event)
+        if finished(board):
+            yield board
+            return
+        now = clock()
+        if now >= next_tick:
+            if board.events != shown:
+                shown = board.events
+                yield board
+            # If rendering ran late, wait half a period anyway: the engine needs the CPU more.
+            next_tick = max(next_tick + period, clock() + period / 2)
