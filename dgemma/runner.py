@@ -1,0 +1,178 @@
+"""Batched encoder/decoder calls over per-request KV caches.
+
+Every request owns a batch-1 `DynamicCache`, filled by the causal encoder: first its prompt
+(prefill), then every canvas it commits. Requests therefore have caches of different lengths.
+
+The decoder runs all denoising canvases as ONE batch. Projections, norms, routing and rotary
+(with per-row positions) are row-wise, so batching them is exact. Two things are not:
+- attention, where each row must see its own cache. Padding the caches to one length and
+  masking would change the floating-point reduction order with the batch's longest member, so
+  attention runs row by row on exactly the tensors a solo run builds: cat(own cache, own canvas);
+- the MoE experts, which gather the tokens routed to each expert from the whole batch into one
+  matmul whose shape (and so rounding) depends on the batch-mates. They run per canvas instead.
+So a request's logits do not depend on who shares its batch — on CPU they are bit-identical
+to its solo run, which is what makes a seeded request give the same tokens alone or among 32.
+(On CUDA, cuBLAS picks kernels by matrix shape, so expect agreement to float tolerance only.)
+
+The decoder is fed the sampler's stored soft embeddings `[CL, hidden]` (design.md phase 6)
+instead of `[CL, vocab]` logits: `decode` re-states `DiffusionGemmaDecoderModel.forward` from the
+point where transformers turns logits into soft embeddings.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import DynamicCache
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS, ExpertsInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+RAGGED = "dgemma_ragged"
+ROWWISE = "dgemma_rowwise"
+
+
+def ragged_attention(module, query, key, value, attention_mask, *, dgemma_caches=None, **kwargs):
+    """Attention where row b attends to cat(its own cache, its canvas); plain attention otherwise.
+
+    Registered as an attention implementation for the decoder's attention modules only. Without
+    `dgemma_caches` (e.g. inside transformers' own `generate`) it is the model's original attention.
+    """
+    base = ALL_ATTENTION_FUNCTIONS.get_interface(module._dgemma_base_impl, _eager)
+    if dgemma_caches is None:
+        return base(module, query, key, value, attention_mask, **kwargs)
+    kwargs["is_causal"] = False  # the decoder is bidirectional over cache + canvas
+    outputs = []
+    for b, cache in enumerate(dgemma_caches):
+        layer = cache.layers[module.layer_idx]
+        k = torch.cat([layer.keys, key[b : b + 1]], dim=-2)  # what append_to_cache builds for a solo run
+        v = torch.cat([layer.values, value[b : b + 1]], dim=-2)
+        out, _ = base(module, query[b : b + 1], k, v, None, **kwargs)
+        outputs.append(out)
+    return torch.cat(outputs, dim=0), None
+
+
+def _eager(*args, **kwargs):
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import eager_attention_forward
+
+    return eager_attention_forward(*args, **kwargs)
+
+
+def rowwise_experts(module, hidden_states, top_k_index, top_k_weights):
+    """The model's experts forward, run separately on each canvas's `_dgemma_rows` tokens."""
+    base = ALL_EXPERTS_FUNCTIONS.get_interface(module._dgemma_base_impl, type(module).forward.__wrapped__)
+    rows, n = module._dgemma_rows, hidden_states.shape[0]
+    if n <= rows:
+        return base(module, hidden_states, top_k_index, top_k_weights)
+    chunks = [
+        base(module, hidden_states[i : i + rows], top_k_index[i : i + rows], top_k_weights[i : i + rows])
+        for i in range(0, n, rows)
+    ]
+    return torch.cat(chunks, dim=0)
+
+
+def install_batch_invariance(model) -> None:
+    """Point the decoder's attention and experts (only) at the batch-invariant versions. Idempotent.
+
+    Each module gets a private copy of the config: the encoder shares the original and keeps its
+    implementations. Both replacements fall back to the original without our arguments, so
+    transformers' own `generate` still runs (the benchmark's baseline uses it).
+    """
+    AttentionInterface.register(RAGGED, ragged_attention)
+    ExpertsInterface.register(ROWWISE, rowwise_experts)
+    canvas_length = int(model.config.canvas_length)
+    for layer in model.model.decoder.layers:
+        attn, experts = layer.self_attn, layer.experts
+        if getattr(attn, "_dgemma_base_impl", None) is None:
+            attn._dgemma_base_impl = attn.config._attn_implementation or "eager"
+            attn.config = copy.copy(attn.config)
+            attn.config._attn_implementation_internal = RAGGED
+        if getattr(experts, "_dgemma_base_impl", None) is None:
+            experts._dgemma_base_impl = experts.config._experts_implementation or "eager"
+            experts._dgemma_rows = canvas_length
+            experts.config = copy.copy(experts.config)
+            experts.config._experts_implementation_internal = ROWWISE
+
+
+class Runner:
+    """Owns the model calls; the engine owns the scheduling. Not thread-safe: one engine thread."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.decoder = model.model.decoder
+        self.encoder = model.model.encoder
+        self.text_config = model.config.text_config
+        self.canvas_length = int(model.config.canvas_length)
+        self.device = self.decoder.embed_tokens.weight.device
+        install_batch_invariance(model)
+
+    # -- encoder -------------------------------------------------------------------------------
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.text_config)
+
+    @torch.no_grad()
+    def encode(self, cache: DynamicCache, token_ids: torch.Tensor) -> None:
+        """Append `token_ids` [L] to one request's cache (prefill, or commit of a canvas)."""
+        start = cache.get_seq_length()
+        ids = token_ids.to(self.device, torch.long).reshape(1, -1)
+        positions = torch.arange(start, start + ids.shape[1], device=self.device).unsqueeze(0)
+        self.encoder(input_ids=ids, past_key_values=cache, position_ids=positions, use_cache=True)
+
+    # -- decoder -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def decode(
+        self,
+        canvases: torch.Tensor,
+        soft_embeds: torch.Tensor | None,
+        has_soft: torch.Tensor | None,
+        caches: list[DynamicCache],
+    ) -> torch.Tensor:
+        """Logits [n, CL, vocab] (fp32, soft-capped) for n canvases [n, CL], each over its own cache.
+
+        soft_embeds [n, CL, hidden]: the previous step's probs @ embed_weight * embed_scale;
+        rows with has_soft False (first step of a canvas) get zeros, as transformers does.
+        """
+        dec = self.decoder
+        canvases = canvases.to(self.device)
+        n, cl = canvases.shape
+        # Per-row positions: the canvas continues after everything its request has encoded.
+        starts = torch.tensor([c.get_seq_length() for c in caches], device=self.device)
+        positions = starts[:, None] + torch.arange(cl, device=self.device)[None, :]
+
+        hidden = dec.embed_tokens(canvases)
+        if soft_embeds is None:
+            soft = torch.zeros_like(hidden)
+        else:
+            soft = soft_embeds.to(hidden.dtype)
+            if has_soft is not None:
+                soft = soft * has_soft.to(self.device, hidden.dtype)[:, None, None]
+        hidden = dec.self_conditioning(hidden, soft)
+
+        rotary = {t: dec.rotary_emb(hidden, positions, t) for t in dec.unique_layer_types}
+        layer_types = self.text_config.layer_types
+        for i, layer in enumerate(dec.layers[: self.text_config.num_hidden_layers]):
+            hidden = layer(
+                hidden,
+                position_embeddings=rotary[layer_types[i]],
+                attention_mask=None,
+                position_ids=positions,
+                past_key_values=None,  # the ragged attention reads each row's own cache instead
+                dgemma_caches=caches,
+            )
+        hidden = dec.norm(hidden)
+        return self.lm_logits(hidden)
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.model.lm_head(hidden).to(torch.float32)
+        cap = self.model.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def soft_from_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """transformers' self-conditioning input from logits — what the sampler stores per slot."""
+        weight = self.decoder.embed_tokens.weight
+        probs = logits.softmax(dim=-1, dtype=torch.float32).to(weight.dtype)
+        return (probs @ weight) * self.decoder.embed_tokens.embed_scale.to(weight.dtype)

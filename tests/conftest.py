@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny random DiffusionGemma checkpoints, saved and loaded back for real.
+
+- `tiny_model_dir`: a 3-layer MoE DiffusionGemma (vocab 64, CL 16) with the project's
+  character tokenizer, written with `save_pretrained` to a temp dir (session-scoped);
+- `tiny_sliding_model_dir`: the same with a sliding-window first layer (window 8), so caches
+  longer than the window are exercised;
+- `tiny_model`: `tiny_model_dir` loaded through `dgemma.model.load_model` (session-scoped:
+  treat it as read-only).
+Random weights never converge, so tests keep `max_denoising_steps` small.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+TINY_TEXT = dict(
+    vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+    sliding_window=512, layer_types=["full_attention"] * 3, pad_token_id=0, eos_token_id=1,
+    bos_token_id=2, num_experts=2, top_k_experts=1, moe_intermediate_size=64, global_head_dim=32,
+)  # fmt: skip
+TINY_VISION = dict(
+    model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+)  # fmt: skip
+
+
+def save_tiny_model(path, canvas_length: int = 16, seed: int = 0, **text_overrides) -> str:
+    """Build a random tiny DiffusionGemma plus tokenizer and save both to `path`."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+
+    from dgemma.tokenizer import build_tokenizer
+
+    torch.manual_seed(seed)
+    config = DiffusionGemmaConfig(
+        text_config={**TINY_TEXT, **text_overrides}, vision_config=TINY_VISION, canvas_length=canvas_length
+    )
+    DiffusionGemmaForBlockDiffusion(config).save_pretrained(str(path))
+    build_tokenizer().save_pretrained(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sliding_model_dir(tmp_path_factory) -> str:
+    return save_tiny_model(
+        tmp_path_factory.mktemp("tiny_sliding_model"),
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "full_attention"],
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from dgemma.model import load_model
+
+    return load_model(tiny_model_dir, device="cpu")
