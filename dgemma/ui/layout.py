@@ -16,7 +16,7 @@ from dgemma.ui import api, lesson
 from dgemma.ui.backend import Backend
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
-from dgemma.ui.charts import board_tile_figure, entropy_figure
+from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings, prompts_from_text
 from dgemma.ui.stream import frames
@@ -107,10 +107,10 @@ def build_demo(backend: Backend) -> gr.Blocks:
             cards = gr.HTML(render_board(Board()), elem_id="cards")
             with gr.Row():
                 with gr.Column():
-                    entropy_plot = gr.Plot(entropy_figure(Board()), label="confidence", elem_id="entropy-plot")
+                    entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")
                     gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
                 with gr.Column():
-                    tile_plot = gr.Plot(board_tile_figure(Board()), label="tiles", elem_id="tile-plot")
+                    tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
                     gr.Markdown(TILE_TEXT, elem_classes="explain")
 
         with gr.Tab("Tiling vs OOM"):
@@ -139,7 +139,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
             started = time.monotonic()
             try:
                 for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size):
-                    yield render_board(board), entropy_figure(board), board_tile_figure(board), _status(board, started)
+                    yield (render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)),
+                           _status(board, started))
             finally:
                 handle.cancel()  # a closed page or Stop: free the slots; a no-op when all are done
                 sessions.remove(session, handle)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.ui.backend import Backend, LessonOutcome
-from dgemma.ui.charts import tile_figure
+from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.settings import SettingsError, parse_settings
 from dgemma.ui.zerogpu import gpu
 
@@ -118,7 +118,7 @@ def build(backend: Backend) -> LessonParts:
         tiled = gr.HTML(render_outcome(None, "Tiled (auto)"), elem_id="lesson-tiled")
     verdict = gr.HTML("", elem_id="lesson-verdict")
     with gr.Row():
-        chart = gr.Plot(tile_figure([]), label="tiled run", elem_id="lesson-plot", scale=2)
+        chart = gr.Plot(plot(tile_figure([])), label="tiled run", elem_id="lesson-plot", scale=2)
         gr.Markdown(CHART_TEXT, elem_classes="explain")
     gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
     return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, verdict, chart)
@@ -143,7 +143,7 @@ def wire(backend: Backend, parts: LessonParts) -> None:
             untiled = backend.lesson(n, budget, real, "off", settings)
             yield render_outcome(untiled, "Untiled (one tile)"), pending, "", gr.skip()
             tiled = backend.lesson(n, budget, real, "auto", settings)
-            chart = tile_figure(tiled.plans)
+            chart = plot(tile_figure(tiled.plans))
             yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), \
                 '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>', chart
             reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
