@@ -1,0 +1,27 @@
+"""`python -m dgemma.bench sampler|engine|load`: measured claims, each side by side with a baseline."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .cli import run_cli
+
+BENCHES = {
+    "sampler": "dgemma.bench_sampler",  # the step's transient memory and time, untiled vs tiled
+    "engine": "dgemma.bench_engine",  # engine throughput vs transformers' generate()
+    "load": "dgemma.bench_load",  # the app under many concurrent clients
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in BENCHES:
+        given = argv[0] if argv else "nothing"
+        raise ValueError(f"choose a benchmark: {' | '.join(BENCHES)} (got {given})")
+    module = importlib.import_module(BENCHES[argv[0]])
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    run_cli(main)

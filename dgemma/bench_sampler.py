@@ -1,0 +1,252 @@
+"""`python -m dgemma.bench sampler`: the sampler's transient memory and time, untiled vs tiled.
+
+For each num_decode it runs one denoising step twice on the same logits and the same seeded
+requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
+memory budget. It prints the measured peak transient, copies per request, the tile plan, the
+time ratio tiled/untiled, and whether tiling changed any token (it must not).
+
+--meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
+of transient) cost no memory, and the tracker still counts every byte the step allocates.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+
+import psutil
+import torch
+
+from .cli import ArgumentParser, size_arg
+from .memory import CudaMemory, MemoryDevice, MiB, TransientTracker, VirtualDevice, format_bytes, resolve_device
+from .sampler import SamplingParams, TiledSampler, reference_tile
+
+IMPLS = {"reference": reference_tile}
+
+
+def register_impl(name: str, tile_fn) -> None:
+    """Other step implementations (the chunked sampler) add themselves here."""
+    IMPLS[name] = tile_fn
+
+
+@dataclass
+class Case:
+    vocab: int
+    canvas_length: int
+    hidden: int
+    num_decode: int
+    device: torch.device
+    meta: bool
+    budget: int | None
+    repeats: int
+    greedy: bool
+
+
+class _UnboundedTracking(MemoryDevice):
+    """The untiled baseline's memory: counts transients, never refuses (we want its peak)."""
+
+    name = "unbounded"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def free_bytes(self) -> int:
+        return 2**62
+
+    def measure(self):
+        if self.device.type == "cuda":
+            return CudaMemory(self.device).measure()
+        return _tracked()
+
+
+def _tracked():
+    import contextlib
+
+    from .memory import Measurement
+
+    @contextlib.contextmanager
+    def cm():
+        m = Measurement()
+        with TransientTracker() as tracker:
+            try:
+                yield m
+            finally:
+                m.peak_bytes = tracker.peak
+
+    return cm()
+
+
+def _budget_memory(case: Case) -> MemoryDevice:
+    if case.device.type == "cuda":
+        total = torch.cuda.get_device_properties(case.device).total_memory
+        fraction = 1.0 if case.budget is None else min(1.0, case.budget / total)
+        return CudaMemory(case.device, fraction)
+    if case.budget is None:
+        return _UnboundedTracking(case.device) if case.meta else VirtualDevice(int(psutil.virtual_memory().available))
+    return VirtualDevice(case.budget)
+
+
+def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice) -> TiledSampler:
+    device = torch.device("meta") if case.meta else case.device
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    embed = torch.empty(case.vocab, case.hidden, dtype=dtype, device=device)
+    if not case.meta:
+        embed.normal_(generator=torch.Generator(device=device).manual_seed(0))
+    sampler = TiledSampler(
+        case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
+        memory=memory, tiling=tiling, tile_fn=IMPLS[impl], impl=impl,
+    )  # fmt: skip
+    return sampler
+
+
+def _start(sampler: TiledSampler, case: Case) -> None:
+    for slot in range(case.num_decode):
+        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy), 0)
+
+
+def _run(case: Case, impl: str, mode: str, logits: torch.Tensor) -> dict:
+    if mode == "untiled":
+        if case.device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, case.device)
+        memory: MemoryDevice = _UnboundedTracking(case.device)
+    else:
+        memory = _budget_memory(case)
+    sampler = _make(case, impl, "off" if mode == "untiled" else "auto", memory)
+    slots = list(range(case.num_decode))
+    times = []
+    plan = None
+    for _ in range(1 if case.meta else case.repeats):
+        _start(sampler, case)
+        if case.device.type == "cuda":
+            torch.cuda.synchronize(case.device)
+        t0 = time.perf_counter()
+        out = sampler.step(logits, slots)
+        if case.device.type == "cuda":
+            torch.cuda.synchronize(case.device)
+        times.append(time.perf_counter() - t0)
+        plan = out.plan
+    state = None
+    if not case.meta:
+        state = [t.clone() for t in (sampler.canvas, sampler.draft, sampler.soft, sampler.out_entropy, sampler.out_accepted)]
+    return {
+        "impl": impl,
+        "mode": mode,
+        "num_decode": case.num_decode,
+        "canvas_length": case.canvas_length,
+        "vocab": case.vocab,
+        "group": plan.group,
+        "tiles": len(plan.tiles),
+        "peak_transient_bytes": plan.peak_transient_bytes,
+        # design.md: copies per request = peak / (requests in the tile x CL x vocab x 4)
+        "copies_per_request": round(plan.peak_transient_bytes / (max(plan.tiles) * case.canvas_length * case.vocab * 4), 3),
+        "seconds": None if case.meta else statistics.median(times),
+        "identical_to_untiled": None,
+        "_state": state,
+    }
+
+
+def _identical(a: list[torch.Tensor] | None, b: list[torch.Tensor] | None) -> bool | None:
+    if a is None or b is None:
+        return None
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def run_case(case: Case, impls: list[str]) -> list[dict]:
+    """Rows for one num_decode: (impl, untiled) and (impl, tiled) for each implementation."""
+    device = torch.device("meta") if case.meta else case.device
+    logits = torch.empty(case.num_decode, case.canvas_length, case.vocab, device=device)
+    if not case.meta:
+        logits.normal_(generator=torch.Generator(device=device).manual_seed(case.num_decode)).mul_(4.0)
+    rows = []
+    baseline = None
+    for impl in impls:
+        untiled = _run(case, impl, "untiled", logits)
+        tiled = _run(case, impl, "tiled", logits)
+        if baseline is None:
+            baseline = untiled
+        untiled["identical_to_untiled"] = None if case.meta else True
+        tiled["identical_to_untiled"] = _identical(untiled["_state"], tiled["_state"])
+        if impl != "reference":
+            for row in (untiled, tiled):
+                row["identical_to_reference"] = _identical(baseline["_state"], row["_state"])
+        if untiled["seconds"] and tiled["seconds"]:
+            tiled["time_ratio_tiled_vs_untiled"] = round(tiled["seconds"] / untiled["seconds"], 3)
+        rows += [untiled, tiled]
+    for row in rows:
+        row.pop("_state")
+    return rows
+
+
+def _check_fits_in_ram(case: Case) -> None:
+    if case.meta or case.device.type != "cpu":
+        return
+    need = case.num_decode * case.canvas_length * case.vocab * 4 * 9  # logits + ~7 copies + slack
+    have = psutil.virtual_memory().available
+    if need > 0.8 * have:
+        raise ValueError(
+            f"num_decode {case.num_decode} at CL {case.canvas_length} x vocab {case.vocab} needs about "
+            f"{format_bytes(need)} of RAM ({format_bytes(have)} available): use --meta to measure without RAM"
+        )
+
+
+def _table(rows: list[dict]) -> str:
+    head = f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} {'seconds':>8} {'t/u':>6} {'same':>5}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        secs = "-" if r["seconds"] is None else f"{r['seconds']:.4f}"
+        ratio = r.get("time_ratio_tiled_vs_untiled")
+        same = r["identical_to_untiled"]
+        lines.append(
+            f"{r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
+            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {secs:>8} "
+            f"{'-' if ratio is None else f'{ratio:.3f}':>6} {'-' if same is None else str(same):>5}"
+        )
+    return "\n".join(lines)
+
+
+def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("--vocab", type=int, default=262_144)
+    p.add_argument("--canvas-length", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=2816, help="embedding width for the self-conditioning matmul")
+    p.add_argument("--num-decode", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--budget", type=size_arg, default=None, help="memory budget for the tiled run, e.g. 8GiB")
+    p.add_argument("--meta", action="store_true", help="measure on meta tensors: real-scale shapes need no RAM")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+    p.add_argument("--impl", nargs="+", default=["reference"], help="step implementations to compare")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
+    p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
+    p.add_argument("--json", action="store_true", help="one JSON object per line per (num_decode, mode)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("vocab", "canvas_length", "hidden", "repeats"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.vocab < 2:
+        raise ValueError(f"--vocab must be >= 2, got {args.vocab}")
+    if any(n < 1 for n in args.num_decode):
+        raise ValueError("--num-decode values must be >= 1")
+    if "chunked" in args.impl:
+        from . import chunked  # noqa: F401  (registers itself)
+    unknown = [i for i in args.impl if i not in IMPLS]
+    if unknown:
+        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(sorted(IMPLS))}")
+    device = resolve_device(args.device)
+    rows = []
+    for n in args.num_decode:
+        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy)
+        _check_fits_in_ram(case)
+        for row in run_case(case, args.impl):
+            rows.append(row)
+            if args.json:
+                print(json.dumps(row), flush=True)
+    if not args.json:
+        budget = "free memory" if args.budget is None else format_bytes(args.budget)
+        print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}")
+        print(_table(rows))
+    return 0

@@ -1,0 +1,44 @@
+"""Command-line plumbing shared by every entry point: one clear line on bad input, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+import torch
+
+from .memory import parse_size
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def size_arg(text: str) -> int:
+    """argparse type for sizes such as 8GiB; a malformed one becomes argparse's one-line error."""
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:
+    """Run `main`, turning expected failures (bad values, out of memory, missing files) into
+    one line on stderr and a non-zero exit instead of a traceback."""
+    prog = argparse.ArgumentParser().prog
+    try:
+        code = main(argv)
+    except (ValueError, FileNotFoundError, OSError) as err:
+        print(f"{prog}: error: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", file=sys.stderr)
+        sys.exit(2)
+    except torch.OutOfMemoryError as err:
+        print(f"{prog}: error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
+        sys.exit(3)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code or 0)
