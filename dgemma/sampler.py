@@ -37,8 +37,8 @@ MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold ma
 # Slot phases.
 FREE, DENOISING, COMMITTING = 0, 1, 2
 
-# Purposes of keyed random streams: a request draws each of these once per (canvas, step).
-_INIT, _GUMBEL, _RENOISE = 1, 2, 3
+# Purposes of keyed random numbers: a request draws each of these once per (canvas, step).
+INIT, GUMBEL, RENOISE = 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -107,58 +107,92 @@ def _require_int(params: SamplingParams, name: str, minimum: int, maximum: int |
 
 
 # --------------------------------------------------------------------------- keyed randomness
+#
+# Every random number a request uses is a pure function of (its seed, canvas, step, purpose,
+# position, token): a counter-based hash rather than a stream, so any tile split, any batch
+# composition and any vocab chunk (the chunked sampler draws one slice of the vocabulary at a
+# time) sees exactly the same numbers.
+
+_U64 = 1 << 64
+
+
+def _signed(x: int) -> int:
+    """A 64-bit pattern as torch's int64 (whose multiply wraps like uint64)."""
+    x &= _U64 - 1
+    return x - _U64 if x >= 1 << 63 else x
+
+
+_GOLDEN = _signed(0x9E3779B97F4A7C15)
+_FMIX1 = _signed(0xFF51AFD7ED558CCD)
+_FMIX2 = _signed(0xC4CEB9FE1A85EC53)
 
 
 def _mix64(x: int) -> int:
-    """splitmix64 finaliser: spreads nearby keys over the whole 64-bit space."""
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    """splitmix64 finaliser on Python ints: spreads nearby keys over the 64-bit space."""
+    x = (x + 0x9E3779B97F4A7C15) & (_U64 - 1)
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & (_U64 - 1)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & (_U64 - 1)
     return x ^ (x >> 31)
 
 
 def stream_key(seed: int, canvas_index: int, step: int, purpose: int) -> int:
-    """The 63-bit seed of one request's random stream for one (canvas, step, purpose)."""
+    """The key of one request's random numbers for one (canvas, step, purpose), as int64."""
     key = _mix64(seed)
     for part in (canvas_index, step, purpose):
         key = _mix64(key ^ part)
-    return key & 0x7FFFFFFFFFFFFFFF
-
-
-def keyed_generator(key: int, device: torch.device) -> torch.Generator | None:
-    """A generator seeded with `key` (None on meta, which has no generators and no values)."""
-    if device.type == "meta":
-        return None
-    gen = torch.Generator(device=device)
-    gen.manual_seed(key)
-    return gen
+    return _signed(key)
 
 
 @dataclass(frozen=True)
 class RowKey:
-    """Who a tile row is, for its random streams: the request's seed, canvas and step."""
+    """Who a tile row is, for its random numbers: the request's seed, canvas and step."""
 
     seed: int
     canvas_index: int
     step: int
 
 
-def gumbel_uniform(rows: Sequence[RowKey], shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """Uniforms in (0, 1) for the Gumbel-max draw: row i is a [CL, vocab] block from row i's key,
-    so the value at (request, step, position, token) never depends on the other rows."""
-    u = torch.empty(shape, dtype=torch.float32, device=device)
-    for i, row in enumerate(rows):
-        u[i].uniform_(generator=keyed_generator(stream_key(row.seed, row.canvas_index, row.step, _GUMBEL), device))
-    return u.clamp_(min=1e-20)
+def row_keys(rows: Sequence[RowKey], purpose: int, device: torch.device) -> torch.Tensor:
+    """[n] int64 keys, one per row (built on the host: no device reads)."""
+    keys = [stream_key(r.seed, r.canvas_index, r.step, purpose) for r in rows]
+    return torch.tensor(keys, dtype=torch.long).to(device, non_blocking=True)
 
 
-def keyed_tokens(rows: Sequence[RowKey], purpose: int, canvas_length: int, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """Uniform random token ids [n, CL], row i from row i's key for `purpose`."""
-    out = torch.empty((len(rows), canvas_length), dtype=torch.long, device=device)
-    for i, row in enumerate(rows):
-        gen = keyed_generator(stream_key(row.seed, row.canvas_index, row.step, purpose), device)
-        out[i].random_(0, vocab_size, generator=gen)
-    return out
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _fmix64(z: torch.Tensor) -> torch.Tensor:
+    """murmur3's 64-bit finaliser, in place."""
+    z ^= _shift_right(z, 33)
+    z *= _FMIX1
+    z ^= _shift_right(z, 33)
+    z *= _FMIX2
+    z ^= _shift_right(z, 33)
+    return z
+
+
+def keyed_uniform(keys: torch.Tensor, canvas_length: int, vocab_size: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Uniforms in (0, 1), [n, CL, stop - start] float32: entry (i, p, v) is a hash of
+    (keys[i], p * vocab + v), so a vocab slice equals the same slice of the whole draw."""
+    stop = vocab_size if stop is None else stop
+    device = keys.device
+    # counter * golden, split so no [CL, vocab] counter tensor is ever built (int64 wraps):
+    # (p * V + v + 1) * G = p * V * G + v * G + G
+    along_vocab = torch.arange(start, stop, device=device) * _GOLDEN
+    along_canvas = torch.arange(canvas_length, device=device) * _signed(vocab_size * (_GOLDEN % _U64))
+    z = (keys + _GOLDEN).view(-1, 1, 1) + along_canvas.view(1, -1, 1)
+    z = z + along_vocab.view(1, 1, -1)
+    bits = _shift_right(_fmix64(z), 40)  # top 24 bits: exact in float32
+    return (bits.to(torch.float32) + 0.5) * (2.0**-24)
+
+
+def keyed_tokens(keys: torch.Tensor, canvas_length: int, vocab_size: int) -> torch.Tensor:
+    """Uniform random token ids [n, CL] (uniform up to a bias of vocab / 2^63)."""
+    positions = torch.arange(canvas_length, device=keys.device) * _GOLDEN
+    z = (keys + _GOLDEN).view(-1, 1) + positions.view(1, -1)
+    return _shift_right(_fmix64(z), 1) % vocab_size
 
 
 # --------------------------------------------------------------------------- the step
@@ -210,7 +244,7 @@ def reference_tile(
 
     # ---- Phase 2: temperature scaling + Gumbel-max sampling
     scaled = logits.float() / temp[:, None, None]
-    u = gumbel_uniform(inputs.rows, scaled.shape, device)
+    u = keyed_uniform(row_keys(inputs.rows, GUMBEL, device), canvas_length, vocab_size)
     gumbel = -torch.log(-torch.log(u))
     noisy = scaled + gumbel * inputs.sample[:, None, None]  # greedy rows: no noise
     sampled = noisy.argmax(dim=-1)
@@ -229,7 +263,7 @@ def reference_tile(
     cummax_ent = torch.cummax(sorted_ent, dim=-1).values
     sorted_mask = (cumsum_ent - cummax_ent) <= inputs.entropy_bound[:, None]
     accepted = torch.zeros_like(sorted_mask).scatter_(1, sorted_idx, sorted_mask)
-    renoise = keyed_tokens(inputs.rows, _RENOISE, canvas_length, vocab_size, device)
+    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
     next_canvas = torch.where(accepted, sampled, renoise)
 
     # ---- Phase 5: stability: the draft equals each of the last `stability_threshold` drafts
@@ -345,8 +379,8 @@ class TiledSampler:
         """Begin denoising a fresh canvas in `slot`: keyed uniform random tokens, empty history."""
         host = self._host[slot]
         host.params, host.canvas_index, host.steps = params, canvas_index, 0
-        key = RowKey(params.seed, canvas_index, 0)
-        self.canvas[slot] = keyed_tokens([key], _INIT, self.canvas_length, self.vocab_size, self.device)[0]
+        keys = row_keys([RowKey(params.seed, canvas_index, 0)], INIT, self.device)
+        self.canvas[slot] = keyed_tokens(keys, self.canvas_length, self.vocab_size)[0]
         self.draft[slot] = self.canvas[slot]
         self.phase[slot] = DENOISING
         self.step_count[slot] = 0
