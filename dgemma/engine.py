@@ -1,0 +1,667 @@
+"""The engine: many concurrent prompts through one model and the tiled sampler, as a stream of events.
+
+Continuous batching in the manner of vLLM's `max_num_seqs`. One engine thread owns the model;
+any number of threads `submit`, `cancel` and read events through a thread-safe API. Each engine
+step has named phases:
+
+    1. schedule   apply cancellations (slots free at once); admit waiting requests FIFO into
+                  free slots, up to max_num_seqs
+    2. encode     prefill admitted prompts; append last step's converged canvases to their
+                  request's KV cache (the commit) and start the next canvas from noise
+    3. decode     every denoising canvas in ONE decoder batch (runner.py: exact per-row caches),
+                  fed the sampler's stored soft embeddings; an out-of-memory splits the batch
+                  in halves and retries, down to one request
+    4. sample     the tiled sampler's step over all rows (it plans tiles against free memory)
+    5. emit       per-request step frames and the tile plan; converged canvases commit next
+                  step, or finish the request (EOS, max_new_tokens)
+
+Failures stay local: a request whose logits are NaN/inf, or that cannot fit in memory even
+alone, fails with one sentence while the others keep running. If the engine thread itself dies,
+its running requests fail with the reason, waiting ones stay queued, and the engine restarts
+itself on a fresh thread (see `restart`), so a server keeps serving.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .events import Event, RequestEvent, StepEvent, TilePlan
+from .mailbox import Mailbox
+from .memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
+from .model import LoadedModel
+from .runner import Runner
+from .sampler import SamplingParams, TiledSampler, parse_tiling
+
+log = logging.getLogger(__name__)
+
+FINAL = ("done", "cancelled", "error")
+
+
+class EngineError(RuntimeError):
+    """The engine cannot start (e.g. the memory budget is smaller than the weights)."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_num_seqs: int = 8  # requests denoising at once (slots)
+    tiling: str | int = "auto"  # sampler tiling: auto | off | N requests per tile
+    memory_budget: str | int | None = None  # CPU: a virtual device; CUDA: a per-process cap
+    max_waiting: int = 10_000  # requests queued in total, beyond which submit refuses
+    max_new_tokens: int = 4096  # the most one request may ask for
+    max_prompt_chars: int = 1_000_000  # longer prompts are refused before tokenizing
+    auto_restart: bool = True  # a dead engine thread restarts itself (running requests fail)
+    max_restarts: int = 5  # ... at most this many times in a row without a successful step
+
+
+@dataclass
+class Faults:
+    """Fault injection for the reliability tests: set attributes from any thread.
+
+    decoder_oom_above: a decoder call with more rows than this raises out-of-memory.
+    nan_requests: these request ids get NaN logits (from their next decoder step on).
+    crash_steps: the next this-many engine steps raise inside the engine thread.
+    """
+
+    decoder_oom_above: int | None = None
+    nan_requests: set[int] = field(default_factory=set)
+    crash_steps: int = 0
+
+
+@dataclass
+class _Request:
+    """Engine-thread state of one request; other threads only see its events."""
+
+    id: int
+    prompt: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    max_new_tokens: int
+    session: str | None
+    stream_steps: bool
+    handle: RequestHandle
+    max_canvases: int = 1
+    status: str = "queued"
+    slot: int | None = None
+    cache: object = None
+    cache_bytes: int = 0
+    canvas_index: int = 0
+    pending_commit: list[int] | None = None  # a converged canvas waiting for the encoder
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    steps: int = 0
+    stop_reason: str = ""
+    submitted: float = field(default_factory=time.monotonic)
+    started: float | None = None
+    finished: float | None = None
+
+
+class RequestHandle:
+    """What `submit` returns: this request's own events, its result, and cancel."""
+
+    def __init__(self, engine: Engine, request_id: int, prompt: str, session: str | None, seed: int):
+        self.id = request_id
+        self.prompt = prompt
+        self.session = session
+        self.seed = seed
+        self._engine = engine
+        self._mailbox = Mailbox()
+        self._final: RequestEvent | None = None
+        self._done = threading.Event()
+
+    def _deliver(self, event: Event) -> None:
+        self._mailbox.put(event)
+        if isinstance(event, RequestEvent) and event.status in FINAL:
+            self._final = event
+            self._done.set()
+            self._mailbox.close()
+
+    def poll(self, timeout: float | None = 0.0) -> list[Event]:
+        """This request's events since the last poll (step frames may be coalesced)."""
+        return self._mailbox.poll(timeout)
+
+    def events(self, timeout: float | None = None):
+        """Iterate this request's events until its final one (done, cancelled or error)."""
+        while True:
+            batch = self._mailbox.poll(timeout)
+            yield from batch
+            if not batch and (self._mailbox.closed or timeout is not None):
+                return
+
+    def result(self, timeout: float | None = None) -> RequestEvent:
+        """Block until the request finished; its final RequestEvent (never dropped)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        return self._final
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        self._engine.cancel(self.id)
+
+
+class Engine:
+    """Continuous batching over one loaded model; thread-safe submit / stream / cancel."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig()):
+        if not isinstance(config.max_num_seqs, int) or config.max_num_seqs < 1:
+            raise EngineError(f"max_num_seqs must be a whole number >= 1, got {config.max_num_seqs!r}")
+        try:
+            self.tiling = parse_tiling(config.tiling)
+            budget = parse_size(config.memory_budget) if config.memory_budget is not None else None
+            self.memory: MemoryDevice = memory_for(loaded.device, budget)
+        except ValueError as err:
+            raise EngineError(str(err)) from None
+        self.loaded = loaded
+        self.config = config
+        self.tokenizer = loaded.tokenizer
+        self.canvas_length = loaded.canvas_length
+        self.eos = set(loaded.eos_token_ids)
+        self.runner = Runner(loaded.model)
+        self.faults = Faults()
+        self.default_params = SamplingParams.from_generation_config(
+            getattr(loaded.model, "generation_config", None)
+        )
+        if isinstance(self.memory, VirtualDevice):
+            self._reserve(loaded.weight_bytes, "the model weights")
+
+        self._ids = itertools.count(1)
+        self._lock = threading.Condition()
+        self._inbox: deque[_Request] = deque()  # submitted, not yet seen by the engine thread
+        self._cancels: set[int] = set()
+        self._waiting: deque[_Request] = deque()  # FIFO, engine thread only
+        self._running: dict[int, _Request] = {}  # slot -> request, engine thread only
+        self._subscribers: list[tuple[Mailbox, str | None]] = []
+        self._sessions: dict[int, str | None] = {}  # request id -> session, for cancel_session
+        self._tokenizer_lock = threading.Lock()
+        self._pieces: dict[int, str] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.last_error = ""
+        self.deaths = 0
+        self._deaths_in_a_row = 0
+        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0)
+        self._sampler: TiledSampler | None = None
+        self._sampler_bytes = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Engine:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return self
+            self._stopping = False
+            self._new_sampler()
+            self._thread = threading.Thread(target=self._loop, name="dgemma-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def restart(self) -> Engine:
+        """Start a fresh engine thread after a death (waiting requests are kept and run)."""
+        return self.start()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the thread; every unfinished request gets a final 'cancelled' event."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for req in list(self._running.values()) + list(self._waiting) + list(self._inbox):
+            self._finish(req, "cancelled", error="the engine shut down")
+        self._inbox.clear()
+        self._waiting.clear()
+        for mailbox, _ in list(self._subscribers):
+            mailbox.close()
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def health(self) -> dict:
+        return dict(
+            alive=self.alive,
+            last_error=self.last_error,
+            deaths=self.deaths,
+            running=len(self._running),
+            waiting=len(self._waiting) + len(self._inbox),
+            max_num_seqs=self.config.max_num_seqs,
+            memory=self.memory.name,
+            free_bytes=self.memory.free_bytes(),
+            **self.stats,
+        )
+
+    # ------------------------------------------------------------------ the thread-safe API
+
+    def submit(
+        self,
+        prompt: str,
+        params: SamplingParams | None = None,
+        max_new_tokens: int = 64,
+        session: str | None = None,
+        stream_steps: bool = True,
+    ) -> RequestHandle:
+        """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong."""
+        params = params if params is not None else self.default_params
+        rid = next(self._ids)
+        handle = RequestHandle(self, rid, prompt if isinstance(prompt, str) else "", session, params.seed)
+        error, ids = self._check(prompt, params, max_new_tokens)
+        req = _Request(rid, handle.prompt, ids, params, max_new_tokens if not error else 0, session, stream_steps, handle)
+        with self._lock:
+            self._sessions[rid] = session
+        if error:
+            self._finish(req, "error", error=error)
+            return handle
+        req.max_canvases = math.ceil(max_new_tokens / self.canvas_length)
+        with self._lock:
+            if len(self._inbox) + len(self._waiting) >= self.config.max_waiting:
+                error = f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
+            else:
+                self._inbox.append(req)
+                self._lock.notify_all()
+        if error:
+            self._finish(req, "error", error=error)
+        else:
+            self._emit(req, RequestEvent(rid, "queued", seed=params.seed, prompt=req.prompt))
+        return handle
+
+    def cancel(self, request_id: int) -> None:
+        """Cancel a request: a waiting one never starts, a running one frees its slot next step."""
+        with self._lock:
+            self._cancels.add(int(request_id))
+            self._lock.notify_all()
+
+    def cancel_session(self, session: str) -> int:
+        """Cancel every request of `session` (a closed browser tab); returns how many."""
+        with self._lock:
+            ids = [rid for rid, s in self._sessions.items() if s == session]
+            self._cancels.update(ids)
+            self._lock.notify_all()
+        return len(ids)
+
+    def subscribe(self, session: str | None = None, tile_plans: bool = True) -> Mailbox:
+        """A mailbox of every request's events (or only `session`'s) plus tile plans.
+
+        A session's mailbox gets only the tile plans of steps its requests took part in.
+        `close()` it when done.
+        """
+        mailbox = Mailbox()
+        mailbox.wants_plans = tile_plans
+        with self._lock:
+            self._subscribers.append((mailbox, session))
+        return mailbox
+
+    def unsubscribe(self, mailbox: Mailbox) -> None:
+        with self._lock:
+            self._subscribers = [(m, s) for m, s in self._subscribers if m is not mailbox]
+        mailbox.close()
+
+    def generate(
+        self, prompts: list[str], params: list[SamplingParams] | SamplingParams | None = None, max_new_tokens: int = 64
+    ) -> list[RequestEvent]:
+        """Blocking convenience: submit all prompts, return their final events in input order."""
+        if not isinstance(params, list):
+            params = [params] * len(prompts)
+        handles = [self.submit(p, q, max_new_tokens, stream_steps=False) for p, q in zip(prompts, params)]
+        return [h.result() for h in handles]
+
+    # ------------------------------------------------------------------ checks (caller's thread)
+
+    def _check(self, prompt, params: SamplingParams, max_new_tokens) -> tuple[str, list[int]]:
+        """One sentence if the request cannot run, else '' and the prompt's token ids."""
+        if not isinstance(prompt, str):
+            return f"the prompt must be text, got {type(prompt).__name__}", []
+        if not prompt.strip():
+            return "the prompt is empty", []
+        if len(prompt) > self.config.max_prompt_chars:
+            return f"the prompt has {len(prompt)} characters; the limit is {self.config.max_prompt_chars}", []
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            return "the prompt contains characters that are not valid Unicode (lone surrogates)", []
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            return f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}", []
+        if max_new_tokens > self.config.max_new_tokens:
+            return f"max_new_tokens {max_new_tokens} is above this engine's limit of {self.config.max_new_tokens}", []
+        try:
+            params.validate()
+        except ValueError as err:
+            return str(err), []
+        with self._tokenizer_lock:  # fast tokenizers are not safe under concurrent calls
+            ids = self.loaded.encode(prompt)
+        canvases = math.ceil(max_new_tokens / self.canvas_length)
+        needed = len(ids) + canvases * self.canvas_length
+        if needed > self.loaded.max_positions:
+            return (
+                f"the prompt ({len(ids)} tokens) plus {canvases} canvas(es) of {self.canvas_length} tokens "
+                f"needs {needed} positions but the model has {self.loaded.max_positions}"
+            ), []
+        return "", ids
+
+    # ------------------------------------------------------------------ the engine thread
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not (self._stopping or self._inbox or self._cancels or self._running or self._waiting):
+                        self._lock.wait()
+                    if self._stopping:
+                        return
+                    inbox, self._inbox = self._inbox, deque()
+                    cancels, self._cancels = self._cancels, set()
+                self._waiting.extend(inbox)
+                self._apply_cancels(cancels)
+                if self._running or self._waiting:
+                    self.step()
+                    self._deaths_in_a_row = 0
+        except BaseException as err:  # noqa: BLE001 - the thread must report any death
+            self._die(err)
+
+    def _die(self, err: BaseException) -> None:
+        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        log.exception("engine thread died: %s", reason)
+        self.last_error = reason
+        self.deaths += 1
+        self._deaths_in_a_row += 1
+        for req in list(self._running.values()):
+            self._finish(req, "error", error=f"the engine failed while running this request ({reason})")
+        give_up = not self.config.auto_restart or self._deaths_in_a_row > self.config.max_restarts
+        if give_up:
+            with self._lock:
+                stranded = list(self._waiting) + list(self._inbox)
+                self._waiting.clear()
+                self._inbox.clear()
+            for req in stranded:
+                self._finish(req, "error", error=f"the engine stopped ({reason}); this request never started")
+            return
+        # Restart on a fresh thread: waiting requests stay queued and run there.
+        self._thread = None
+        self.start()
+
+    def _new_sampler(self) -> None:
+        if self._sampler is not None and isinstance(self.memory, VirtualDevice):
+            self.memory.release(self._sampler_bytes)
+        loaded = self.loaded
+        self._sampler = TiledSampler(
+            self.config.max_num_seqs,
+            loaded.canvas_length,
+            loaded.vocab_size,
+            loaded.embed_weight,
+            loaded.embed_scale,
+            memory=self.memory,
+            tiling=self.tiling,
+        )
+        self._sampler_bytes = sum(
+            t.untyped_storage().nbytes() for t in vars(self._sampler).values() if isinstance(t, torch.Tensor)
+        )
+        if isinstance(self.memory, VirtualDevice):
+            self._reserve(self._sampler_bytes, "the sampler's per-slot state")
+        # A fresh sampler has no running requests (after a death they were failed already).
+        self._running.clear()
+        self._free_slots = list(range(self.config.max_num_seqs))
+
+    def step(self) -> None:
+        """One engine step: schedule, encode, decode, sample, emit."""
+        if self.faults.crash_steps > 0:
+            self.faults.crash_steps -= 1
+            raise RuntimeError("injected engine crash")
+        self._schedule()
+        self._encode()
+        rows = [req for _, req in sorted(self._running.items())]
+        if not rows:
+            return
+        rows, logits = self._decode(rows)
+        if rows:
+            self._sample_and_emit(rows, logits)
+        self.stats["steps"] += 1
+
+    # -- phase 1: schedule
+
+    def _apply_cancels(self, cancels: set[int]) -> None:
+        if not cancels:
+            return
+        for req in [r for r in self._waiting if r.id in cancels]:
+            self._waiting.remove(req)
+            self._finish(req, "cancelled")
+        for req in [r for r in self._running.values() if r.id in cancels]:
+            self._finish(req, "cancelled")
+
+    def _schedule(self) -> None:
+        while self._waiting and self._free_slots:
+            req = self._waiting.popleft()
+            req.slot = self._free_slots.pop(0)
+            self._running[req.slot] = req
+            req.status = "running"
+            req.started = time.monotonic()
+            req.cache = self.runner.new_cache()
+            req.pending_commit = req.prompt_ids  # phase 2 prefills it like a commit
+            self._emit(req, RequestEvent(req.id, "running", seed=req.params.seed, prompt=req.prompt))
+
+    # -- phase 2: encode
+
+    def _encode(self) -> None:
+        for req in list(self._running.values()):
+            if req.pending_commit is None:
+                continue
+            try:
+                self.runner.encode(req.cache, torch.tensor(req.pending_commit))
+                self._account_cache(req)
+            except torch.OutOfMemoryError as err:
+                self._finish(req, "error", error=_oom_sentence(err, "its KV cache does not fit"))
+                continue
+            req.pending_commit = None
+            self._sampler.start_canvas(req.slot, req.params, req.canvas_index)
+
+    def _account_cache(self, req: _Request) -> None:
+        if not isinstance(self.memory, VirtualDevice):
+            return
+        nbytes = sum(
+            layer.keys.untyped_storage().nbytes() + layer.values.untyped_storage().nbytes()
+            for layer in req.cache.layers
+            if getattr(layer, "keys", None) is not None
+        )
+        if nbytes > req.cache_bytes:
+            self.memory.reserve(nbytes - req.cache_bytes, f"request {req.id}'s KV cache")
+        else:
+            self.memory.release(req.cache_bytes - nbytes)
+        req.cache_bytes = nbytes
+
+    # -- phase 3: decode
+
+    def _decode(self, rows: list[_Request]) -> tuple[list[_Request], torch.Tensor | None]:
+        """Logits for `rows`; an out-of-memory splits the batch and retries. Returns survivors."""
+        try:
+            logits = self._decode_once(rows)
+        except torch.OutOfMemoryError as err:
+            if len(rows) == 1:
+                self._finish(rows[0], "error", error=_oom_sentence(err, "its decoder step does not fit even alone"))
+                return [], None
+            self.stats["decoder_splits"] += 1
+            log.info("decoder out of memory with %d requests; splitting: %s", len(rows), err)
+            half = len(rows) // 2
+            left, left_logits = self._decode(rows[:half])
+            right, right_logits = self._decode(rows[half:])
+            parts = [t for t in (left_logits, right_logits) if t is not None]
+            return left + right, (torch.cat(parts) if parts else None)
+        return rows, logits
+
+    def _decode_once(self, rows: list[_Request]) -> torch.Tensor:
+        self.stats["decoder_calls"] += 1
+        limit = self.faults.decoder_oom_above
+        if limit is not None and len(rows) > limit:
+            raise torch.OutOfMemoryError(f"injected out of memory: decoder batch of {len(rows)} > {limit}")
+        slots = [r.slot for r in rows]
+        canvases = self._sampler.canvas[slots]
+        soft = self._sampler.soft_embeds(slots)  # zeros on a canvas's first step
+        caches = [r.cache for r in rows]
+        if isinstance(self.memory, HostMemory):  # no budget: skip the tracker's per-op cost
+            logits = self.runner.decode(canvases, soft, None, caches)
+        else:
+            with self.memory.measure():  # virtual budget or CUDA: the decoder's transient counts
+                logits = self.runner.decode(canvases, soft, None, caches)
+        if self.faults.nan_requests:
+            for i, r in enumerate(rows):
+                if r.id in self.faults.nan_requests:
+                    logits[i] = float("nan")
+        return logits
+
+    # -- phases 4 and 5: sample, emit
+
+    def _sample_and_emit(self, rows: list[_Request], logits: torch.Tensor) -> None:
+        slots = [r.slot for r in rows]
+        try:
+            out = self._sampler.step(logits, slots)
+        except torch.OutOfMemoryError as err:
+            for req in rows:
+                self._finish(req, "error", error=_oom_sentence(err, "the sampler step does not fit"))
+            return
+        del logits
+        # One device->host transfer per step: the frames and the convergence decisions need them.
+        draft = out.draft.tolist()
+        converged = out.converged.tolist()
+        finite = out.finite.tolist()
+        mean = out.mean_entropy.tolist()
+        want = [r.stream_steps for r in rows]
+        entropy = out.entropy.tolist() if any(want) else None
+        accepted = out.accepted.tolist() if any(want) else None
+        self._emit_plan(out.plan, rows)
+        for i, req in enumerate(rows):
+            req.steps += 1
+            if not finite[i]:
+                self._finish(req, "error", error=(
+                    f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
+                    f"step {self._sampler.steps_done(req.slot)}; this request was stopped"))
+                continue
+            if want[i]:
+                self._emit(req, StepEvent(
+                    request_id=req.id,
+                    canvas_index=req.canvas_index,
+                    step=self._sampler.steps_done(req.slot),
+                    max_steps=req.params.max_denoising_steps,
+                    token_ids=tuple(draft[i]),
+                    pieces=tuple(self._piece(t) for t in draft[i]),
+                    entropy=tuple(entropy[i]),
+                    accepted=tuple(accepted[i]),
+                    mean_entropy=mean[i],
+                    confidence_threshold=req.params.confidence_threshold,
+                    converged=bool(converged[i]),
+                ))
+            if converged[i]:
+                self._converged(req, draft[i])
+
+    def _converged(self, req: _Request, canvas: list[int]) -> None:
+        self.stats["canvases"] += 1
+        logprobs = self._sampler.take_logprobs(req.slot).tolist()
+        cut = next((j for j, t in enumerate(canvas) if t in self.eos), None)
+        keep = canvas if cut is None else canvas[:cut]
+        req.tokens.extend(keep)
+        req.logprobs.extend(logprobs[: len(keep)])
+        req.canvas_index += 1
+        if cut is not None or len(req.tokens) >= req.max_new_tokens or req.canvas_index >= req.max_canvases:
+            req.stop_reason = "eos" if cut is not None else "length"
+            del req.tokens[req.max_new_tokens :]
+            del req.logprobs[req.max_new_tokens :]
+            self._finish(req, "done")
+            return
+        req.pending_commit = canvas  # phase 2 of the next step appends it to the cache
+        self._emit(req, RequestEvent(
+            req.id, "committed", text=self._text(req.tokens), token_ids=tuple(req.tokens),
+            canvases=req.canvas_index, steps=req.steps, seed=req.params.seed, prompt=req.prompt,
+        ))
+
+    def _finish(self, req: _Request, status: str, error: str = "") -> None:
+        """Final event for `req`; frees its slot and cache at once."""
+        if req.status in FINAL:
+            return
+        req.status = status
+        req.finished = time.monotonic()
+        if req.slot is not None and self._running.get(req.slot) is req:
+            del self._running[req.slot]
+            if self._sampler is not None:
+                self._sampler.free(req.slot)
+            self._free_slots.append(req.slot)
+            self._free_slots.sort()
+        req.slot = None
+        req.cache = None
+        if req.cache_bytes and isinstance(self.memory, VirtualDevice):
+            self.memory.release(req.cache_bytes)
+        req.cache_bytes = 0
+        if status == "done":
+            self.stats["requests_done"] += 1
+        latency = req.finished - req.submitted
+        self._emit(req, RequestEvent(
+            req.id, status, text=self._text(req.tokens), token_ids=tuple(req.tokens), canvases=req.canvas_index,
+            steps=req.steps, error=error, seed=req.params.seed, prompt=req.prompt,
+            extra=dict(stop_reason=req.stop_reason, latency_s=latency, logprobs=list(req.logprobs),
+                       queued_s=(req.started or req.finished) - req.submitted),
+        ))
+        with self._lock:
+            self._sessions.pop(req.id, None)
+
+    # -- events
+
+    def _emit(self, req: _Request, event: Event) -> None:
+        req.handle._deliver(event)
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for mailbox, session in subscribers:
+            if session is None or session == req.session:
+                mailbox.put(event)
+
+    def _emit_plan(self, plan: TilePlan | None, rows: list[_Request]) -> None:
+        if plan is None:
+            return
+        with self._lock:
+            subscribers = list(self._subscribers)
+        sessions = {r.session for r in rows}
+        for mailbox, session in subscribers:
+            if getattr(mailbox, "wants_plans", True) and (session is None or session in sessions):
+                mailbox.put(plan)
+
+    def _piece(self, token: int) -> str:
+        piece = self._pieces.get(token)
+        if piece is None:
+            with self._tokenizer_lock:
+                piece = self._pieces[token] = self.tokenizer.decode([token])
+        return piece
+
+    def _text(self, tokens: list[int]) -> str:
+        with self._tokenizer_lock:
+            return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _reserve(self, nbytes: int, what: str) -> None:
+        """Hold long-lived bytes (weights, sampler state) on the virtual device, or refuse to start."""
+        try:
+            self.memory.reserve(nbytes, what)
+        except torch.OutOfMemoryError:
+            raise EngineError(
+                f"the memory budget of {format_bytes(self.memory.capacity_bytes())} is too small for "
+                f"{what} ({format_bytes(nbytes)}, {format_bytes(self.memory.free_bytes())} left)"
+            ) from None
+
+
+def _oom_sentence(err: BaseException, what: str) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else "out of memory"
+    return f"out of memory: {what} ({first})"
+
+
+def plan_dict(plan: TilePlan) -> dict:
+    """A tile plan as plain JSON-able data."""
+    return asdict(plan)
+

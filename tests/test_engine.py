@@ -1,0 +1,218 @@
+"""The engine: continuous batching that changes no request's tokens, and failures that stay local."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from dgemma.engine import Engine, EngineConfig, EngineError
+from dgemma.events import RequestEvent, StepEvent, TilePlan
+from dgemma.mailbox import Mailbox
+from dgemma.model import load_model
+from dgemma.sampler import SamplingParams
+
+STEPS = 3  # random weights never converge: every canvas takes max_denoising_steps
+
+
+def params(seed: int, greedy: bool = False, steps: int = STEPS) -> SamplingParams:
+    return SamplingParams(max_denoising_steps=steps, seed=seed, greedy=greedy)
+
+
+def wait_for_step(handle, timeout: float = 60.0) -> None:
+    for event in handle.events(timeout=timeout):
+        if isinstance(event, StepEvent):
+            return
+    raise AssertionError(f"request {handle.id} took no step")
+
+
+@pytest.fixture
+def engine(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=4)) as eng:
+        yield eng
+
+
+@pytest.mark.parametrize("greedy", [False, True], ids=["seeded", "greedy"])
+def test_request_gives_identical_tokens_alone_and_in_a_batch_of_32_with_arrivals_and_departures(tiny_model, greedy):
+    target = dict(prompt="count 3 to 9", params=params(seed=7, greedy=greedy), max_new_tokens=48)
+    with Engine(tiny_model, EngineConfig(max_num_seqs=32)) as eng:
+        alone = eng.submit(**target).result(120)
+
+        early = [eng.submit(f"add {i}+{i}", params(seed=100 + i), max_new_tokens=16) for i in range(10)]
+        watched = eng.submit(**target)
+        wait_for_step(watched)  # the rest arrive while it is denoising, the early ones leave
+        late = [eng.submit(f"reverse {'abcdefgh'[: 1 + i % 8]}", params(seed=200 + i), max_new_tokens=32) for i in range(21)]
+        batched = watched.result(120)
+        finals = [h.result(120) for h in early + late]
+
+    assert all(f.status == "done" for f in finals)
+    assert alone.status == batched.status == "done"
+    assert batched.token_ids == alone.token_ids
+    assert batched.extra["logprobs"] == alone.extra["logprobs"]  # the logits matched bit for bit too
+    assert (batched.steps, batched.canvases) == (alone.steps, alone.canvases)
+    assert batched.canvases >= 2  # it lived through the arrivals and departures
+
+
+def test_more_requests_than_max_num_seqs_all_complete_in_admission_order(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
+        watch = eng.subscribe(tile_plans=False)
+        handles = [eng.submit(f"add {i}+1", params(seed=i), max_new_tokens=16) for i in range(6)]
+        finals = [h.result(60) for h in handles]
+        events = watch.poll(1.0)
+    assert [f.status for f in finals] == ["done"] * 6
+    admitted = [e.request_id for e in events if isinstance(e, RequestEvent) and e.status == "running"]
+    assert admitted == [h.id for h in handles]
+    assert max(e.steps for e in finals) == STEPS
+
+
+def test_cancel_frees_the_slot_within_one_step(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
+        long = eng.submit("count 1 to 9", params(seed=1, steps=40), max_new_tokens=160)
+        queued = eng.submit("add 1+1", params(seed=2), max_new_tokens=16)
+        wait_for_step(long)
+        steps_before = eng.stats["steps"]
+        long.cancel()
+        final = long.result(30)
+        assert final.status == "cancelled"
+        assert final.steps <= steps_before + 1
+        assert queued.result(30).status == "done"  # it got the freed slot
+
+
+def test_eos_ends_a_request_early(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu")
+    weight = loaded.model.lm_head.weight  # tied with the embeddings: only <eos> and zeros remain
+    eos = loaded.eos_token_ids[0]
+    with torch.no_grad():
+        keep = weight[eos].clone()
+        weight.zero_()
+        weight[eos] = keep
+    with Engine(loaded, EngineConfig(max_num_seqs=2)) as eng:
+        final = eng.submit("add 1+2", params(seed=0, greedy=True), max_new_tokens=64).result(60)
+    assert final.status == "done" and final.extra["stop_reason"] == "eos"
+    assert final.canvases == 1 and len(final.token_ids) < loaded.canvas_length
+    assert eos not in final.token_ids
+
+
+def test_nan_logits_fail_only_that_request(engine):
+    handles = [engine.submit(f"add {i}+3", params(seed=i), max_new_tokens=32) for i in range(3)]
+    engine.faults.nan_requests.add(handles[1].id)
+    finals = [h.result(60) for h in handles]
+    assert [f.status for f in finals] == ["done", "error", "done"]
+    assert "NaN or infinite logits" in finals[1].error and "\n" not in finals[1].error
+
+
+def test_decoder_out_of_memory_is_retried_with_fewer_requests_and_none_is_lost(tiny_model):
+    prompts = [f"sort {i} 3 1" for i in range(4)]
+    with Engine(tiny_model, EngineConfig(max_num_seqs=4)) as eng:
+        reference = eng.generate(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
+        eng.faults.decoder_oom_above = 1  # any decoder batch of 2+ requests runs out of memory
+        retried = eng.generate(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
+        assert eng.stats["decoder_splits"] > 0
+    assert [r.status for r in retried] == ["done"] * 4
+    assert [r.token_ids for r in retried] == [r.token_ids for r in reference]
+
+
+def test_memory_budget_holds_weights_cache_and_transient(tiny_model):
+    budget = tiny_model.weight_bytes + 24 * 2**20
+    with Engine(tiny_model, EngineConfig(max_num_seqs=4, memory_budget=budget)) as eng:
+        watch = eng.subscribe()
+        finals = eng.generate([f"add {i}+5" for i in range(4)], [params(seed=i) for i in range(4)], max_new_tokens=32)
+        plans = [e for e in watch.poll(1.0) if isinstance(e, TilePlan)]
+        memory = eng.memory
+    assert [f.status for f in finals] == ["done"] * 4
+    assert memory.capacity == budget
+    assert tiny_model.weight_bytes < memory.peak_total <= budget  # weights + caches + transient, measured
+    assert plans and all(p.budget_bytes == budget and p.peak_transient_bytes > 0 for p in plans)
+
+
+def test_budget_smaller_than_the_weights_refuses_to_start_with_one_line(tiny_model):
+    with pytest.raises(EngineError, match="too small for the model weights") as err:
+        Engine(tiny_model, EngineConfig(memory_budget="1MiB"))
+    assert "\n" not in str(err.value)
+
+
+def test_engine_thread_death_fails_running_requests_keeps_queued_ones_and_restarts(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
+        running = eng.submit("count 1 to 5", params(seed=1, steps=40), max_new_tokens=64)
+        queued = eng.submit("add 3+3", params(seed=3), max_new_tokens=16)
+        wait_for_step(running)
+        eng.faults.crash_steps = 1
+        died = running.result(30)
+        assert died.status == "error" and "injected engine crash" in died.error and "\n" not in died.error
+        assert queued.result(30).status == "done"  # not dropped: it ran on the restarted thread
+        assert eng.submit("add 2+2", params(seed=2), max_new_tokens=16).result(30).status == "done"
+        assert eng.alive and eng.deaths == 1 and "injected engine crash" in eng.health()["last_error"]
+
+
+@pytest.mark.parametrize(
+    "prompt, max_new_tokens, expected",
+    [
+        ("", 16, "the prompt is empty"),
+        ("  \n\t ", 16, "the prompt is empty"),
+        ("add \ud800 1", 16, "not valid Unicode"),
+        ("x" * 600, 16, "positions"),
+        ("add 1+1", 0, "max_new_tokens"),
+    ],
+    ids=["empty", "whitespace", "lone-surrogate", "beyond-positions", "zero-tokens"],
+)
+def test_bad_input_fails_that_request_with_one_line_while_others_run(engine, prompt, max_new_tokens, expected):
+    good = engine.submit("add 1+1", params(seed=1), max_new_tokens=16)
+    bad = engine.submit(prompt, params(seed=2), max_new_tokens=max_new_tokens).result(5)
+    assert bad.status == "error" and expected in bad.error and "\n" not in bad.error
+    assert good.result(60).status == "done"
+
+
+def test_session_subscription_sees_only_its_own_requests(engine):
+    mine = engine.subscribe(session="a")
+    a = engine.submit("add 1+1", params(seed=1), max_new_tokens=16, session="a")
+    b = engine.submit("add 2+2", params(seed=2), max_new_tokens=16, session="b")
+    a.result(60), b.result(60)
+    seen = {e.request_id for e in mine.poll(1.0) if not isinstance(e, TilePlan)}
+    assert seen == {a.id}
+
+
+def test_cancel_session_cancels_only_that_sessions_requests(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
+        a = [eng.submit("count 1 to 9", params(seed=i, steps=40), max_new_tokens=64, session="a") for i in range(3)]
+        b = eng.submit("add 2+2", params(seed=9), max_new_tokens=16, session="b")
+        assert eng.cancel_session("a") == 3
+        assert [h.result(30).status for h in a] == ["cancelled"] * 3
+        assert b.result(30).status == "done"
+
+
+def test_mailbox_coalesces_step_frames_but_never_drops_request_events():
+    box = Mailbox()
+
+    def frame(rid: int, step: int) -> StepEvent:
+        return StepEvent(rid, 0, step, 9, (), (), (), (), 0.0, 0.005, False)
+
+    box.put(RequestEvent(1, "running"))
+    for step in range(1, 6):  # a slow reader: five frames arrive unread
+        box.put(frame(1, step))
+    box.put(RequestEvent(1, "committed"))
+    box.put(frame(1, 1))
+    box.put(frame(1, 2))
+    box.put(RequestEvent(1, "done"))
+    got = [(type(e).__name__, getattr(e, "status", None) or e.step) for e in box.poll()]
+    assert got == [("RequestEvent", "running"), ("StepEvent", 5), ("RequestEvent", "committed"),
+                   ("StepEvent", 2), ("RequestEvent", "done")]
+
+
+def test_submit_cancel_and_stream_are_safe_from_many_threads(engine):
+    results: dict[int, str] = {}
+
+    def client(i: int) -> None:
+        handle = engine.submit(f"add {i}+{i}", params(seed=i), max_new_tokens=16, session=str(i))
+        if i % 3 == 0:
+            handle.cancel()
+        results[i] = handle.result(60).status
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert len(results) == 12
+    for i, status in results.items():  # a cancel may arrive after the request already finished
+        assert status in (("cancelled", "done") if i % 3 == 0 else ("done",))
