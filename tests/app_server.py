@@ -6,6 +6,7 @@ subprocess, as a user runs it: its startup time is measured, and its log is kept
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import subprocess
@@ -63,3 +64,16 @@ def launch(args: list[str], log_path: Path, timeout: float = 60.0) -> AppServer:
         time.sleep(0.1)
     server.stop()
     raise RuntimeError(f"app.py was not ready within {timeout} s:\n{server.log()}")
+
+
+_SHARED: dict[tuple[str, ...], AppServer] = {}
+
+
+def shared(args: list[str], log_dir: Path) -> AppServer:
+    """One server per argument list for the whole test session (the API and browser tests share it)."""
+    key = tuple(args)
+    server = _SHARED.get(key)
+    if server is None or server.process.poll() is not None:
+        server = _SHARED[key] = launch(args, log_dir / f"app-{len(_SHARED)}.log")
+        atexit.register(server.stop)
+    return server

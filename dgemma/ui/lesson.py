@@ -52,7 +52,12 @@ class LessonParts:
 
 
 def _mib(n: int) -> str:
-    return f"{n / MiB:,.0f} MiB" if n < 10 * 1024 * MiB else f"{n / 1024**3:,.2f} GiB"
+    """Bytes for people, at the scale the lesson runs: KiB for the tiny model, GiB at real scale."""
+    if n >= 1024**3:
+        return f"{n / 1024**3:,.2f} GiB"
+    if n >= MiB:
+        return f"{n / MiB:,.1f} MiB"
+    return f"{n / 1024:,.0f} KiB"
 
 
 def render_outcome(outcome: LessonOutcome | None, title: str) -> str:

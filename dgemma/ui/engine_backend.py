@@ -1,0 +1,163 @@
+"""The real backend: the loaded model and dgemma.engine behind the UI's small interface.
+
+One engine per tiling mode, created when first asked for and sharing the loaded weights: the
+main one tiles "auto"; a run that asks for "off" or a fixed tile size goes to its own engine,
+because tiling is a property of the sampler every request in a step shares. Each run subscribes
+to the engine under a key of its own, so it sees exactly its requests' events and the tile
+plans of the steps they took part in, and cancelling it touches nobody else's requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import threading
+from dataclasses import replace
+
+import torch
+
+from dgemma.engine import Engine, EngineConfig, EngineError
+from dgemma.events import Event, RequestEvent, TilePlan
+from dgemma.memory import format_bytes, parse_size, resolve_device
+from dgemma.model import LoadedModel, ModelLoadError, load_model
+from dgemma.sampler import SamplingParams
+from dgemma.ui import lesson_run
+from dgemma.ui.backend import LessonOutcome, Output
+from dgemma.ui.settings import Limits, Settings
+
+FINAL = ("done", "cancelled", "error")
+MAX_ENGINES = 4  # auto, off and two fixed tile sizes at most: each engine is a thread and a sampler
+
+
+class BackendError(RuntimeError):
+    """The app cannot start: one sentence for the terminal."""
+
+
+def sampling_params(settings: Settings, index: int) -> SamplingParams:
+    """The i-th prompt's sampler settings: seed S + i, as the CLI does."""
+    return SamplingParams(
+        max_denoising_steps=settings.max_denoising_steps,
+        t_min=settings.t_min,
+        t_max=settings.t_max,
+        entropy_bound=settings.entropy_bound,
+        confidence_threshold=settings.confidence_threshold,
+        stability_threshold=settings.stability_threshold,
+        greedy=settings.greedy,
+        seed=settings.seed + index,
+    )
+
+
+class EngineRun:
+    """One call's requests on one engine, streamed through one subscription."""
+
+    _keys = itertools.count(1)
+
+    def __init__(self, engine: Engine, prompts: list[str], settings: Settings):
+        self.engine = engine
+        self.key = f"run-{next(self._keys)}"
+        self.size = len(prompts)
+        self.plans: list[TilePlan] = []
+        # Subscribe first: the "queued" events of the submits below must not be missed.
+        self.mailbox = engine.subscribe(self.key)
+        self.handles = [
+            engine.submit(p, sampling_params(settings, i), settings.max_new_tokens, session=self.key)
+            for i, p in enumerate(prompts)
+        ]
+        self._closed = False
+
+    def poll(self, timeout: float) -> list[Event]:
+        events = self.mailbox.poll(timeout)
+        self.plans.extend(e for e in events if isinstance(e, TilePlan))
+        return events
+
+    def cancel(self) -> None:
+        if self._closed:
+            return
+        self.engine.cancel_session(self.key)
+        if all(h.done for h in self.handles):
+            self._closed = True
+            self.engine.unsubscribe(self.mailbox)
+
+    def results(self) -> tuple[list[Output], list[TilePlan]]:
+        # Keep reading while waiting: the mailbox keeps a bounded number of unread tile plans.
+        while not all(h.done for h in self.handles):
+            self.poll(0.1)
+        self.poll(0.0)
+        outputs = []
+        for h in self.handles:
+            final: RequestEvent = h.result()
+            outputs.append(Output(h.prompt, final.text, final.steps, h.seed,
+                                  final.error or ("" if final.status == "done" else final.status)))
+        return outputs, list(self.plans)
+
+
+class EngineBackend:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, limits: Limits, budget_text: str | None):
+        self.loaded = loaded
+        self.config = config
+        self.limits = limits
+        self.max_num_seqs = config.max_num_seqs
+        self.budget_text = budget_text
+        self._engines: dict[str, Engine] = {}
+        self._lock = threading.Lock()
+        main = self.engine("auto")
+        p = main.default_params
+        self.defaults = Settings(
+            # Two canvases by default: enough to watch a commit, short enough for a laptop.
+            max_new_tokens=min(limits.max_new_tokens, 2 * loaded.canvas_length),
+            max_denoising_steps=p.max_denoising_steps, t_min=p.t_min, t_max=p.t_max,
+            entropy_bound=p.entropy_bound, confidence_threshold=p.confidence_threshold,
+            stability_threshold=p.stability_threshold, seed=0, greedy=False, tiling="auto",
+        )
+        self.description = (
+            f"Model: {loaded.name.rsplit('/', 1)[-1]} · {loaded.device.type} · canvas {loaded.canvas_length} "
+            f"tokens · vocab {loaded.vocab_size:,} · up to {self.max_num_seqs} requests at once · "
+            f"memory budget {budget_text or 'none'}"
+        )
+
+    def engine(self, tiling: str) -> Engine:
+        with self._lock:
+            engine = self._engines.get(tiling)
+            if engine is None:
+                if len(self._engines) >= MAX_ENGINES:
+                    raise ValueError(
+                        f"This server already runs {MAX_ENGINES} tiling modes ({', '.join(self._engines)}); "
+                        "use one of them."
+                    )
+                engine = self._engines[tiling] = Engine(self.loaded, replace(self.config, tiling=tiling)).start()
+            return engine
+
+    def start(self, prompts: list[str], settings: Settings) -> EngineRun:
+        return EngineRun(self.engine(settings.tiling), prompts, settings)
+
+    def info(self) -> dict:
+        return {
+            "memory_budget": self.budget_text or "none",
+            "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False),
+        }
+
+    def suggest_budget(self, requests: int, real_scale: bool) -> str:
+        return lesson_run.suggest_budget(self.loaded, requests, real_scale)
+
+    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings) -> LessonOutcome:
+        return lesson_run.run(self.loaded, requests, budget, real_scale, tiling, settings)
+
+    def close(self) -> None:
+        for engine in self._engines.values():
+            engine.shutdown(timeout=5)
+
+
+def make_backend(args: argparse.Namespace) -> EngineBackend:
+    """Load the model named on the command line and start the main engine."""
+    try:
+        device = resolve_device(args.device)
+        budget = parse_size(args.memory_budget) if args.memory_budget else None
+        loaded = load_model(args.model, device=device, memory_budget=budget)
+        limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
+        config = EngineConfig(
+            max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,
+            max_new_tokens=args.max_new_tokens, max_prompt_chars=limits.max_prompt_chars,
+        )
+        return EngineBackend(loaded, config, limits, format_bytes(budget) if budget else None)
+    except (ModelLoadError, EngineError, ValueError, torch.OutOfMemoryError) as err:
+        raise BackendError(str(err).strip().splitlines()[0]) from None

@@ -1,0 +1,167 @@
+"""The lesson's batch: N prompts, one canvas each, denoised together under one memory budget.
+
+A small, explicit loop over the public sampler contract (architecture.md), not the serving
+engine: the lesson wants one fixed batch that all hits the sampler at once, with the memory
+device and the vocabulary under its control.
+
+- memory: on CUDA a per-process cap (a real allocator OOM); on a CPU the budgeted virtual
+  device, holding the weights and the sampler's per-slot state as resident bytes;
+- "real scale": the logits are padded to vocab 262,144 with a large negative value, so the
+  sampler's [requests x CL x vocab] tensors have the released model's size while the tokens stay
+  the small model's (padded columns have probability 0: no token, no entropy, no soft-embedding
+  weight comes from them; re-noised ids beyond the real vocabulary are folded back into it
+  before the decoder reads the canvas).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from dgemma.memory import (
+    CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
+)  # fmt: skip
+from dgemma.model import LoadedModel
+from dgemma.runner import Runner
+from dgemma.sampler import SamplingParams, TiledSampler
+from dgemma.ui.backend import LessonOutcome
+from dgemma.ui.settings import Settings
+
+REAL_VOCAB = 262_144
+PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
+PROMPTS = ("The cat sat on the mat.", "Once upon a time", "The sky is", "Two plus two is")
+
+
+def _vocab(loaded: LoadedModel, real_scale: bool) -> int:
+    return max(REAL_VOCAB, loaded.vocab_size) if real_scale else loaded.vocab_size
+
+
+def _embed(loaded: LoadedModel, vocab: int) -> torch.Tensor:
+    weight = loaded.embed_weight.detach()
+    if vocab == weight.shape[0]:
+        return weight
+    padded = torch.zeros(vocab, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    padded[: weight.shape[0]] = weight
+    return padded
+
+
+def _sampler(loaded: LoadedModel, n: int, vocab: int, memory: MemoryDevice, tiling: str) -> TiledSampler:
+    embed = _embed(loaded, vocab)
+    return TiledSampler(n, loaded.canvas_length, vocab, embed, loaded.embed_scale, memory=memory, tiling=tiling)
+
+
+def _state_bytes(sampler: TiledSampler) -> int:
+    tensors = [t for t in vars(sampler).values() if isinstance(t, torch.Tensor)]
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def _memory(loaded: LoadedModel, budget: int | None) -> MemoryDevice:
+    if budget is None:
+        return HostMemory() if loaded.device.type != "cuda" else CudaMemory(loaded.device)
+    return memory_for(loaded.device, budget)
+
+
+def suggest_budget(loaded: LoadedModel, requests: int, real_scale: bool) -> str:
+    """A budget where one tile of all `requests` cannot fit but smaller tiles can.
+
+    Free memory (budget minus weights and sampler state) is set to 3/4 of what the single
+    untiled tile needs at its peak: the untiled step runs out of memory, while the planner,
+    which gives a tile half of what is free, runs tiles of about 3/8 of the batch.
+    """
+    vocab = _vocab(loaded, real_scale)
+    sampler = _sampler_meta(loaded, requests, vocab)
+    calibration = sampler.calibration()
+    resident = loaded.weight_bytes + _state_bytes(sampler)
+    free = max(int(0.75 * calibration.tile_bytes(requests)), 2 * calibration.tile_bytes(1) + calibration.bytes_per_request)
+    return _round_mib(resident + free)
+
+
+def _sampler_meta(loaded: LoadedModel, n: int, vocab: int) -> TiledSampler:
+    embed = torch.empty(vocab, loaded.hidden_size, dtype=loaded.embed_weight.dtype, device="meta")
+    return TiledSampler(n, loaded.canvas_length, vocab, embed, loaded.embed_scale)
+
+
+def _round_mib(nbytes: int) -> str:
+    """Whole MiB when that is close enough (a readable budget); KiB for a tiny model's bytes."""
+    mib = -(-nbytes // 2**20)
+    if mib >= 64:
+        return f"{mib}MiB"
+    return f"{-(-nbytes // 1024)}KiB"
+
+
+def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
+        settings: Settings) -> LessonOutcome:
+    """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened."""
+    started = time.monotonic()
+    try:
+        budget_bytes = parse_size(budget) if budget not in (None, "") else None
+    except ValueError as err:
+        raise ValueError(f"The memory budget is not a size: {err}.") from None
+    vocab = _vocab(loaded, real_scale)
+    memory = _memory(loaded, budget_bytes)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(requests)]
+    params = [
+        SamplingParams(max_denoising_steps=settings.max_denoising_steps, t_min=settings.t_min, t_max=settings.t_max,
+                       entropy_bound=settings.entropy_bound, confidence_threshold=settings.confidence_threshold,
+                       stability_threshold=settings.stability_threshold, greedy=settings.greedy, seed=settings.seed + i)
+        for i in range(requests)
+    ]
+    try:
+        if isinstance(memory, VirtualDevice):
+            memory.reserve(loaded.weight_bytes, "the model weights")
+        sampler = _sampler(loaded, requests, vocab, memory, tiling)
+        if isinstance(memory, VirtualDevice):
+            memory.reserve(_state_bytes(sampler), "the sampler's per-slot state")
+    except torch.OutOfMemoryError as err:
+        raise ValueError(f"The budget cannot even hold the model and the sampler's state ({_first_line(err)}).") from None
+
+    runner = Runner(loaded.model)
+    caches = []
+    for i, prompt in enumerate(prompts):
+        cache = runner.new_cache()
+        runner.encode(cache, torch.tensor(loaded.encode(prompt)))
+        caches.append(cache)
+        sampler.start_canvas(i, params[i], 0)
+
+    plans, tokens = [], {}
+    active = list(range(requests))
+    free_before = memory.free_bytes()
+    needed = sampler.calibration().tile_bytes(requests)
+    try:
+        while active:
+            canvas = sampler.canvas[active] % loaded.vocab_size  # fold padded ids back (real scale)
+            soft = sampler.soft_embeds(active)
+            with torch.no_grad():
+                logits = runner.decode(canvas, soft, None, [caches[i] for i in active])
+                if vocab != logits.shape[-1]:
+                    logits = torch.nn.functional.pad(logits, (0, vocab - logits.shape[-1]), value=PAD_LOGIT)
+                free_before = memory.free_bytes()
+                out = sampler.step(logits, active)
+            del logits
+            plans.append(out.plan)
+            done = out.converged.tolist()
+            drafts = out.draft.tolist()
+            for slot, finished, draft in zip(list(active), done, drafts, strict=True):
+                if finished:
+                    tokens[slot] = tuple(draft)
+                    active.remove(slot)
+    except torch.OutOfMemoryError as err:
+        # The lesson's point: the step of one tile of every request does not fit.
+        return LessonOutcome(
+            tiling, False,
+            f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError "
+            f"({_first_line(err)}).",
+            needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens,
+            seconds=time.monotonic() - started,
+        )
+    where = f"{memory.name} device" + (f", budget {format_bytes(budget_bytes)}" if budget_bytes else ", no budget")
+    return LessonOutcome(
+        tiling, True, f"{requests} requests denoised one canvas each ({where}, vocab {vocab:,}).",
+        needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, seconds=time.monotonic() - started,
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
