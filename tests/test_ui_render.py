@@ -101,3 +101,122 @@ def test_frames_coalesce_many_events_into_few_renders():
     assert boards[-1].finished
     assert 8 <= len(boards) <= 14, len(boards)
     assert boards[-1].events == 1004  # every event folded, none dropped
+
+
+# ---------------------------------------------------------------- real events from the real engine
+
+import html as _html  # noqa: E402
+
+import plotly.graph_objects as go  # noqa: E402
+
+from dgemma.events import RequestEvent, StepEvent, TilePlan  # noqa: E402
+from dgemma.ui.board import fold  # noqa: E402
+from dgemma.ui.canvas import render_board, render_card, status_text  # noqa: E402
+from dgemma.ui.charts import ENTROPY_FLOOR, board_tile_figure, entropy_figure, plot, tile_figure  # noqa: E402
+
+PROMPTS = ["The cat <b>sat</b> & ran", "Once upon a time", "The sky is", "Two plus two is", "A", "B"]
+MAX_STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def engine_events(tiny_model):
+    """Every event one subscription saw: 6 prompts on 4 slots (so some wait), 2 canvases each."""
+    from dgemma.engine import Engine, EngineConfig
+    from dgemma.sampler import SamplingParams
+
+    engine = Engine(tiny_model, EngineConfig(max_num_seqs=4, tiling=2)).start()
+    try:
+        mailbox = engine.subscribe("render-test")
+        handles = [
+            engine.submit(p, SamplingParams(max_denoising_steps=MAX_STEPS, seed=10 + i),
+                          2 * tiny_model.canvas_length, session="render-test")
+            for i, p in enumerate(PROMPTS)
+        ]
+        events = []
+        # Read as the UI does, while the engine runs (a reader that falls behind sees merged frames).
+        while not all(h.done for h in handles):
+            events += mailbox.poll(0.05)
+        while batch := mailbox.poll(0.2):
+            events += batch
+    finally:
+        engine.shutdown()
+    return events, [h.result() for h in handles], tiny_model.canvas_length
+
+
+def test_fold_keeps_every_request_and_plan(engine_events):
+    events, finals, _ = engine_events
+    board = fold(events)
+    assert [v.request_id for v in board.requests.values()] == [f.request_id for f in finals]
+    assert board.finished
+    for final in finals:
+        view = board.requests[final.request_id]
+        assert view.status == "done" and view.committed_text == final.text
+        assert view.prompt == final.prompt and view.seed == final.seed
+        xs = [x for x, _ in view.entropy_curve]
+        assert xs == sorted(set(xs)) and xs[-1] == final.steps == view.steps  # true step counts
+    assert board.plan_count == sum(isinstance(e, TilePlan) for e in events) > 0
+    assert board.confidence_threshold == 0.005  # the sampler default every StepEvent carried
+
+
+def test_cards_show_queued_live_and_committed_states(engine_events):
+    events, finals, cl = engine_events
+    # Replay the stream and look at the page at three moments.
+    first_step = next(i for i, e in enumerate(events) if isinstance(e, StepEvent))
+    board = fold(events[:first_step + 1])
+    step: StepEvent = events[first_step]
+    card = render_card(board.requests[step.request_id])
+    assert card.count('class="tok ') == cl
+    assert card.count('class="tok acc"') == sum(step.accepted)
+    assert card.count('class="tok noise"') == cl - sum(step.accepted)
+    assert f"step {step.step} of {MAX_STEPS}" in card and f'data-step="{step.step}"' in card
+    # More prompts than slots: someone is still queued when the first step lands.
+    assert any(v.status == "queued" for v in board.requests.values())
+    assert "queued" in render_board(board)
+
+    commit = next(i for i, e in enumerate(events) if isinstance(e, RequestEvent) and e.status == "committed")
+    board = fold(events[:commit + 1])
+    view = board.requests[events[commit].request_id]
+    assert view.committed_text == events[commit].text and view.last_step is None
+    assert _html.escape(view.committed_text) in render_card(view)
+
+    page = render_board(fold(events))
+    assert page.count('class="card status-done"') == len(finals)
+    # Prompts are text, never markup.
+    assert "&lt;b&gt;sat&lt;/b&gt; &amp; ran" in page and "<b>sat</b>" not in page
+
+
+def test_entropy_figure_has_a_line_per_request_and_the_threshold(engine_events):
+    events, finals, _ = engine_events
+    board = fold(events)
+    spec = entropy_figure(board)
+    go.Figure(spec)  # a valid Plotly figure
+    assert len(spec["data"]) == len(finals)
+    for trace, final in zip(spec["data"], finals, strict=True):
+        assert trace["name"] == f"#{final.request_id}" and trace["x"][-1] == final.steps
+        assert min(trace["y"]) >= ENTROPY_FLOOR
+    assert spec["layout"]["yaxis"]["type"] == "log"
+    (line,) = spec["layout"]["shapes"]
+    assert line["y0"] == pytest.approx(board.confidence_threshold)
+    assert plot(spec).plot.startswith('{"data"')
+
+
+def test_tile_figure_shows_every_call(engine_events):
+    events, _, _ = engine_events
+    plans = [e for e in events if isinstance(e, TilePlan)]
+    spec = tile_figure(plans)
+    go.Figure(spec)
+    by_name = {t["name"]: t for t in spec["data"]}
+    assert by_name["requests denoising"]["y"] == [p.num_decode for p in plans]
+    assert by_name["tiles per call"]["y"] == [len(p.tiles) for p in plans]
+    assert max(by_name["tile size (largest tile run)"]["y"]) <= 2  # tiling=2
+    assert by_name["peak transient (MiB)"]["y"] == [round(p.peak_transient_bytes / 2**20, 2) for p in plans]
+    assert board_tile_figure(fold(events))["data"][0]["x"][0] == 1
+
+
+def test_status_text_for_every_state(engine_events):
+    events, _, _ = engine_events
+    board = fold(events)
+    view = next(iter(board.requests.values()))
+    assert status_text(view) == "done"
+    view.status, view.error = "error", "out of memory: the sampler step does not fit"
+    assert status_text(view) == "error: out of memory: the sampler step does not fit"

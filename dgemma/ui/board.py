@@ -28,8 +28,11 @@ class RequestView:
     committed_text: str = ""
     canvases: int = 0  # canvases committed so far
     steps: int = 0  # denoising steps taken so far, all canvases
+    steps_before_canvas: int = 0  # steps of the canvases already committed
     last_step: StepEvent | None = None
-    # (steps taken by this request so far, mean entropy): one point per denoising step.
+    # (steps taken by this request so far, mean entropy): one point per step frame seen. The
+    # engine's mailbox may merge frames of a slow reader, so points can skip steps, but the
+    # x value is always the true step count and a canvas's converged frame is never merged away.
     entropy_curve: list[tuple[int, float]] = field(default_factory=list)
     error: str = ""
 
@@ -69,7 +72,7 @@ def apply(board: Board, event: Event) -> Board:
     elif isinstance(event, StepEvent):
         view = _view(board, event.request_id)
         view.last_step = event
-        view.steps += 1
+        view.steps = view.steps_before_canvas + event.step
         view.entropy_curve.append((view.steps, event.mean_entropy))
         if view.status not in ("done", "cancelled", "error"):
             view.status = "converged" if event.converged else "running"
@@ -86,6 +89,7 @@ def apply(board: Board, event: Event) -> Board:
         if event.steps:
             view.steps = max(view.steps, event.steps)
         if event.status == "committed":
+            view.steps_before_canvas = event.steps
             # The converged canvas is now part of the text; the next canvas starts from noise.
             view.status = "running"
             view.last_step = None
