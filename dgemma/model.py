@@ -95,12 +95,29 @@ def load_config(source: str, is_local: bool):
             raise ModelLoadError(f"cannot read the config in {source}: {_one_line(err)}") from None
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ModelLoadError(f"{source} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it")
+    host = hub_reachable()
+    if host is not True:
+        raise ModelLoadError(f"cannot reach the Hugging Face hub ({host}) to fetch {source}, and it is not in the local cache")
     try:
         return AutoConfig.from_pretrained(source, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - network/hub errors come in many types; all mean the same to a user
         raise ModelLoadError(
             f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {_one_line(err)}"
         ) from None
+
+
+def hub_reachable(timeout: float = 3.0) -> bool | str:
+    """True if the hub's host answers a TCP connect; else its host name. Saves a minute of retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return host
 
 
 def estimate_weight_bytes(config, dtype: torch.dtype) -> int:

@@ -1,0 +1,173 @@
+"""`python -m dgemma.generate`: prompts in, text out, through the same engine the app uses.
+
+    python -m dgemma.generate --prompt "add 12+34" --prompt "reverse hello" --seed 1 --json
+
+`--seed S` gives the i-th request (0-based, in the order given) the seed S + i, so any run of
+the same prompts and seed gives the same tokens, whatever `--max-num-seqs` or `--tiling`.
+With `--json`: one object per request, in input order, then `{"summary": {...}}`.
+Bad input prints one line to stderr and exits non-zero (2 for the command line or start-up,
+1 when a request failed; the other requests still run and print).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+
+EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is at least 0, got {value}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="python -m dgemma.generate", description="Generate text with a DiffusionGemma model.")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    p.add_argument("--prompts-file", help="a file with one prompt per line (blank lines are skipped)")
+    p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the embedded model)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--max-num-seqs", type=_positive_int, default=8, help="requests denoising at once (default 8)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=64, help="tokens per request (default 64)")
+    p.add_argument("--max-denoising-steps", type=_positive_int, default=None, help="default: the model's")
+    p.add_argument("--t-min", type=_number, default=None)
+    p.add_argument("--t-max", type=_number, default=None)
+    p.add_argument("--entropy-bound", type=_number, default=None)
+    p.add_argument("--confidence-threshold", type=_number, default=None)
+    p.add_argument("--seed", type=_seed, default=0, help="request i gets seed SEED + i (default 0)")
+    p.add_argument("--greedy", action="store_true", help="argmax sampling, no noise")
+    p.add_argument("--tiling", default="auto", help="auto | off | N requests per sampler tile (default auto)")
+    p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
+    p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
+    return p.parse_args(argv)
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    prompts = list(args.prompt)
+    if args.prompts_file:
+        try:
+            with open(args.prompts_file, encoding="utf-8") as f:
+                prompts += [line.rstrip("\n") for line in f if line.strip()]
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"cannot read --prompts-file {args.prompts_file}: {err.strerror or err}") from None
+    if not prompts:
+        raise ValueError("give at least one --prompt or a --prompts-file")
+    return prompts
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        prompts = read_prompts(args)
+        from .memory import parse_size
+        from .sampler import SamplingParams, parse_tiling
+
+        parse_tiling(args.tiling)
+        budget = parse_size(args.memory_budget) if args.memory_budget is not None else None
+    except ValueError as err:
+        return _fail(str(err), EXIT_USAGE)
+
+    from transformers.utils import logging as hf_logging
+
+    from .engine import Engine, EngineConfig, EngineError, plan_dict
+    from .events import TilePlan
+    from .model import ModelLoadError, load_model
+
+    hf_logging.disable_progress_bar()  # stderr carries only our own lines
+    try:
+        loaded = load_model(args.model, device=args.device, memory_budget=budget)
+        engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=args.tiling, memory_budget=budget))
+        overrides = dict(
+            max_denoising_steps=args.max_denoising_steps, t_min=args.t_min, t_max=args.t_max,
+            entropy_bound=args.entropy_bound, confidence_threshold=args.confidence_threshold, greedy=args.greedy,
+        )
+        params = [
+            SamplingParams.from_generation_config(loaded.model.generation_config, seed=args.seed + i, **overrides)
+            for i in range(len(prompts))
+        ]
+    except (ModelLoadError, EngineError, ValueError) as err:
+        return _fail(str(err), EXIT_USAGE)
+
+    plans = engine.subscribe()
+    started = time.monotonic()
+    # Submit everything before the engine thread starts, so the first step admits a full batch.
+    handles = [engine.submit(p, q, args.max_new_tokens, stream_steps=False) for p, q in zip(prompts, params)]
+    with engine:
+        finals = [h.result() for h in handles]
+    wall = time.monotonic() - started
+    tile_plans = [e for e in plans.poll(0) if isinstance(e, TilePlan)]
+
+    failed = 0
+    for final in finals:
+        if final.status != "done":
+            failed += 1
+            print(f"python -m dgemma.generate: error: request {final.request_id} ({final.prompt[:40]!r}): "
+                  f"{final.error or final.status}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(dict(prompt=final.prompt, text=final.text, token_ids=list(final.token_ids),
+                                  steps=final.steps, canvases=final.canvases, seed=final.seed,
+                                  status=final.status, error=final.error)))
+        elif final.status == "done":
+            print(f"{final.prompt}\t->\t{final.text}")
+    canvas_tokens = sum(f.canvases for f in finals) * loaded.canvas_length
+    summary = dict(
+        requests=len(finals), failed=failed, wall_seconds=round(wall, 4),
+        canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
+        max_num_seqs=args.max_num_seqs, tiling=str(args.tiling), memory_budget=args.memory_budget,
+        tile_plans=[plan_dict(p) for p in tile_plans],
+    )
+    if args.json:
+        print(json.dumps({"summary": summary}))
+    else:
+        print(f"{len(finals)} requests, {failed} failed, {wall:.2f} s, "
+              f"{summary['canvas_tokens_per_s']} canvas tokens/s, {len(tile_plans)} sampler calls", file=sys.stderr)
+    return EXIT_REQUEST_FAILED if failed else 0
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"python -m dgemma.generate: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except SystemExit as exit_:  # argparse: the one line is printed already; return its code
+        return int(exit_.code or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`python -m dgemma.generate`: JSON in input order, seeds S + i, one clear line on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dgemma.generate import main
+
+FAST = ["--max-denoising-steps", "2", "--max-new-tokens", "32"]
+
+
+def run_json(capsys, *argv: str) -> tuple[int, list[dict], str]:
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def test_json_has_one_object_per_request_in_input_order_then_a_summary(capsys, tiny_model_dir):
+    prompts = ["add 1+2", "reverse abc", "sort 3 1 2"]
+    code, lines, err = run_json(capsys, "--model", tiny_model_dir, *sum((["--prompt", p] for p in prompts), []),
+                                "--seed", "10", *FAST)
+    assert code == 0 and err == ""
+    *objects, last = lines
+    assert [o["prompt"] for o in objects] == prompts
+    assert [o["seed"] for o in objects] == [10, 11, 12]
+    for o in objects:
+        assert {"prompt", "text", "token_ids", "steps", "canvases", "seed"} <= o.keys()
+        assert 1 <= o["canvases"] <= 2 and o["steps"] == 2 * o["canvases"]
+    summary = last["summary"]
+    assert summary["requests"] == 3 and summary["wall_seconds"] > 0 and summary["canvas_tokens_per_s"] > 0
+    assert summary["tile_plans"] and summary["tile_plans"][0]["num_decode"] == 3
+
+
+def test_seeded_output_does_not_depend_on_batch_size_or_tiling(capsys, tiny_model_dir):
+    argv = ["--model", tiny_model_dir, "--prompt", "add 1+2", "--prompt", "count 1 to 4", "--prompt", "add 5+5",
+            "--seed", "3", *FAST]
+    _, one_by_one, _ = run_json(capsys, *argv, "--max-num-seqs", "1", "--tiling", "off")
+    _, together, _ = run_json(capsys, *argv, "--max-num-seqs", "3", "--tiling", "1")
+    assert [o["token_ids"] for o in one_by_one[:-1]] == [o["token_ids"] for o in together[:-1]]
+
+
+def test_prompts_file_skips_blank_lines(capsys, tiny_model_dir, tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("add 1+1\n\nreverse xy\n", encoding="utf-8")
+    code, lines, _ = run_json(capsys, "--model", tiny_model_dir, "--prompts-file", str(path), *FAST)
+    assert code == 0 and [o["prompt"] for o in lines[:-1]] == ["add 1+1", "reverse xy"]
+
+
+def test_empty_prompt_fails_with_one_line_and_nonzero_exit_while_others_finish(capsys, tiny_model_dir):
+    code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "   ", "--prompt", "add 1+2", *FAST)
+    assert code == 1
+    assert err.count("\n") == 1 and "the prompt is empty" in err
+    assert [o["status"] for o in lines[:-1]] == ["error", "done"]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--model", "/no/such/model"], "model path not found"),
+        (["--t-min", "0.9", "--t-max", "0.5"], "t_max must be >= t_min"),
+        (["--tiling", "sometimes"], "tiling must be auto, off or a positive integer"),
+        (["--memory-budget", "8 gigs"], "malformed size"),
+        (["--memory-budget", "64KiB"], "for its weights but only"),
+        (["--max-num-seqs", "0"], "at least 1"),
+    ],
+    ids=["unknown-model", "t-max-below-t-min", "bad-tiling", "malformed-budget", "budget-below-weights", "zero-seqs"],
+)
+def test_bad_start_up_input_exits_2_with_one_line(capsys, tiny_model_dir, argv, expected):
+    model = [] if "--model" in argv else ["--model", tiny_model_dir]
+    code = main([*model, "--prompt", "add 1+2", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and expected in err and "Traceback" not in err
