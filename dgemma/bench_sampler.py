@@ -21,14 +21,9 @@ import torch
 
 from .cli import ArgumentParser, size_arg
 from .memory import CudaMemory, MemoryDevice, MiB, TransientTracker, VirtualDevice, format_bytes, resolve_device
-from .sampler import SamplingParams, TiledSampler, reference_tile
+from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, TiledSampler, build_sampler
 
-IMPLS = {"reference": reference_tile}
-
-
-def register_impl(name: str, tile_fn) -> None:
-    """Other step implementations (the chunked sampler) add themselves here."""
-    IMPLS[name] = tile_fn
+SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
 
 
 @dataclass
@@ -42,6 +37,7 @@ class Case:
     budget: int | None
     repeats: int
     greedy: bool
+    chunk_size: int | None = None
 
 
 class _UnboundedTracking(MemoryDevice):
@@ -88,17 +84,14 @@ def _budget_memory(case: Case) -> MemoryDevice:
     return VirtualDevice(case.budget)
 
 
-def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice) -> TiledSampler:
-    device = torch.device("meta") if case.meta else case.device
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    embed = torch.empty(case.vocab, case.hidden, dtype=dtype, device=device)
-    if not case.meta:
-        embed.normal_(generator=torch.Generator(device=device).manual_seed(0))
-    sampler = TiledSampler(
-        case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
-        memory=memory, tiling=tiling, tile_fn=IMPLS[impl], impl=impl,
+def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
+    # The chunked sampler takes hidden states and projects them itself (its transient counts the
+    # projection's output); the reference takes the logits as input (they do not count).
+    head = LMHead(embed, SOFTCAP) if impl == "chunked" else None
+    return build_sampler(
+        impl, case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
+        memory=memory, tiling=tiling, lm_head=head, chunk_size=case.chunk_size,
     )  # fmt: skip
-    return sampler
 
 
 def _start(sampler: TiledSampler, case: Case) -> None:
@@ -106,14 +99,15 @@ def _start(sampler: TiledSampler, case: Case) -> None:
         sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy), 0)
 
 
-def _run(case: Case, impl: str, mode: str, logits: torch.Tensor) -> dict:
+def _run(case: Case, impl: str, mode: str, inputs: dict[str, torch.Tensor]) -> dict:
     if mode == "untiled":
         if case.device.type == "cuda":
             torch.cuda.set_per_process_memory_fraction(1.0, case.device)
         memory: MemoryDevice = _UnboundedTracking(case.device)
     else:
         memory = _budget_memory(case)
-    sampler = _make(case, impl, "off" if mode == "untiled" else "auto", memory)
+    sampler = _make(case, impl, "off" if mode == "untiled" else "auto", memory, inputs["embed"])
+    scores = {"hidden": inputs["hidden"]} if sampler.lm_head is not None else {"logits": inputs["logits"]}
     slots = list(range(case.num_decode))
     times = []
     plan = None
@@ -122,14 +116,15 @@ def _run(case: Case, impl: str, mode: str, logits: torch.Tensor) -> dict:
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
         t0 = time.perf_counter()
-        out = sampler.step(logits, slots)
+        out = sampler.step(scores.get("logits"), slots, hidden=scores.get("hidden"))
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
         times.append(time.perf_counter() - t0)
         plan = out.plan
     state = None
-    if not case.meta:
-        state = [t.clone() for t in (sampler.canvas, sampler.draft, sampler.soft, sampler.out_entropy, sampler.out_accepted)]
+    if not case.meta:  # what "identical" compares: the tokens and the acceptance masks
+        state = {"canvas": sampler.canvas.clone(), "draft": sampler.draft.clone(), "accepted": sampler.out_accepted.clone(),
+                 "entropy": sampler.out_entropy.clone()}  # fmt: skip
     return {
         "impl": impl,
         "mode": mode,
@@ -147,23 +142,40 @@ def _run(case: Case, impl: str, mode: str, logits: torch.Tensor) -> dict:
     }
 
 
-def _identical(a: list[torch.Tensor] | None, b: list[torch.Tensor] | None) -> bool | None:
+def _identical(a: dict | None, b: dict | None) -> bool | None:
     if a is None or b is None:
         return None
-    return all(torch.equal(x, y) for x, y in zip(a, b))
+    return all(torch.equal(a[k], b[k]) for k in ("canvas", "draft", "accepted"))
+
+
+def _entropy_rel_diff(a: dict | None, b: dict | None) -> float | None:
+    if a is None or b is None:
+        return None
+    return float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max())
+
+
+def _inputs(case: Case) -> dict[str, torch.Tensor]:
+    """Seeded embedding (tied LM head), decoder hidden states, and the logits they project to."""
+    device = torch.device("meta") if case.meta else case.device
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    embed = torch.empty(case.vocab, case.hidden, dtype=dtype, device=device)
+    hidden = torch.empty(case.num_decode, case.canvas_length, case.hidden, dtype=dtype, device=device)
+    if not case.meta:
+        gen = torch.Generator(device=device).manual_seed(case.num_decode)
+        embed.normal_(generator=gen).mul_(case.hidden**-0.5)
+        hidden.normal_(generator=gen).mul_(4.0)
+    logits = LMHead(embed, SOFTCAP).project(hidden)
+    return {"embed": embed, "hidden": hidden, "logits": logits}
 
 
 def run_case(case: Case, impls: list[str]) -> list[dict]:
     """Rows for one num_decode: (impl, untiled) and (impl, tiled) for each implementation."""
-    device = torch.device("meta") if case.meta else case.device
-    logits = torch.empty(case.num_decode, case.canvas_length, case.vocab, device=device)
-    if not case.meta:
-        logits.normal_(generator=torch.Generator(device=device).manual_seed(case.num_decode)).mul_(4.0)
+    inputs = _inputs(case)
     rows = []
     baseline = None
     for impl in impls:
-        untiled = _run(case, impl, "untiled", logits)
-        tiled = _run(case, impl, "tiled", logits)
+        untiled = _run(case, impl, "untiled", inputs)
+        tiled = _run(case, impl, "tiled", inputs)
         if baseline is None:
             baseline = untiled
         untiled["identical_to_untiled"] = None if case.meta else True
@@ -171,6 +183,9 @@ def run_case(case: Case, impls: list[str]) -> list[dict]:
         if impl != "reference":
             for row in (untiled, tiled):
                 row["identical_to_reference"] = _identical(baseline["_state"], row["_state"])
+                row["entropy_max_rel_diff_vs_reference"] = _entropy_rel_diff(baseline["_state"], row["_state"])
+            if baseline["seconds"] and untiled["seconds"]:
+                untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline["seconds"], 3)
         if untiled["seconds"] and tiled["seconds"]:
             tiled["time_ratio_tiled_vs_untiled"] = round(tiled["seconds"] / untiled["seconds"], 3)
         rows += [untiled, tiled]
@@ -192,16 +207,18 @@ def _check_fits_in_ram(case: Case) -> None:
 
 
 def _table(rows: list[dict]) -> str:
-    head = f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} {'seconds':>8} {'t/u':>6} {'same':>5}"
+    def fmt(value, spec):
+        return "-" if value is None else format(value, spec) if spec else str(value)
+
+    head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
+            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
-        secs = "-" if r["seconds"] is None else f"{r['seconds']:.4f}"
-        ratio = r.get("time_ratio_tiled_vs_untiled")
-        same = r["identical_to_untiled"]
         lines.append(
             f"{r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
-            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {secs:>8} "
-            f"{'-' if ratio is None else f'{ratio:.3f}':>6} {'-' if same is None else str(same):>5}"
+            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
+            f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r['identical_to_untiled'], ''):>8} "
+            f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5}"
         )
     return "\n".join(lines)
 
@@ -215,7 +232,8 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--budget", type=size_arg, default=None, help="memory budget for the tiled run, e.g. 8GiB")
     p.add_argument("--meta", action="store_true", help="measure on meta tensors: real-scale shapes need no RAM")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    p.add_argument("--impl", nargs="+", default=["reference"], help="step implementations to compare")
+    p.add_argument("--impl", nargs="+", default=["reference"], help="step implementations: reference, chunked")
+    p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
     p.add_argument("--json", action="store_true", help="one JSON object per line per (num_decode, mode)")
@@ -231,15 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--vocab must be >= 2, got {args.vocab}")
     if any(n < 1 for n in args.num_decode):
         raise ValueError("--num-decode values must be >= 1")
-    if "chunked" in args.impl:
-        from . import chunked  # noqa: F401  (registers itself)
-    unknown = [i for i in args.impl if i not in IMPLS]
+    unknown = [i for i in args.impl if i not in SAMPLER_IMPLS]
     if unknown:
-        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(sorted(IMPLS))}")
+        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_IMPLS)}")
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise ValueError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     device = resolve_device(args.device)
     rows = []
     for n in args.num_decode:
-        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy)
+        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size)
         _check_fits_in_ram(case)
         for row in run_case(case, args.impl):
             rows.append(row)

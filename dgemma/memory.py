@@ -120,7 +120,7 @@ class TransientTracker(TorchDispatchMode):
             if self._on_change is not None:
                 self._on_change(added)
             if self.limit is not None and live > self.limit:
-                raise_out_of_memory(live, self.limit - (live - added), f"{func.__name__.split('.')[0]} (+{format_bytes(added)})")
+                raise_out_of_memory(added, max(0, self.limit - (live - added)), f"{func.__name__.split('.')[0]}")
         return out
 
 

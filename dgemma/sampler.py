@@ -22,6 +22,7 @@ stream, so any tile split and any batch composition give the same tokens.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -198,6 +199,55 @@ def keyed_tokens(keys: torch.Tensor, canvas_length: int, vocab_size: int) -> tor
 # --------------------------------------------------------------------------- the step
 
 
+@dataclass(frozen=True)
+class LMHead:
+    """The model's output projection: logits = softcap(hidden @ weight.T) in fp32 (as transformers)."""
+
+    weight: torch.Tensor  # [vocab, hidden]
+    softcap: float | None = None
+
+    def project(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """fp32 logits of vocab entries [start, stop) for hidden states [..., hidden]."""
+        weight = self.weight if start == 0 and stop in (None, self.weight.shape[0]) else self.weight[start:stop]
+        logits = torch.nn.functional.linear(hidden, weight).float()
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What a tile samples from: logits [n, CL, vocab], or hidden states [n, CL, hidden] and the
+    LM head that projects them (then no [n, CL, vocab] tensor need exist outside a tile)."""
+
+    logits: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+    head: LMHead | None = None
+
+    @property
+    def rows(self) -> int:
+        return (self.logits if self.logits is not None else self.hidden).shape[0]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.logits.shape[-1] if self.logits is not None else self.head.weight.shape[0]
+
+    def tile(self, start: int, stop: int) -> Scores:
+        if self.logits is not None:
+            return Scores(logits=self.logits[start:stop])
+        return Scores(hidden=self.hidden[start:stop], head=self.head)
+
+    def full(self) -> torch.Tensor:
+        """The tile's fp32 logits over the whole vocabulary (the projection's output, if any)."""
+        return self.logits.float() if self.logits is not None else self.head.project(self.hidden)
+
+    def chunk(self, start: int, stop: int) -> torch.Tensor:
+        """fp32 logits of vocab entries [start, stop) only."""
+        if self.logits is not None:
+            return self.logits[..., start:stop].float()
+        return self.head.project(self.hidden, start, stop)
+
+
 @dataclass
 class TileInputs:
     """The per-row settings and state one tile reads (rows = requests in the tile)."""
@@ -226,7 +276,7 @@ class TileResult:
 
 
 def reference_tile(
-    logits: torch.Tensor,
+    scores: Scores,
     inputs: TileInputs,
     embed_weight: torch.Tensor,
     normalizer: float,
@@ -236,6 +286,7 @@ def reference_tile(
     Pure: reads `inputs`, returns new tensors, writes no state, so a tile that runs out of
     memory can be split and retried with no trace of the failed attempt.
     """
+    logits = scores.full()
     n, canvas_length, vocab_size = logits.shape
     device = logits.device
 
@@ -257,13 +308,35 @@ def reference_tile(
     mean_entropy = entropy.mean(dim=-1)
     confident = mean_entropy < inputs.confidence_threshold
 
+    # ---- Phases 4-6: acceptance, re-noising, stability, convergence
+    next_canvas, accepted, history, converged = settle(sampled, draft, entropy, confident, inputs, vocab_size)
+
+    # ---- Phase 7: carry-over: self-conditioning soft embedding and the draft's logprobs
+    soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
+    logprobs = log_probs.gather(-1, draft[..., None]).squeeze(-1)
+
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+
+
+def settle(
+    sampled: torch.Tensor,
+    draft: torch.Tensor,
+    entropy: torch.Tensor,
+    confident: torch.Tensor,
+    inputs: TileInputs,
+    vocab_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Phases 4-6 on [n, CL] tensors, shared by every step implementation:
+    returns (next canvas, accepted mask, new history, converged)."""
+    canvas_length = draft.shape[1]
+
     # ---- Phase 4: entropy-bound acceptance; re-noise the rest
     sorted_ent, sorted_idx = torch.sort(entropy, dim=-1, stable=True)
     cumsum_ent = torch.cumsum(sorted_ent, dim=-1)
     cummax_ent = torch.cummax(sorted_ent, dim=-1).values
     sorted_mask = (cumsum_ent - cummax_ent) <= inputs.entropy_bound[:, None]
     accepted = torch.zeros_like(sorted_mask).scatter_(1, sorted_idx, sorted_mask)
-    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
+    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, draft.device), canvas_length, vocab_size)
     next_canvas = torch.where(accepted, sampled, renoise)
 
     # ---- Phase 5: stability: the draft equals each of the last `stability_threshold` drafts
@@ -273,12 +346,7 @@ def reference_tile(
 
     # ---- Phase 6: convergence
     converged = (stable & confident) | inputs.last_step
-
-    # ---- Phase 7: carry-over: self-conditioning soft embedding and the draft's logprobs
-    soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
-    logprobs = log_probs.gather(-1, draft[..., None]).squeeze(-1)
-
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    return next_canvas, accepted, history, converged
 
 
 # --------------------------------------------------------------------------- per-slot state
@@ -328,6 +396,7 @@ class TiledSampler:
         tile_fn=reference_tile,
         impl: str = "reference",
         calibration: Calibration | None = None,
+        lm_head: LMHead | None = None,
     ):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
@@ -347,6 +416,7 @@ class TiledSampler:
         self.tile_fn = tile_fn
         self.impl = impl
         self._calibration = calibration  # None: measured on first use
+        self.lm_head = lm_head  # set: step() may take hidden states and project them per tile
 
         S, CL, H, dev = max_num_seqs, canvas_length, embed_weight.shape[1], self.device
         # State, preallocated per slot (vLLM's indexed-slot pattern).
@@ -420,7 +490,7 @@ class TiledSampler:
         """Transient bytes per request of this sampler's step, measured once on meta tensors."""
         if self._calibration is None:
             self._calibration = calibrate_tile(
-                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight.shape[1], self.embed_weight.dtype
+                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight, self.lm_head
             )
         return self._calibration
 
@@ -443,9 +513,9 @@ class TiledSampler:
             history_valid=self.history_valid[idx],
         )
 
-    def _run_tile(self, logits: torch.Tensor, slots: Sequence[int]) -> None:
+    def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
         idx = self._index(slots)
-        result = self.tile_fn(logits, self._tile_inputs(slots, idx), self.embed_weight, self.normalizer)
+        result = self.tile_fn(scores, self._tile_inputs(slots, idx), self.embed_weight, self.normalizer)
         # Write state only once the whole tile succeeded (a failed tile leaves no trace).
         self.canvas[idx] = result.next_canvas
         self.draft[idx] = result.draft
@@ -462,16 +532,27 @@ class TiledSampler:
         for s in slots:
             self._host[s].steps += 1
 
-    def step(self, logits: torch.Tensor, slots: Sequence[int]) -> StepOutput:
-        """One denoising step for the requests in `slots`, given their logits [n, CL, vocab]."""
+    def step(self, logits: torch.Tensor | None, slots: Sequence[int], hidden: torch.Tensor | None = None) -> StepOutput:
+        """One denoising step for the requests in `slots`, given their logits [n, CL, vocab] or,
+        with an `lm_head`, their decoder hidden states [n, CL, hidden] (projected per tile)."""
         slots = [int(s) for s in slots]
         n = len(slots)
-        if logits.dim() == 2:
-            logits = logits.view(n, self.canvas_length, -1)
-        if logits.shape[0] != n or logits.shape[1] != self.canvas_length:
-            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {n} slots x CL {self.canvas_length}")
-        if logits.shape[2] != self.vocab_size:
-            raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {self.vocab_size}")
+        if (logits is None) == (hidden is None):
+            raise ValueError("pass exactly one of logits or hidden")
+        if hidden is not None:
+            if self.lm_head is None:
+                raise ValueError("hidden states need a sampler built with an lm_head")
+            if tuple(hidden.shape[:2]) != (n, self.canvas_length):
+                raise ValueError(f"hidden of shape {tuple(hidden.shape)} do not match {n} slots x CL {self.canvas_length}")
+            scores = Scores(hidden=hidden, head=self.lm_head)
+        else:
+            if logits.dim() == 2:
+                logits = logits.view(n, self.canvas_length, -1)
+            if logits.shape[0] != n or logits.shape[1] != self.canvas_length:
+                raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {n} slots x CL {self.canvas_length}")
+            if logits.shape[2] != self.vocab_size:
+                raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {self.vocab_size}")
+            scores = Scores(logits=logits)
         started = time.time()
 
         # Plan: how many requests fit in one tile of the step's transient.
@@ -497,7 +578,7 @@ class TiledSampler:
             while pending:
                 start, end = pending.pop(0)
                 try:
-                    self._run_tile(logits[start:end], slots[start:end])
+                    self._run_tile(scores.tile(start, end), slots[start:end])
                     ran.append(end - start)
                 except torch.OutOfMemoryError as err:
                     # Out of memory is expected: split the tile in half and retry, down to one request.
@@ -568,14 +649,63 @@ def meta_tile_inputs(n: int, canvas_length: int) -> TileInputs:
     )
 
 
-def calibrate_tile(tile_fn, canvas_length: int, vocab_size: int, hidden: int, dtype: torch.dtype) -> Calibration:
-    """Measure `tile_fn`'s transient on meta tensors at the real shapes (no RAM, milliseconds)."""
+def calibrate_tile(
+    tile_fn, canvas_length: int, vocab_size: int, embed_weight: torch.Tensor, lm_head: LMHead | None = None
+) -> Calibration:
+    """Measure `tile_fn`'s transient on meta tensors at the real shapes (no RAM, milliseconds).
+
+    With an `lm_head` the tile takes hidden states and its projection's output counts as
+    transient; without, the logits are the caller's input and do not.
+    """
     meta = torch.device("meta")
-    embed = torch.empty(vocab_size, hidden, dtype=dtype, device=meta)
+    embed = torch.empty(embed_weight.shape, dtype=embed_weight.dtype, device=meta)
+    head = None if lm_head is None else LMHead(torch.empty(lm_head.weight.shape, dtype=lm_head.weight.dtype, device=meta), lm_head.softcap)
 
     def prepare(n: int):
-        logits = torch.empty(n, canvas_length, vocab_size, dtype=torch.float32, device=meta)
+        if head is None:
+            scores = Scores(logits=torch.empty(n, canvas_length, vocab_size, dtype=torch.float32, device=meta))
+        else:
+            scores = Scores(hidden=torch.empty(n, canvas_length, head.weight.shape[1], dtype=head.weight.dtype, device=meta), head=head)
         inputs = meta_tile_inputs(n, canvas_length)
-        return lambda: tile_fn(logits, inputs, embed, 1.0)
+        return lambda: tile_fn(scores, inputs, embed, 1.0)
 
     return calibrate(prepare, canvas_length, vocab_size)
+
+
+SAMPLER_IMPLS = ("reference", "chunked")
+
+
+def build_sampler(
+    impl: str,
+    max_num_seqs: int,
+    canvas_length: int,
+    vocab_size: int,
+    embed_weight: torch.Tensor,
+    normalizer: float,
+    memory: MemoryDevice | None = None,
+    tiling: str | int = "auto",
+    lm_head: LMHead | None = None,
+    chunk_size: int | None = None,
+    fraction: float = 0.5,
+) -> TiledSampler:
+    """A tiled sampler running the `impl` step: "reference" (eager, the one that runs out of
+    memory) or "chunked" (streams the vocabulary; chunk size from free memory unless given)."""
+    memory = memory if memory is not None else HostMemory()
+    if impl == "reference":
+        tile_fn = reference_tile
+    elif impl == "chunked":
+        from .chunked import choose_chunk_size, chunked_tile
+
+        if chunk_size is None:
+            chunk_size = choose_chunk_size(
+                vocab_size, canvas_length, max_num_seqs, memory.free_bytes(), embed_weight, lm_head, fraction
+            )
+        elif chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        tile_fn = functools.partial(chunked_tile, chunk_size=chunk_size)
+    else:
+        raise ValueError(f"unknown sampler {impl!r}: choose from {', '.join(SAMPLER_IMPLS)}")
+    return TiledSampler(
+        max_num_seqs, canvas_length, vocab_size, embed_weight, normalizer,
+        memory=memory, tiling=tiling, tile_fn=tile_fn, impl=impl, lm_head=lm_head, fraction=fraction,
+    )  # fmt: skip

@@ -18,7 +18,7 @@ from dgemma.memory import (
     plan_tiles,
     resolve_device,
 )
-from dgemma.sampler import RowKey, TileInputs, calibrate_tile, reference_tile
+from dgemma.sampler import RowKey, Scores, TileInputs, calibrate_tile, reference_tile
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_virtual_device_counts_resident_bytes_against_the_budget():
 
 def test_calibration_on_meta_matches_the_real_step():
     CL, V, H = 16, 3000, 8
-    calibration = calibrate_tile(reference_tile, CL, V, H, torch.float32)
+    calibration = calibrate_tile(reference_tile, CL, V, torch.empty(V, H))
     logits = torch.randn(3, CL, V)
     embed = torch.randn(V, H)
     inputs = TileInputs(
@@ -98,12 +98,12 @@ def test_calibration_on_meta_matches_the_real_step():
         history=torch.full((3, 8, CL), -1),
         history_valid=torch.zeros(3, 8, dtype=torch.bool),
     )
-    real = measure_peak(lambda: reference_tile(logits, inputs, embed, 1.0))
+    real = measure_peak(lambda: reference_tile(Scores(logits=logits), inputs, embed, 1.0))
     assert real == pytest.approx(calibration.tile_bytes(3), rel=0.02)
 
 
 def test_reference_step_holds_seven_fp32_copies_per_request_at_real_scale():
-    calibration = calibrate_tile(reference_tile, 256, 262_144, 2816, torch.bfloat16)
+    calibration = calibrate_tile(reference_tile, 256, 262_144, torch.empty(262_144, 2816, dtype=torch.bfloat16, device="meta"))
     assert calibration.copies_per_request == pytest.approx(7.0, abs=0.05)
     # The source's figure: 16 requests need 28,672 MiB of transient memory.
     assert calibration.tile_bytes(16) / MiB == pytest.approx(28_672, rel=0.01)
