@@ -71,6 +71,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    from dgemma.model import ModelLoadError, resolve_source
+
+    try:  # a missing checkpoint is one line now, not after the UI libraries have loaded
+        resolve_source(args.model)
+    except ModelLoadError as err:
+        print(f"app.py: error: {err}", file=sys.stderr)
+        return 2
     from dgemma.ui.engine_backend import BackendError, make_backend
 
     try:

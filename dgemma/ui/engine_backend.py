@@ -1,8 +1,9 @@
 """The real backend: the loaded model and dgemma.engine behind the UI's small interface.
 
-One engine per tiling mode, created when first asked for and sharing the loaded weights: the
-main one tiles "auto"; a run that asks for "off" or a fixed tile size goes to its own engine,
-because tiling is a property of the sampler every request in a step shares. Each run subscribes
+One engine per (tiling, memory budget), created when first asked for and sharing the loaded
+weights: the main one tiles "auto" under the server's --memory-budget; a run that asks for
+"off", a fixed tile size or another budget goes to its own engine, because tiling and memory are
+properties of the sampler every request in a step shares. Each run subscribes
 to the engine under a key of its own, so it sees exactly its requests' events and the tile
 plans of the steps they took part in, and cancelling it touches nobody else's requests.
 """
@@ -26,7 +27,7 @@ from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings
 
 FINAL = ("done", "cancelled", "error")
-MAX_ENGINES = 4  # auto, off and two fixed tile sizes at most: each engine is a thread and a sampler
+MAX_ENGINES = 4  # e.g. auto, off and two more: each engine is a thread, a sampler and a budget
 
 
 class BackendError(RuntimeError):
@@ -98,13 +99,13 @@ class EngineBackend:
         self.limits = limits
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
-        self._engines: dict[str, Engine] = {}
+        self._engines: dict[tuple[str, int | None], Engine] = {}
         self._lock = threading.Lock()
-        main = self.engine("auto")
+        main = self.engine("auto", None)
         p = main.default_params
         self.defaults = Settings(
             # Two canvases by default: enough to watch a commit, short enough for a laptop.
-            max_new_tokens=min(limits.max_new_tokens, 2 * loaded.canvas_length),
+            max_new_tokens=min(limits.max_new_tokens, 64),  # the CLI's default: same call, same tokens
             max_denoising_steps=p.max_denoising_steps, t_min=p.t_min, t_max=p.t_max,
             entropy_bound=p.entropy_bound, confidence_threshold=p.confidence_threshold,
             stability_threshold=p.stability_threshold, seed=0, greedy=False, tiling="auto",
@@ -115,20 +116,28 @@ class EngineBackend:
             f"memory budget {budget_text or 'none'}"
         )
 
-    def engine(self, tiling: str) -> Engine:
+    def engine(self, tiling: str, budget: str | None) -> Engine:
+        """The engine for a tiling mode and a memory budget (None: the server's)."""
+        nbytes = parse_size(budget) if budget else self.config.memory_budget
+        if nbytes != self.config.memory_budget and self.loaded.device.type == "cuda":
+            # On CUDA a budget is the process's allocator cap: one per server, set at start-up.
+            raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")
+        key = (tiling, nbytes)
         with self._lock:
-            engine = self._engines.get(tiling)
+            engine = self._engines.get(key)
             if engine is None:
                 if len(self._engines) >= MAX_ENGINES:
-                    raise ValueError(
-                        f"This server already runs {MAX_ENGINES} tiling modes ({', '.join(self._engines)}); "
-                        "use one of them."
-                    )
-                engine = self._engines[tiling] = Engine(self.loaded, replace(self.config, tiling=tiling)).start()
+                    modes = ", ".join(f"{t}/{format_bytes(b) if b else 'no budget'}" for t, b in self._engines)
+                    raise ValueError(f"This server already runs {MAX_ENGINES} tiling and budget settings ({modes}); use one of them.")
+                try:
+                    engine = Engine(self.loaded, replace(self.config, tiling=tiling, memory_budget=nbytes)).start()
+                except EngineError as err:
+                    raise ValueError(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None
+                self._engines[key] = engine
             return engine
 
     def start(self, prompts: list[str], settings: Settings) -> EngineRun:
-        return EngineRun(self.engine(settings.tiling), prompts, settings)
+        return EngineRun(self.engine(settings.tiling, settings.memory_budget), prompts, settings)
 
     def info(self) -> dict:
         return {

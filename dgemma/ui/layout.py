@@ -101,8 +101,9 @@ def build_demo(backend: Backend) -> gr.Blocks:
                     tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
                                       info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
                     tile_size = gr.Number(4, label="fixed tile size N", precision=0)
-                    gr.Textbox(backend.info().get("memory_budget", "none"), label="memory budget",
-                               interactive=False, info="set with --memory-budget when starting the app")
+                    budget = gr.Textbox("", label="memory budget",
+                                        placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
+                                        info="empty: the server's --memory-budget; e.g. 64MiB runs on a budgeted engine of its own")
             status = gr.Markdown("Idle.", elem_id="status")
             cards = gr.HTML(render_board(Board()), elem_id="cards")
             with gr.Row():
@@ -118,13 +119,14 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         # ---------------------------------------------------------------- events
 
-        def generate_stream(text, n, mode, fixed, new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_,
-                            greedy_, request: gr.Request) -> Iterator[tuple]:
+        def generate_stream(text, n, mode, fixed, budget_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
+                            seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
             values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
             try:
                 batch = parse_prompts(prompts_from_text(text, n), limits)
                 raw = dict(zip(SETTING_NAMES, values, strict=True))
                 raw["tiling"] = _tiling(mode, fixed)
+                raw["memory_budget"] = (budget_ or "").strip() or None
                 settings = parse_settings(raw, defaults, limits, backend.max_num_seqs)
             except SettingsError as err:
                 raise gr.Error(str(err)) from None
@@ -151,7 +153,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         run_event = run.click(
             gpu(generate_stream),
-            inputs=[prompts, concurrent, tiling, tile_size, max_new_tokens, max_steps, t_min, t_max,
+            inputs=[prompts, concurrent, tiling, tile_size, budget, max_new_tokens, max_steps, t_min, t_max,
                     entropy_bound, confidence, stability, seed, greedy],
             outputs=[cards, entropy_plot, tile_plot, status],
             api_name="generate_stream", api_visibility="undocumented",

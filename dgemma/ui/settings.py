@@ -39,6 +39,7 @@ class Settings:
     seed: int = 0
     greedy: bool = False
     tiling: str = "auto"  # auto | off | N (requests per tile)
+    memory_budget: str | None = None  # e.g. "512MiB"; None = the server's --memory-budget
 
 
 # name -> (kind, low, high): inclusive bounds that keep a run sane on a laptop and a Space.
@@ -94,6 +95,18 @@ def _tiling(value: Any, max_num_seqs: int) -> str:
     raise SettingsError(f"Setting 'tiling' must be auto, off, or a tile size from 1 to {max_num_seqs}, got {str(value)[:40]!r}.")
 
 
+def _budget(value: Any) -> str:
+    from dgemma.memory import parse_size  # a size such as 512MiB, the CLI's --memory-budget syntax
+
+    try:
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError
+        parse_size(value)
+    except ValueError:
+        raise SettingsError(f"Setting 'memory_budget' must be a size such as 512MiB or 2GiB, got {str(value)[:40]!r}.") from None
+    return str(value).strip()
+
+
 def parse_settings(raw: dict | None, defaults: Settings, limits: Limits, max_num_seqs: int) -> Settings:
     """Checked settings: `defaults` overridden by `raw` (CLI names; dashes or underscores)."""
     if raw is None:
@@ -111,6 +124,8 @@ def parse_settings(raw: dict | None, defaults: Settings, limits: Limits, max_num
             values[name] = _bool(name, value)
         elif name == "tiling":
             values[name] = _tiling(value, max_num_seqs)
+        elif name == "memory_budget":
+            values[name] = _budget(value)
         else:
             kind, low, high = _RULES[name]
             if name == "max_new_tokens":

@@ -1,0 +1,147 @@
+"""The app as a server: `python app.py` on 127.0.0.1, driven through gradio_client.
+
+- the `generate` endpoint gives the same texts, steps and seeds as `python -m dgemma.generate`;
+- bad input is one clear sentence (gradio_client's AppError), and the server keeps serving;
+- two sessions streaming at once each see only their own requests;
+- flags: a bad one is one line and exit 2, before anything loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from app_server import ROOT, shared
+
+# The embedded model, as `python app.py` uses it with no flags. DGEMMA_TEST_MODEL points both the
+# server and the CLI at another checkpoint (e.g. before assets/model is trained).
+MODEL = os.environ.get("DGEMMA_TEST_MODEL")
+MODEL_ARGS = ["--model", MODEL] if MODEL else []
+PROMPTS = ["add 12+34", "reverse hello", "The cat sat on the mat.", "Once upon a time",
+           "count to five", "The sky is", "copy abc", "Two plus two is"]  # fmt: skip
+SETTINGS = {"seed": 100, "max_new_tokens": 32}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.url, verbose=False)
+
+
+def test_startup_is_quick(server):
+    assert server.startup_s < 30, f"app.py took {server.startup_s:.1f} s to serve"  # goal 15 s; CI is shared
+
+
+def test_generate_matches_the_cli(client):
+    # The CLI starts first and runs while the API call does: the same tokens from two processes.
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "dgemma.generate", *MODEL_ARGS, "--seed", str(SETTINGS["seed"]),
+         "--max-new-tokens", str(SETTINGS["max_new_tokens"]), "--json",
+         *[arg for p in PROMPTS for arg in ("--prompt", p)]],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    result = client.predict(PROMPTS, SETTINGS, api_name="/generate")
+    stdout, stderr = cli.communicate(timeout=300)
+    assert cli.returncode == 0, stderr
+    rows = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    expected = [r for r in rows if "summary" not in r]
+    assert [o["prompt"] for o in result["outputs"]] == PROMPTS
+    for api, ref in zip(result["outputs"], expected, strict=True):
+        assert (api["prompt"], api["text"], api["steps"], api["seed"]) == (ref["prompt"], ref["text"], ref["steps"], ref["seed"])
+    assert [o["seed"] for o in result["outputs"]] == list(range(100, 108))
+    plans = result["tile_plans"]
+    assert plans and {"num_decode", "group", "tiles", "free_bytes", "peak_transient_bytes"} <= set(plans[0])
+
+
+def test_api_page_lists_generate(client):
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert "/generate" in api
+    names = [p["parameter_name"] for p in api["/generate"]["parameters"]]
+    assert names == ["prompts", "settings"]
+
+
+BAD = [
+    ([], None, "Give at least one prompt."),
+    (["x"] * 65, None, "Too many prompts: 65 given, at most 64 per call."),
+    (["  "], None, "Prompt 1 is empty"),
+    (["x" * 1_000_000], None, "characters long"),
+    (["ok"], {"seed": "abc"}, "Setting 'seed' must be a number"),
+    (["ok"], {"t_min": "nan"}, "must be a finite number"),
+    (["ok"], {"max_new_tokens": -3}, "Setting 'max_new_tokens' must be between 1 and 256"),
+    (["ok"], {"t_min": 0.9, "t_max": 0.2}, "must not be below"),
+    (["ok"], {"model": "/tmp/evil"}, "Unknown setting 'model'"),
+    (["ok"], {"memory_budget": "1KiB"}, "model weights"),
+    (["ok"], {"memory_budget": "lots"}, "must be a size"),
+]
+
+
+@pytest.mark.parametrize("prompts, settings, words", BAD, ids=[w.split()[0] + str(i) for i, (_, _, w) in enumerate(BAD)])
+def test_bad_input_is_one_clear_sentence(client, prompts, settings, words):
+    with pytest.raises(AppError) as err:
+        client.predict(prompts, settings, api_name="/generate")
+    message = str(err.value)
+    assert words in message, message
+    assert "Traceback" not in message and "\n" not in message.strip()
+
+
+def test_server_still_serves_after_bad_input(client):
+    out = client.predict(["copy abc"], {"seed": 3, "max_new_tokens": 8}, api_name="/generate")
+    assert out["outputs"][0]["seed"] == 3
+
+
+def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
+    job = Client(url, verbose=False).submit(
+        text, n, "auto", 4, "", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, api_name="/generate_stream"
+    )
+    frames = list(job)
+    seen[key] = frames
+
+
+def test_two_sessions_see_only_their_own_canvases(server):
+    seen: dict[str, list] = {}
+    threads = [
+        threading.Thread(target=_stream, args=(server.url, "alpha prompt", 3, seen, "a")),
+        threading.Thread(target=_stream, args=(server.url, "omega prompt", 2, seen, "b")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    last_a, last_b = seen["a"][-1][0], seen["b"][-1][0]
+    assert last_a.count('class="card ') == 3 and last_b.count('class="card ') == 2
+    assert "alpha prompt" in last_a and "omega prompt" not in last_a
+    assert "omega prompt" in last_b and "alpha prompt" not in last_b
+    assert last_a.count("status-done") == 3 and last_b.count("status-done") == 2
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--port", "99999"], "a port is at most 65535"),
+        (["--max-num-seqs", "0"], "at least 1"),
+        (["--memory-budget", "lots"], "malformed size"),
+        (["--device", "tpu"], "invalid choice"),
+    ],
+)
+def test_bad_flags_are_one_line(flags, words):
+    out = subprocess.run([sys.executable, str(ROOT / "app.py"), *flags], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_unknown_model_is_one_line():
+    out = subprocess.run([sys.executable, str(ROOT / "app.py"), "--model", "/nonexistent/ckpt", "--port", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("app.py: error:") and len(out.stderr.strip().splitlines()) == 1, out.stderr
