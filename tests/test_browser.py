@@ -1,0 +1,90 @@
+"""A real browser on the real app: Playwright driving Debian's chromium against `python app.py`.
+
+Click Run: canvases appear and change over at least 3 denoising steps, both charts hold data.
+Tiling vs OOM: the untiled run shows the out-of-memory message, the tiled run succeeds, the
+tokens are identical. Screenshots go to assets/screenshots/ (docs/app.md shows them).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app_server import ROOT, shared
+from test_app_api import MODEL_ARGS
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "assets" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
+    from playwright.sync_api import sync_playwright
+
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
+        page = browser.new_page(viewport={"width": 1360, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url, wait_until="networkidle")
+        page.errors = errors
+        yield page
+        browser.close()
+
+
+# Records, for every card, the canvas shown at every step the page displayed: frames can come
+# faster than a test can poll, so the page itself keeps the history.
+RECORD = """() => {
+  window.__seen = {};
+  const record = () => document.querySelectorAll('#cards .card').forEach(c => {
+    const canvas = c.querySelector('.canvas');
+    if (+c.dataset.step > 0 && canvas) (window.__seen[c.dataset.request] ||= {})[c.dataset.step] = canvas.innerText;
+  });
+  new MutationObserver(record).observe(document.querySelector('#cards'),
+    {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+
+
+def test_run_shows_canvases_denoising_and_live_charts(page):
+    page.evaluate(RECORD)
+    page.click("#run")
+    page.wait_for_selector("#cards .card", timeout=30_000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.wait_for_selector("#cards .card .canvas .tok", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "generate-live.png"), full_page=True)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))",
+        timeout=120_000,
+    )
+    seen: dict[str, dict[str, str]] = page.evaluate("() => window.__seen")
+    # Some card was shown at 3 or more different steps, with 3 or more different canvases.
+    best = max(seen.values(), key=len)
+    assert len(best) >= 3 and len(set(best.values())) >= 3, seen
+    # Both charts hold data: one line per request, and one bar per sampler call.
+    lines = page.locator("#entropy-plot .scatterlayer .trace").count()
+    bars = page.locator("#tile-plot .barlayer .point").count()
+    assert lines >= 1 and bars >= 3, (lines, bars)
+    assert page.locator("#cards .card .committed").first.inner_text().strip()
+    page.screenshot(path=str(SHOTS / "generate.png"), full_page=True)
+    assert not page.errors, page.errors
+
+
+def test_lesson_untiled_runs_out_of_memory_tiled_completes(page):
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=90_000)
+    untiled = page.inner_text("#lesson-untiled")
+    assert page.locator("#lesson-untiled [data-outcome=oom]").count() == 1, untiled
+    assert "out of memory" in untiled and "Needed" in untiled and "free" in untiled
+    assert page.locator("#lesson-tiled [data-outcome=ok]").count() == 1, page.inner_text("#lesson-tiled")
+    assert page.locator("#lesson-verdict [data-outcome=identical]").count() == 1, page.inner_text("#lesson-verdict")
+    assert page.locator("#lesson-plot .barlayer .point").count() >= 1
+    page.screenshot(path=str(SHOTS / "lesson.png"), full_page=True)
+    assert not page.errors, page.errors
