@@ -53,7 +53,7 @@ def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    prompts = "The cat sat on the mat.\nOnce upon a time\nThe sky is\nTwo plus two is"
+    prompts = "add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"
     latencies: list[float] = []
     stop = threading.Event()
 

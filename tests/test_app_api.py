@@ -24,8 +24,8 @@ from app_server import ROOT, shared
 # server and the CLI at another checkpoint (e.g. before assets/model is trained).
 MODEL = os.environ.get("DGEMMA_TEST_MODEL")
 MODEL_ARGS = ["--model", MODEL] if MODEL else []
-PROMPTS = ["add 12+34", "reverse hello", "The cat sat on the mat.", "Once upon a time",
-           "count to five", "The sky is", "copy abc", "Two plus two is"]  # fmt: skip
+PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
+           "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river"]  # fmt: skip
 SETTINGS = {"seed": 100, "max_new_tokens": 32}
 
 
@@ -96,7 +96,7 @@ def test_bad_input_is_one_clear_sentence(client, prompts, settings, words):
 
 
 def test_server_still_serves_after_bad_input(client):
-    out = client.predict(["copy abc"], {"seed": 3, "max_new_tokens": 8}, api_name="/generate")
+    out = client.predict(["reverse abc"], {"seed": 3, "max_new_tokens": 8}, api_name="/generate")
     assert out["outputs"][0]["seed"] == 3
 
 
@@ -111,8 +111,8 @@ def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
 def test_two_sessions_see_only_their_own_canvases(server):
     seen: dict[str, list] = {}
     threads = [
-        threading.Thread(target=_stream, args=(server.url, "alpha prompt", 3, seen, "a")),
-        threading.Thread(target=_stream, args=(server.url, "omega prompt", 2, seen, "b")),
+        threading.Thread(target=_stream, args=(server.url, "add 11+22", 3, seen, "a")),
+        threading.Thread(target=_stream, args=(server.url, "reverse omega", 2, seen, "b")),
     ]
     for t in threads:
         t.start()
@@ -120,8 +120,8 @@ def test_two_sessions_see_only_their_own_canvases(server):
         t.join(timeout=300)
     last_a, last_b = seen["a"][-1][0], seen["b"][-1][0]
     assert last_a.count('class="card ') == 3 and last_b.count('class="card ') == 2
-    assert "alpha prompt" in last_a and "omega prompt" not in last_a
-    assert "omega prompt" in last_b and "alpha prompt" not in last_b
+    assert "add 11+22" in last_a and "reverse omega" not in last_a
+    assert "reverse omega" in last_b and "add 11+22" not in last_b
     assert last_a.count("status-done") == 3 and last_b.count("status-done") == 2
 
 

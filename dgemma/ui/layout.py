@@ -22,9 +22,11 @@ from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings, pro
 from dgemma.ui.stream import frames
 from dgemma.ui.zerogpu import gpu
 
+# The embedded model's own task families (dgemma/corpus.py): it knows lowercase letters, digits
+# and " .+:," only, and these are the prompts it was trained to answer.
 EXAMPLES = [
-    ["The cat sat on the mat.\nOnce upon a time\nThe sky is"],
-    ["A list of colours:\nTwo plus two is\nThe capital of France is"],
+    ["add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"],
+    ["sort 3 1 4 1 5\nrepeat ab 4\nadd 57+68\nstory: red fox, river"],
 ]
 
 ENTROPY_TEXT = (

@@ -30,7 +30,7 @@ from dgemma.ui.settings import Settings
 
 REAL_VOCAB = 262_144
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
-PROMPTS = ("The cat sat on the mat.", "Once upon a time", "The sky is", "Two plus two is")
+PROMPTS = ("add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park")  # the embedded model's tasks
 
 
 def _vocab(loaded: LoadedModel, real_scale: bool) -> int:
