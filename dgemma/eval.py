@@ -1,0 +1,258 @@
+"""`python -m dgemma.eval [--json]`: score a DiffusionGemma checkpoint on the held-out prompts.
+
+Each implementation ("impl") is one function in `IMPLS` that turns a batch of prompts into
+`Generation`s: the text plus, per canvas, how many denoising steps it took and whether the stopping
+rule (stable and confident) fired before `max_denoising_steps`. Adding an implementation (the
+project's engine) is adding one function there.
+
+Figures per (impl, family): exact_match (checkable families), converged_fraction (canvases the
+stopping rule ended before max steps), mean_steps (decoder passes per canvas), and for prose
+lexicon_fraction (share of generated words that belong to the grammar's lexicon).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+    DiffusionGemmaGenerationConfig,
+    EntropyBoundSamplerConfig,
+    StableAndConfidentStoppingCriteria,
+)
+
+from dgemma import corpus
+
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "model"
+
+
+@dataclass(frozen=True)
+class Canvas:
+    steps: int  # decoder passes this canvas took
+    converged: bool  # the stopping rule fired before max_denoising_steps
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str  # the answer, decoded up to EOS
+    canvases: tuple[Canvas, ...]  # the canvases up to and including the one holding EOS
+
+
+# --- impl "transformers": the reference model.generate() ----------------------------------
+
+
+class StoppingRuleRecorder:
+    """A draft streamer that re-applies generate()'s own stopping rule to each step's logits.
+
+    generate() hands a streamer with `_takes_logits` the processed logits of every denoising step,
+    and freezes the logits of rows that have stopped; so the first step at which transformers'
+    `StableAndConfidentStoppingCriteria` holds for a row is the step at which that row stopped.
+    Each `put` (the prompt, then each committed canvas) starts a new canvas.
+    """
+
+    _takes_logits = True
+
+    def __init__(self, config: DiffusionGemmaGenerationConfig):
+        self.rule = StableAndConfidentStoppingCriteria(config.stability_threshold, config.confidence_threshold)
+        self.fired_at: list[torch.Tensor] = []  # per canvas: [B] step the rule fired, 0 = never
+        self._step = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.rule.reset()
+        self._step = 0
+        self._current: torch.Tensor | None = None
+
+    def put_draft(self, logits: torch.Tensor) -> None:
+        self._step += 1
+        if self._current is None:
+            self._current = torch.zeros(logits.shape[0], dtype=torch.long)
+            self.fired_at.append(self._current)
+        fired = self.rule(logits.argmax(-1), logits).cpu()
+        self._current[fired & (self._current == 0)] = self._step
+
+    def end(self) -> None:
+        pass
+
+
+def generate_transformers(
+    model: DiffusionGemmaForBlockDiffusion,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    config: DiffusionGemmaGenerationConfig,
+    seed: int,
+) -> list[Generation]:
+    torch.manual_seed(seed)
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True)
+    recorder = StoppingRuleRecorder(config)
+    with torch.no_grad():
+        sequences = model.generate(
+            encoded.input_ids,
+            attention_mask=encoded.attention_mask,
+            generation_config=config,
+            streamer=recorder,
+        ).sequences
+    new_tokens = sequences[:, encoded.input_ids.shape[1] :]
+    canvas_length = model.config.canvas_length
+    results = []
+    for row, tokens in enumerate(new_tokens.tolist()):
+        eos_at = tokens.index(config.eos_token_id) if config.eos_token_id in tokens else len(tokens)
+        n_canvases = min(len(recorder.fired_at), eos_at // canvas_length + 1)
+        canvases = []
+        for index in range(n_canvases):
+            fired_at = int(recorder.fired_at[index][row])
+            converged = 0 < fired_at < config.max_denoising_steps
+            canvases.append(Canvas(fired_at if fired_at else config.max_denoising_steps, converged))
+        text = tokenizer.decode(tokens[:eos_at], skip_special_tokens=True)
+        results.append(Generation(text, tuple(canvases)))
+    return results
+
+
+Impl = Callable[
+    [DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase, list[str], DiffusionGemmaGenerationConfig, int],
+    list[Generation],
+]
+IMPLS: dict[str, Impl] = {"transformers": generate_transformers}
+
+
+# --- scoring ------------------------------------------------------------------------------
+
+
+def lexicon_fraction(texts: list[str]) -> float:
+    generated = [word for text in texts for word in corpus.words(text)]
+    return sum(word in corpus.LEXICON for word in generated) / max(1, len(generated))
+
+
+def score_family(impl: str, family: str, examples: tuple[corpus.Example, ...], generations: list[Generation]) -> dict:
+    canvases = [canvas for generation in generations for canvas in generation.canvases]
+    row = {
+        "impl": impl,
+        "family": family,
+        "n": len(examples),
+        "exact_match": None,
+        "converged_fraction": round(sum(c.converged for c in canvases) / max(1, len(canvases)), 4),
+        "mean_steps": round(statistics.fmean(c.steps for c in canvases), 2) if canvases else None,
+    }
+    if family in corpus.CHECKABLE:
+        hits = sum(g.text == ex.answer for g, ex in zip(generations, examples))
+        row["exact_match"] = round(hits / len(examples), 4)
+    else:
+        row["lexicon_fraction"] = round(lexicon_fraction([g.text for g in generations]), 4)
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    """The figures averaged over families (exact match over the checkable ones only)."""
+
+    def mean(key: str, rows_: list[dict]) -> float | None:
+        values = [r[key] for r in rows_ if r.get(key) is not None]
+        return round(statistics.fmean(values), 4) if values else None
+
+    return {
+        "impl": rows[0]["impl"],
+        "n": sum(r["n"] for r in rows),
+        "exact_match": mean("exact_match", [r for r in rows if r["family"] in corpus.CHECKABLE]),
+        "converged_fraction": mean("converged_fraction", rows),
+        "mean_steps": mean("mean_steps", rows),
+        "lexicon_fraction": mean("lexicon_fraction", rows),
+    }
+
+
+def evaluate(
+    model: DiffusionGemmaForBlockDiffusion,
+    tokenizer: PreTrainedTokenizerBase,
+    impl: str,
+    families: list[str],
+    n: int,
+    config: DiffusionGemmaGenerationConfig,
+    seed: int = 0,
+    examples_shown: int = 0,
+) -> list[dict]:
+    rows = []
+    for family in families:
+        examples = corpus.heldout(family, n)
+        generations = IMPLS[impl](model, tokenizer, [ex.prompt for ex in examples], config, seed)
+        rows.append(score_family(impl, family, examples, generations))
+        for ex, g in list(zip(examples, generations))[:examples_shown]:
+            print(f"  {ex.prompt!r} -> {g.text!r}" + ("" if g.text == ex.answer else f"  (want {ex.answer!r})"))
+    return rows
+
+
+# --- CLI ----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m dgemma.eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded one)")
+    parser.add_argument("--n", type=int, default=50, help=f"held-out prompts per family (1..{corpus.HELDOUT_POOL})")
+    parser.add_argument("--impl", choices=[*IMPLS, "all"], default="transformers")
+    parser.add_argument("--families", nargs="+", choices=list(corpus.FAMILIES), default=list(corpus.FAMILIES))
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the sampler's randomness")
+    parser.add_argument("--show", type=int, default=0, help="print this many generations per family")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    tuning = parser.add_argument_group("generation overrides (default: the model's generation_config.json)")
+    tuning.add_argument("--max-denoising-steps", type=int)
+    tuning.add_argument("--t-min", type=float)
+    tuning.add_argument("--t-max", type=float)
+    tuning.add_argument("--entropy-bound", type=float)
+    tuning.add_argument("--confidence-threshold", type=float)
+    tuning.add_argument("--stability-threshold", type=int)
+    args = parser.parse_args(argv)
+    if not 1 <= args.n <= corpus.HELDOUT_POOL:
+        parser.error(f"--n must be in 1..{corpus.HELDOUT_POOL}, got {args.n}")
+    if not (args.model / "config.json").is_file():
+        parser.error(f"--model {args.model}: no config.json there (not a model directory)")
+    return args
+
+
+def generation_config_for(
+    model: DiffusionGemmaForBlockDiffusion, args: argparse.Namespace
+) -> DiffusionGemmaGenerationConfig:
+    """The model's generation config with the CLI overrides, resolved the way generate() resolves it."""
+    config = model.generation_config
+    overrides = {
+        key: getattr(args, key)
+        for key in ("max_denoising_steps", "t_min", "t_max", "confidence_threshold", "stability_threshold")
+        if getattr(args, key) is not None
+    }
+    if args.entropy_bound is not None:
+        overrides["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=args.entropy_bound)
+    # The very function generate() uses, so the stopping-rule recorder sees generate()'s own values.
+    config, _ = model._prepare_generation_config(config, **overrides)
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(args.model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    try:
+        config = generation_config_for(model, args)
+    except ValueError as error:
+        print(f"python -m dgemma.eval: error: {error}", file=sys.stderr)
+        return 2
+    impls = list(IMPLS) if args.impl == "all" else [args.impl]
+    for impl in impls:
+        rows = evaluate(model, tokenizer, impl, args.families, args.n, config, args.seed, args.show)
+        for row in rows:
+            print(json.dumps(row) if args.json else _format_row(row), flush=True)
+        summary = summarize(rows)
+        print(json.dumps({"summary": summary}) if args.json else _format_row({**summary, "family": "SUMMARY"}))
+    return 0
+
+
+def _format_row(row: dict) -> str:
+    figures = ", ".join(f"{key} {value}" for key, value in row.items() if key not in ("impl", "family"))
+    return f"{row['impl']:>12} {row['family']:>8}: {figures}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
