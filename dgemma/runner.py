@@ -7,9 +7,13 @@ The decoder runs all denoising canvases as ONE batch. Projections, norms, routin
 (with per-row positions) are row-wise, so batching them is exact. Two things are not:
 - attention, where each row must see its own cache. Padding the caches to one length and
   masking would change the floating-point reduction order with the batch's longest member, so
-  attention runs row by row on exactly the tensors a solo run builds: cat(own cache, own canvas);
+  attention runs per cache length (rows of equal length together) on exactly the tensors a solo
+  run builds: cat(own cache, own canvas);
 - the MoE experts, which gather the tokens routed to each expert from the whole batch into one
-  matmul whose shape (and so rounding) depends on the batch-mates. They run per canvas instead.
+  matmul whose shape (and so rounding) depends on the batch-mates. With few experts (<= 8, the
+  embedded model has 2) every expert runs densely over all tokens and the router's weights pick
+  the results — plain row-wise matmuls, so exact, and cheaper on a CPU than 2 grouped matmuls per
+  canvas; with many experts they run per canvas instead.
 So a request's logits do not depend on who shares its batch — on CPU they are bit-identical
 to its solo run, which is what makes a seeded request give the same tokens alone or among 32.
 (On CUDA, cuBLAS picks kernels by matrix shape, so expect agreement to float tolerance only.)
@@ -37,19 +41,35 @@ def ragged_attention(module, query, key, value, attention_mask, *, dgemma_caches
 
     Registered as an attention implementation for the decoder's attention modules only. Without
     `dgemma_caches` (e.g. inside transformers' own `generate`) it is the model's original attention.
+    Rows whose caches have the same length share one call (batch rows of an attention call are
+    computed independently); no row is ever padded.
     """
-    base = ALL_ATTENTION_FUNCTIONS.get_interface(module._dgemma_base_impl, _eager)
     if dgemma_caches is None:
+        base = ALL_ATTENTION_FUNCTIONS.get_interface(module._dgemma_base_impl, _eager)
         return base(module, query, key, value, attention_mask, **kwargs)
-    kwargs["is_causal"] = False  # the decoder is bidirectional over cache + canvas
-    outputs = []
-    for b, cache in enumerate(dgemma_caches):
-        layer = cache.layers[module.layer_idx]
-        k = torch.cat([layer.keys, key[b : b + 1]], dim=-2)  # what append_to_cache builds for a solo run
-        v = torch.cat([layer.values, value[b : b + 1]], dim=-2)
-        out, _ = base(module, query[b : b + 1], k, v, None, **kwargs)
-        outputs.append(out)
-    return torch.cat(outputs, dim=0), None
+    layers = [cache.layers[module.layer_idx] for cache in dgemma_caches]
+    groups: dict[int, list[int]] = {}
+    for b, layer in enumerate(layers):
+        groups.setdefault(layer.keys.shape[-2], []).append(b)
+    gqa = query.shape[1] != key.shape[1]
+    out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])  # [n, CL, heads, dim]
+    for rows in groups.values():
+        if len(rows) == 1:
+            b = rows[0]
+            q, k_cache, v_cache = query[b : b + 1], layers[b].keys, layers[b].values
+            k_new, v_new = key[b : b + 1], value[b : b + 1]
+        else:
+            index = torch.tensor(rows, device=query.device)
+            q, k_new, v_new = query[index], key[index], value[index]
+            k_cache = torch.cat([layers[b].keys for b in rows])
+            v_cache = torch.cat([layers[b].values for b in rows])
+        k = torch.cat([k_cache, k_new], dim=-2)  # what append_to_cache builds for a solo run
+        v = torch.cat([v_cache, v_new], dim=-2)
+        attn = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, scale=module.scaling, enable_gqa=gqa  # bidirectional: no mask, not causal
+        )
+        out[rows] = attn.transpose(1, 2)
+    return out, None
 
 
 def _eager(*args, **kwargs):
@@ -58,8 +78,25 @@ def _eager(*args, **kwargs):
     return eager_attention_forward(*args, **kwargs)
 
 
+DENSE_MAX_EXPERTS = 8  # dense costs num_experts / top_k times the routed FLOPs: fine for a few
+
+
+def dense_experts(module, hidden_states, top_k_index, top_k_weights):
+    """Every expert over every token, weighted by the router (zero where not routed): row-wise."""
+    out = torch.zeros_like(hidden_states)
+    for e in range(module.num_experts):
+        weight = (top_k_weights * (top_k_index == e)).sum(dim=-1, keepdim=True)  # [tokens, 1]
+        gate_up = torch.nn.functional.linear(hidden_states, module.gate_up_proj[e])
+        gate, up = gate_up.chunk(2, dim=-1)
+        expert_out = torch.nn.functional.linear(module.act_fn(gate) * up, module.down_proj[e])
+        out += expert_out * weight.to(expert_out.dtype)
+    return out
+
+
 def rowwise_experts(module, hidden_states, top_k_index, top_k_weights):
-    """The model's experts forward, run separately on each canvas's `_dgemma_rows` tokens."""
+    """Batch-invariant experts: dense for a few experts, else the model's own per canvas."""
+    if module.num_experts <= DENSE_MAX_EXPERTS:
+        return dense_experts(module, hidden_states, top_k_index, top_k_weights)
     base = ALL_EXPERTS_FUNCTIONS.get_interface(module._dgemma_base_impl, type(module).forward.__wrapped__)
     rows, n = module._dgemma_rows, hidden_states.shape[0]
     if n <= rows:

@@ -68,11 +68,11 @@ def test_committed_canvas_extends_the_cache_and_positions(runner, tiny_model):
 def test_batched_decode_of_different_cache_lengths_is_bit_identical_to_solo(which, tiny_model, tiny_sliding_model_dir):
     model = tiny_model if which == "full" else load_model(tiny_sliding_model_dir, device="cpu")
     runner = Runner(model.model)
-    lengths = [5, 13, 2, 20, 9]  # 13 and 20 exceed the sliding window of 8
+    lengths = [5, 13, 2, 20, 13, 5]  # 13 and 20 exceed the sliding window of 8; equal lengths share a call
     caches = make_caches(runner, lengths)
     canvases, prev_logits = batch_inputs(runner, len(lengths), model.vocab_size)
     soft = runner.soft_from_logits(prev_logits)
-    has_soft = torch.tensor([True, False, True, True, False])
+    has_soft = torch.tensor([True, False, True, True, False, True])
     batched = runner.decode(canvases, soft, has_soft, caches)
     for b in range(len(lengths)):
         solo = runner.decode(canvases[b : b + 1], soft[b : b + 1], has_soft[b : b + 1], [caches[b]])

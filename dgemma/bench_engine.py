@@ -1,0 +1,245 @@
+"""`python -m dgemma.bench engine`: the engine against transformers' own `generate()`, side by side.
+
+(a) batch: the same prompts, same sampling settings, all at once — engine canvas-tokens/s vs one
+    `model.generate()` call on the whole (left-padded) batch;
+(b) staggered: requests arriving at Poisson times — the engine (continuous batching) vs a server
+    that runs `generate()` on one request at a time, first come first served. Throughput ratio
+    and the engine's p50/p95 latency (arrival to final event); the baseline's are printed too.
+
+Canvas tokens = committed canvases x canvas length, counted the same way on both sides: a request's
+canvases up to and including the one holding its EOS (transformers keeps computing rows that
+finished; that work is not counted for it, but its time is). The baseline runs on a separately
+loaded, untouched copy of the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import sys
+import threading
+import time
+
+import torch
+
+from .cli import ArgumentParser
+
+
+def parse_args(argv: list[str] | None):
+    p = ArgumentParser(prog="python -m dgemma.bench engine", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="checkpoint (default: the embedded model)")
+    p.add_argument("--requests", type=int, default=32, help="prompts in the batch bench (default 32)")
+    p.add_argument("--staggered", type=int, default=64, help="requests in the staggered bench (default 64; 0 skips)")
+    p.add_argument("--max-num-seqs", type=int, default=32, help="engine slots (default 32)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's generation config")
+    p.add_argument("--max-denoising-steps", type=int, default=None, help="default: the model's generation config")
+    p.add_argument("--load", type=float, default=4.0,
+                   help="staggered arrival rate as a multiple of one-at-a-time generate()'s service rate (default 4)")
+    p.add_argument("--repeat", type=int, default=3, help="batch bench: best of N interleaved runs per side (default 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--only", choices=["batch", "staggered"], default=None)
+    p.add_argument("--json", action="store_true", help="one JSON object per bench")
+    args = p.parse_args(argv)
+    for name in ("requests", "max_num_seqs", "repeat"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.staggered < 0 or args.load <= 0:
+        p.error("--staggered must be >= 0 and --load > 0")
+    return args
+
+
+def bench_prompts(n: int) -> list[str]:
+    """Held-out prompts of every task family, interleaved (mixed lengths and answer lengths)."""
+    from . import corpus
+
+    pools = [corpus.heldout(family) for family in corpus.FAMILIES]
+    return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class Baseline:
+    """transformers' `model.generate()` on an untouched model, counting canvases like the engine."""
+
+    def __init__(self, loaded, settings: dict, max_new_tokens: int):
+        self.loaded, self.settings, self.max_new_tokens = loaded, settings, max_new_tokens
+        self.eos = set(loaded.eos_token_ids)
+
+    def run(self, prompts: list[str]) -> int:
+        """Generate for `prompts` in one batch; returns the canvases that count."""
+        tok, cl = self.loaded.tokenizer, self.loaded.canvas_length
+        ids = [self.loaded.encode(p) for p in prompts]
+        width = max(map(len, ids))
+        pad = tok.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (width - len(i)) + i for i in ids])  # left padding
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        out = self.loaded.model.generate(
+            input_ids.to(self.loaded.device), attention_mask=mask.to(self.loaded.device),
+            max_new_tokens=self.max_new_tokens, **self.settings,
+        )
+        new = out.sequences[:, width:].tolist()
+        canvases = 0
+        for row in new:
+            eos = next((j for j, t in enumerate(row) if t in self.eos), None)
+            canvases += (eos // cl + 1) if eos is not None else math.ceil(len(row) / cl)
+        return canvases
+
+
+def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, repeat: int) -> dict:
+    """Best of `repeat` interleaved runs per side: the CPU is shared, the minimum is the signal."""
+    cl = engine.canvas_length
+    engine_runs, baseline_runs = [], []
+    for _ in range(repeat):
+        started = time.monotonic()
+        finals = engine.generate(prompts, params, max_new_tokens)
+        engine_runs.append((time.monotonic() - started, finals))
+        _check(finals)
+        started = time.monotonic()
+        canvases = baseline.run(prompts)
+        baseline_runs.append((time.monotonic() - started, canvases))
+    engine_s, finals = min(engine_runs, key=lambda r: r[0])
+    baseline_s, canvases = min(baseline_runs, key=lambda r: r[0])
+    latencies = [f.extra["latency_s"] for f in finals]
+    engine_tps = sum(f.canvases for f in finals) * cl / engine_s
+    baseline_tps = canvases * cl / baseline_s
+    return dict(
+        bench="batch", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
+        baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
+        p50_s=round(percentile(latencies, 0.5), 3), p95_s=round(percentile(latencies, 0.95), 3),
+        engine_s=round(engine_s, 3), baseline_s=round(baseline_s, 3), repeat=repeat,
+        engine_canvases=sum(f.canvases for f in finals), baseline_canvases=canvases,
+    )
+
+
+def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: int, load: float, seed: int) -> dict:
+    cl = engine.canvas_length
+    # Service rate of the baseline: time one request alone (after warm-up, on a few prompts).
+    probe = prompts[: min(4, len(prompts))]
+    started = time.monotonic()
+    for p in probe:
+        baseline.run([p])
+    service_s = (time.monotonic() - started) / len(probe)
+    rate = load / service_s  # arrivals per second
+    rng = random.Random(seed)
+    arrivals, t = [], 0.0
+    for _ in prompts:
+        arrivals.append(t)
+        t += rng.expovariate(rate)
+
+    # Engine: a client thread submits at the arrival times; latency = arrival to final event.
+    handles = [None] * len(prompts)
+    t0 = time.monotonic()
+
+    def client():
+        for i, (p, q) in enumerate(zip(prompts, params)):
+            delay = t0 + arrivals[i] - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            handles[i] = engine.submit(p, q, max_new_tokens, stream_steps=False)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    thread.join()
+    finals = [h.result() for h in handles]
+    engine_end = time.monotonic() - t0
+    _check(finals)
+    engine_lat = [f.extra["latency_s"] for f in finals]
+    engine_tps = sum(f.canvases for f in finals) * cl / engine_end
+
+    # Baseline: one request at a time, first come first served, same arrival times.
+    t0 = time.monotonic()
+    base_lat, canvases = [], 0
+    for i, p in enumerate(prompts):
+        delay = t0 + arrivals[i] - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        canvases += baseline.run([p])
+        base_lat.append(time.monotonic() - t0 - arrivals[i])
+    baseline_end = time.monotonic() - t0
+    baseline_tps = canvases * cl / baseline_end
+    return dict(
+        bench="staggered", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
+        baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
+        p50_s=round(percentile(engine_lat, 0.5), 3), p95_s=round(percentile(engine_lat, 0.95), 3),
+        baseline_p50_s=round(percentile(base_lat, 0.5), 3), baseline_p95_s=round(percentile(base_lat, 0.95), 3),
+        arrival_rate_per_s=round(rate, 3), baseline_service_s=round(service_s, 3),
+    )
+
+
+def _check(finals) -> None:
+    failed = [f for f in finals if f.status != "done"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} engine requests failed, first: {failed[0].error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    from .engine import Engine, EngineConfig
+    from .model import load_model
+    from .sampler import SamplingParams
+
+    hf_logging.disable_progress_bar()
+    engine_model = load_model(args.model)
+    baseline_model = load_model(args.model)  # untouched: the engine patches its own copy's decoder
+    gen = engine_model.model.generation_config
+    overrides = {"max_denoising_steps": args.max_denoising_steps}
+    max_new_tokens = args.max_new_tokens or getattr(gen, "max_new_tokens", None) or 64
+    base_params = SamplingParams.from_generation_config(gen, **overrides)
+    settings = dict(
+        max_denoising_steps=base_params.max_denoising_steps, t_min=base_params.t_min, t_max=base_params.t_max,
+        stability_threshold=base_params.stability_threshold, confidence_threshold=base_params.confidence_threshold,
+    )
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
+    settings["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=float(base_params.entropy_bound))
+    baseline = Baseline(baseline_model, settings, max_new_tokens)
+
+    engine = Engine(engine_model, EngineConfig(max_num_seqs=args.max_num_seqs, max_new_tokens=max_new_tokens))
+    results = []
+    with engine:
+        warm = bench_prompts(2)  # calibration, first-call allocations: out of the timed runs
+        engine.generate(warm, [base_params] * 2, max_new_tokens)
+        baseline.run(warm)
+        torch.manual_seed(args.seed)  # transformers' sampler draws from the global stream
+        if args.only in (None, "batch"):
+            prompts = bench_prompts(args.requests)
+            params = [SamplingParams.from_generation_config(gen, seed=args.seed + i, **overrides) for i in range(len(prompts))]
+            results.append(run_batch(engine, baseline, prompts, params, max_new_tokens, args.repeat))
+            _print(results[-1], args.json)
+        if args.only in (None, "staggered") and args.staggered:
+            prompts = bench_prompts(args.staggered)
+            params = [SamplingParams.from_generation_config(gen, seed=args.seed + i, **overrides) for i in range(len(prompts))]
+            results.append(run_staggered(engine, baseline, prompts, params, max_new_tokens, args.load, args.seed))
+            _print(results[-1], args.json)
+    return 0
+
+
+def _print(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result), flush=True)
+        return
+    extra = ""
+    if result["bench"] == "staggered":
+        extra = f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
+    print(
+        f"{result['bench']:>9}: engine {result['engine_tokens_per_s']:>9.1f} canvas-tok/s | generate() "
+        f"{result['baseline_tokens_per_s']:>9.1f} | ratio {result['ratio']:.2f}x | engine p50 {result['p50_s']} s, "
+        f"p95 {result['p95_s']} s{extra}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    from .cli import run_cli
+
+    run_cli(main)
