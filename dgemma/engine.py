@@ -9,9 +9,10 @@ step has named phases:
     2. encode     prefill admitted prompts; append last step's converged canvases to their
                   request's KV cache (the commit) and start the next canvas from noise
     3. decode     every denoising canvas in ONE decoder batch (runner.py: exact per-row caches),
-                  fed the sampler's stored soft embeddings; an out-of-memory splits the batch
-                  in halves and retries, down to one request
-    4. sample     the tiled sampler's step over all rows (it plans tiles against free memory)
+                  fed the sampler's stored soft embeddings, up to the final hidden states; an
+                  out-of-memory splits the batch in halves and retries, down to one request
+    4. sample     the tiled sampler's step over all rows: it plans tiles against free memory
+                  and applies the LM head per tile, so [n, CL, vocab] logits never exist at once
     5. emit       per-request step frames and the tile plan; converged canvases commit next
                   step, or finish the request (EOS, max_new_tokens)
 
@@ -38,7 +39,7 @@ from .mailbox import Mailbox
 from .memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
 from .model import LoadedModel
 from .runner import Runner
-from .sampler import SamplingParams, TiledSampler, parse_tiling
+from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, TiledSampler, build_sampler, parse_tiling
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class EngineError(RuntimeError):
 class EngineConfig:
     max_num_seqs: int = 8  # requests denoising at once (slots)
     tiling: str | int = "auto"  # sampler tiling: auto | off | N requests per tile
+    sampler: str = "reference"  # sampler step: reference (eager, the lesson's) | chunked (vocab-streaming)
     memory_budget: str | int | None = None  # CPU: a virtual device; CUDA: a per-process cap
     max_waiting: int = 10_000  # requests queued in total, beyond which submit refuses
     max_new_tokens: int = 4096  # the most one request may ask for
@@ -155,6 +157,8 @@ class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig()):
         if not isinstance(config.max_num_seqs, int) or config.max_num_seqs < 1:
             raise EngineError(f"max_num_seqs must be a whole number >= 1, got {config.max_num_seqs!r}")
+        if config.sampler not in SAMPLER_IMPLS:
+            raise EngineError(f"unknown sampler {config.sampler!r}: choose from {', '.join(SAMPLER_IMPLS)}")
         try:
             self.tiling = parse_tiling(config.tiling)
             budget = parse_size(config.memory_budget) if config.memory_budget is not None else None
@@ -398,7 +402,11 @@ class Engine:
         if self._sampler is not None and isinstance(self.memory, VirtualDevice):
             self.memory.release(self._sampler_bytes)
         loaded = self.loaded
-        self._sampler = TiledSampler(
+        # The sampler applies the LM head per tile: the decoder hands it hidden states, so the
+        # [n, CL, vocab] logits exist one tile at a time (the point of tiling at a 262k vocab).
+        head = LMHead(loaded.model.lm_head.weight, loaded.model.final_logit_softcapping)
+        self._sampler = build_sampler(
+            self.config.sampler,
             self.config.max_num_seqs,
             loaded.canvas_length,
             loaded.vocab_size,
@@ -406,6 +414,7 @@ class Engine:
             loaded.embed_scale,
             memory=self.memory,
             tiling=self.tiling,
+            lm_head=head,
         )
         self._sampler_bytes = sum(
             t.untyped_storage().nbytes() for t in vars(self._sampler).values() if isinstance(t, torch.Tensor)
@@ -426,9 +435,9 @@ class Engine:
         rows = [req for _, req in sorted(self._running.items())]
         if not rows:
             return
-        rows, logits = self._decode(rows)
+        rows, hidden = self._decode(rows)
         if rows:
-            self._sample_and_emit(rows, logits)
+            self._sample_and_emit(rows, hidden)
         self.stats["steps"] += 1
 
     # -- phase 1: schedule
@@ -485,9 +494,10 @@ class Engine:
     # -- phase 3: decode
 
     def _decode(self, rows: list[_Request]) -> tuple[list[_Request], torch.Tensor | None]:
-        """Logits for `rows`; an out-of-memory splits the batch and retries. Returns survivors."""
+        """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
+        Returns the surviving rows and their hidden states [n, CL, hidden]."""
         try:
-            logits = self._decode_once(rows)
+            hidden = self._decode_once(rows)
         except torch.OutOfMemoryError as err:
             if len(rows) == 1:
                 self._finish(rows[0], "error", error=_oom_sentence(err, "its decoder step does not fit even alone"))
@@ -495,11 +505,11 @@ class Engine:
             self.stats["decoder_splits"] += 1
             log.info("decoder out of memory with %d requests; splitting: %s", len(rows), err)
             half = len(rows) // 2
-            left, left_logits = self._decode(rows[:half])
-            right, right_logits = self._decode(rows[half:])
-            parts = [t for t in (left_logits, right_logits) if t is not None]
+            left, left_hidden = self._decode(rows[:half])
+            right, right_hidden = self._decode(rows[half:])
+            parts = [t for t in (left_hidden, right_hidden) if t is not None]
             return left + right, (torch.cat(parts) if parts else None)
-        return rows, logits
+        return rows, hidden
 
     def _decode_once(self, rows: list[_Request]) -> torch.Tensor:
         self.stats["decoder_calls"] += 1
@@ -511,27 +521,27 @@ class Engine:
         soft = self._sampler.soft_embeds(slots)  # zeros on a canvas's first step
         caches = [r.cache for r in rows]
         if isinstance(self.memory, HostMemory):  # no budget: skip the tracker's per-op cost
-            logits = self.runner.decode(canvases, soft, None, caches)
+            hidden = self.runner.decode(canvases, soft, None, caches, hidden_only=True)
         else:
             with self.memory.measure():  # virtual budget or CUDA: the decoder's transient counts
-                logits = self.runner.decode(canvases, soft, None, caches)
+                hidden = self.runner.decode(canvases, soft, None, caches, hidden_only=True)
         if self.faults.nan_requests:
             for i, r in enumerate(rows):
                 if r.id in self.faults.nan_requests:
-                    logits[i] = float("nan")
-        return logits
+                    hidden[i] = float("nan")
+        return hidden
 
     # -- phases 4 and 5: sample, emit
 
-    def _sample_and_emit(self, rows: list[_Request], logits: torch.Tensor) -> None:
+    def _sample_and_emit(self, rows: list[_Request], hidden: torch.Tensor) -> None:
         slots = [r.slot for r in rows]
         try:
-            out = self._sampler.step(logits, slots)
+            out = self._sampler.step(None, slots, hidden=hidden)
         except torch.OutOfMemoryError as err:
             for req in rows:
                 self._finish(req, "error", error=_oom_sentence(err, "the sampler step does not fit"))
             return
-        del logits
+        del hidden
         # One device->host transfer per step: the frames and the convergence decisions need them.
         draft = out.draft.tolist()
         converged = out.converged.tolist()

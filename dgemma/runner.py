@@ -165,11 +165,14 @@ class Runner:
         soft_embeds: torch.Tensor | None,
         has_soft: torch.Tensor | None,
         caches: list[DynamicCache],
+        hidden_only: bool = False,
     ) -> torch.Tensor:
         """Logits [n, CL, vocab] (fp32, soft-capped) for n canvases [n, CL], each over its own cache.
 
         soft_embeds [n, CL, hidden]: the previous step's probs @ embed_weight * embed_scale;
         rows with has_soft False (first step of a canvas) get zeros, as transformers does.
+        hidden_only: return the final hidden states [n, CL, hidden] instead, for a sampler that
+        applies the LM head per tile (then no [n, CL, vocab] tensor exists outside a tile).
         """
         dec = self.decoder
         canvases = canvases.to(self.device)
@@ -199,7 +202,7 @@ class Runner:
                 dgemma_caches=caches,
             )
         hidden = dec.norm(hidden)
-        return self.lm_logits(hidden)
+        return hidden if hidden_only else self.lm_logits(hidden)
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.lm_head(hidden).to(torch.float32)

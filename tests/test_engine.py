@@ -216,3 +216,12 @@ def test_submit_cancel_and_stream_are_safe_from_many_threads(engine):
     assert len(results) == 12
     for i, status in results.items():  # a cancel may arrive after the request already finished
         assert status in (("cancelled", "done") if i % 3 == 0 else ("done",))
+
+
+def test_chunked_sampler_gives_the_same_tokens_as_the_reference(tiny_model):
+    prompts = ["add 1+2", "count 1 to 5", "reverse abc"]
+    finals = {}
+    for impl in ("reference", "chunked"):
+        with Engine(tiny_model, EngineConfig(max_num_seqs=3, sampler=impl)) as eng:
+            finals[impl] = eng.generate(prompts, [params(seed=i) for i in range(3)], max_new_tokens=32)
+    assert [f.token_ids for f in finals["chunked"]] == [f.token_ids for f in finals["reference"]]
