@@ -20,7 +20,7 @@ import psutil
 import torch
 
 from .cli import ArgumentParser, size_arg
-from .memory import CudaMemory, MemoryDevice, MiB, TransientTracker, VirtualDevice, format_bytes, resolve_device
+from .memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
 from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, TiledSampler, build_sampler
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
@@ -52,26 +52,7 @@ class _UnboundedTracking(MemoryDevice):
         return 2**62
 
     def measure(self):
-        if self.device.type == "cuda":
-            return CudaMemory(self.device).measure()
-        return _tracked()
-
-
-def _tracked():
-    import contextlib
-
-    from .memory import Measurement
-
-    @contextlib.contextmanager
-    def cm():
-        m = Measurement()
-        with TransientTracker() as tracker:
-            try:
-                yield m
-            finally:
-                m.peak_bytes = tracker.peak
-
-    return cm()
+        return CudaMemory(self.device).measure() if self.device.type == "cuda" else HostMemory().measure()
 
 
 def _budget_memory(case: Case) -> MemoryDevice:
