@@ -59,7 +59,11 @@ def format_bytes(n: float) -> str:
     """Bytes for people: 28672 MiB reads better than 30064771072."""
     if abs(n) >= GiB:
         return f"{n / GiB:.2f} GiB"
-    return f"{n / MiB:.1f} MiB"
+    if abs(n) >= MiB:
+        return f"{n / MiB:.1f} MiB"
+    if abs(n) >= 1024:
+        return f"{n / 1024:.0f} KiB"
+    return f"{int(n)} B"
 
 
 def raise_out_of_memory(needed: int, free: int, what: str) -> None:
