@@ -6,8 +6,9 @@ step has named phases:
 
     1. schedule   apply cancellations (slots free at once); admit waiting requests FIFO into
                   free slots, up to max_num_seqs
-    2. encode     prefill admitted prompts; append last step's converged canvases to their
-                  request's KV cache (the commit) and start the next canvas from noise
+    2. encode     prefill admitted prompts (together: runner.prefill); append last step's
+                  converged canvases to their request's KV cache (the commit) and start the
+                  next canvas from noise
     3. decode     every denoising canvas in ONE decoder batch (runner.py: exact per-row caches),
                   fed the sampler's stored soft embeddings, up to the final hidden states; an
                   out-of-memory splits the batch in halves and retries, down to one request
@@ -458,18 +459,28 @@ class Engine:
             self._running[req.slot] = req
             req.status = "running"
             req.started = time.monotonic()
-            req.cache = self.runner.new_cache()
-            req.pending_commit = req.prompt_ids  # phase 2 prefills it like a commit
+            req.pending_commit = req.prompt_ids  # phase 2 prefills it (no cache yet)
             self._emit(req, RequestEvent(req.id, "running", seed=req.params.seed, prompt=req.prompt))
 
     # -- phase 2: encode
 
     def _encode(self) -> None:
+        admitted = [r for r in self._running.values() if r.pending_commit is not None and r.cache is None]
+        if admitted:
+            try:
+                caches = self.runner.prefill([r.prompt_ids for r in admitted], self.tokenizer.pad_token_id or 0)
+            except torch.OutOfMemoryError:  # one prompt at a time, so only the one that does not fit fails
+                caches = [None] * len(admitted)
+            for req, cache in zip(admitted, caches):
+                req.cache = cache
         for req in list(self._running.values()):
             if req.pending_commit is None:
                 continue
             try:
-                self.runner.encode(req.cache, torch.tensor(req.pending_commit))
+                if req.cache is None:
+                    req.cache = self.runner.prefill([req.prompt_ids], self.tokenizer.pad_token_id or 0)[0]
+                else:
+                    self.runner.encode(req.cache, torch.tensor(req.pending_commit))
                 self._account_cache(req)
             except torch.OutOfMemoryError as err:
                 self._finish(req, "error", error=_oom_sentence(err, "its KV cache does not fit"))

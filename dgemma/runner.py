@@ -109,26 +109,31 @@ def rowwise_experts(module, hidden_states, top_k_index, top_k_weights):
 
 
 def install_batch_invariance(model) -> None:
-    """Point the decoder's attention and experts (only) at the batch-invariant versions. Idempotent.
+    """Point the decoder's attention and every MoE block at the batch-invariant versions. Idempotent.
 
-    Each module gets a private copy of the config: the encoder shares the original and keeps its
-    implementations. Both replacements fall back to the original without our arguments, so
-    transformers' own `generate` still runs (the benchmark's baseline uses it).
+    Each module gets a private copy of the config (encoder and decoder share the original), and
+    both replacements fall back to the original without our arguments, so transformers' own
+    `generate` still runs on the patched model (the benchmark's baseline uses an untouched copy).
     """
     AttentionInterface.register(RAGGED, ragged_attention)
     ExpertsInterface.register(ROWWISE, rowwise_experts)
     canvas_length = int(model.config.canvas_length)
     for layer in model.model.decoder.layers:
-        attn, experts = layer.self_attn, layer.experts
+        attn = layer.self_attn
         if getattr(attn, "_dgemma_base_impl", None) is None:
             attn._dgemma_base_impl = attn.config._attn_implementation or "eager"
             attn.config = copy.copy(attn.config)
             attn.config._attn_implementation_internal = RAGGED
+    for layer in [*model.model.decoder.layers, *model.model.encoder.language_model.layers]:
+        experts = layer.experts
         if getattr(experts, "_dgemma_base_impl", None) is None:
             experts._dgemma_base_impl = experts.config._experts_implementation or "eager"
             experts._dgemma_rows = canvas_length
             experts.config = copy.copy(experts.config)
             experts.config._experts_implementation_internal = ROWWISE
+
+
+PREFILL_BLOCK = 16  # prompts are right-padded to a multiple of this (see Runner.prefill)
 
 
 class Runner:
@@ -149,8 +154,47 @@ class Runner:
         return DynamicCache(config=self.text_config)
 
     @torch.no_grad()
+    def prefill(self, prompts: list[list[int]], pad_id: int = 0) -> list[DynamicCache]:
+        """Fresh caches holding each prompt, encoding prompts of similar length together.
+
+        Every prompt is right-padded to a multiple of PREFILL_BLOCK and the padding cropped from
+        its cache afterwards: the encoder is causal, so real tokens never see the padding, and
+        each prompt's rows enter the matmuls as whole aligned blocks whatever the batch, so its
+        cache does not depend on its batch-mates (a solo prefill takes this same path).
+        Sliding layers: the batch cache keeps every position (the window is in the mask), and
+        each request's own cache trims itself on `update`. With many experts (rowwise MoE),
+        prompts are encoded one by one instead (still the same path alone or in a batch).
+        """
+        caches: list[DynamicCache | None] = [None] * len(prompts)
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(prompts):
+            padded = -(-len(ids) // PREFILL_BLOCK) * PREFILL_BLOCK
+            if self._pads_exactly(padded):
+                groups.setdefault(padded, []).append(i)
+            else:
+                caches[i] = self.new_cache()
+                self.encode(caches[i], torch.tensor(ids))
+        for padded, rows in groups.items():
+            ids = torch.full((len(rows), padded), pad_id, dtype=torch.long)
+            for j, i in enumerate(rows):
+                ids[j, : len(prompts[i])] = torch.tensor(prompts[i])
+            batch = DynamicCache()  # full-length layers: sliding masks come from the config
+            positions = torch.arange(padded, device=self.device).unsqueeze(0)
+            self.encoder(input_ids=ids.to(self.device), past_key_values=batch, position_ids=positions, use_cache=True)
+            for j, i in enumerate(rows):
+                cache = caches[i] = self.new_cache()
+                length = len(prompts[i])
+                for mine, full in zip(cache.layers, batch.layers):
+                    mine.update(full.keys[j : j + 1, :, :length].clone(), full.values[j : j + 1, :, :length].clone())
+        return caches
+
+    def _pads_exactly(self, padded: int) -> bool:
+        # Dense experts are row-wise at any token count; rowwise ones assume canvas-sized rows.
+        return self.encoder.language_model.layers[0].experts.num_experts <= DENSE_MAX_EXPERTS
+
+    @torch.no_grad()
     def encode(self, cache: DynamicCache, token_ids: torch.Tensor) -> None:
-        """Append `token_ids` [L] to one request's cache (prefill, or commit of a canvas)."""
+        """Append `token_ids` [L] to one request's cache (a commit of a canvas, or a prompt)."""
         start = cache.get_seq_length()
         ids = token_ids.to(self.device, torch.long).reshape(1, -1)
         positions = torch.arange(start, start + ids.shape[1], device=self.device).unsqueeze(0)

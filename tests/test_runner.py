@@ -83,3 +83,20 @@ def test_model_generate_still_runs_after_the_runner_is_installed(runner, tiny_mo
     ids = torch.tensor([tiny_model.encode("add 1+2")])
     out = tiny_model.model.generate(ids, max_new_tokens=16, max_denoising_steps=2)
     assert out.sequences.shape == (1, ids.shape[1] + 16)
+
+
+@pytest.mark.parametrize("which", ["full", "sliding"])
+def test_batched_prefill_caches_equal_solo_prefill_and_match_the_plain_encoder(which, tiny_model, tiny_sliding_model_dir):
+    model = tiny_model if which == "full" else load_model(tiny_sliding_model_dir, device="cpu")
+    runner = Runner(model.model)
+    prompts = [list(range(3, 3 + n)) for n in (5, 13, 2, 20, 13, 30)]  # 13+ exceed the window of 8
+    batched = runner.prefill(prompts)
+    for ids, cache in zip(prompts, batched):
+        (solo,) = runner.prefill([ids])
+        plain = runner.new_cache()
+        runner.encode(plain, torch.tensor(ids))
+        assert cache.get_seq_length() == len(ids)
+        for mine, alone, ref in zip(cache.layers, solo.layers, plain.layers):
+            assert torch.equal(mine.keys, alone.keys) and torch.equal(mine.values, alone.values)
+            torch.testing.assert_close(mine.keys, ref.keys, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(mine.values, ref.values, rtol=1e-5, atol=1e-5)
