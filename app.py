@@ -7,6 +7,7 @@ The model path comes only from here (the command line), never from the UI or the
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -70,6 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Our own INFO lines (a closed session's requests cancelled, engine restarts) on stderr.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.getLogger("dgemma").addHandler(handler)
+    logging.getLogger("dgemma").setLevel(logging.INFO)
     started = time.monotonic()
     from dgemma.model import ModelLoadError, resolve_source
 

@@ -33,7 +33,8 @@ def page(tmp_path_factory):
         page = browser.new_page(viewport={"width": 1360, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server.url, wait_until="networkidle")
+        page.goto(server.url, wait_until="load")
+        page.wait_for_selector("#run", timeout=60_000)
         page.errors = errors
         yield page
         browser.close()
@@ -67,10 +68,11 @@ def test_run_shows_canvases_denoising_and_live_charts(page):
     # Some card was shown at 3 or more different steps, with 3 or more different canvases.
     best = max(seen.values(), key=len)
     assert len(best) >= 3 and len(set(best.values())) >= 3, seen
-    # Both charts hold data: one line per request, and one bar per sampler call.
-    lines = page.locator("#entropy-plot .scatterlayer .trace").count()
-    bars = page.locator("#tile-plot .barlayer .point").count()
-    assert lines >= 1 and bars >= 3, (lines, bars)
+    # Both charts hold data: a line per request, and the tile chart's lines over the sampler calls.
+    assert page.locator("#entropy-plot .scatterlayer .trace").count() == page.locator("#cards .card").count()
+    assert page.locator("#tile-plot .scatterlayer .trace").count() >= 5
+    calls = page.evaluate("() => document.querySelector('#tile-plot .js-plotly-plot').data[0].x.length")
+    assert calls >= 3, calls
     assert page.locator("#cards .card .committed").first.inner_text().strip()
     page.screenshot(path=str(SHOTS / "generate.png"), full_page=True)
     assert not page.errors, page.errors
@@ -85,6 +87,6 @@ def test_lesson_untiled_runs_out_of_memory_tiled_completes(page):
     assert "out of memory" in untiled and "Needed" in untiled and "free" in untiled
     assert page.locator("#lesson-tiled [data-outcome=ok]").count() == 1, page.inner_text("#lesson-tiled")
     assert page.locator("#lesson-verdict [data-outcome=identical]").count() == 1, page.inner_text("#lesson-verdict")
-    assert page.locator("#lesson-plot .barlayer .point").count() >= 1
+    assert page.evaluate("() => document.querySelector('#lesson-plot .js-plotly-plot').data[0].x.length") >= 1
     page.screenshot(path=str(SHOTS / "lesson.png"), full_page=True)
     assert not page.errors, page.errors

@@ -211,6 +211,7 @@ def test_tile_figure_shows_every_call(engine_events):
     assert max(by_name["tile size (largest tile run)"]["y"]) <= 2  # tiling=2
     assert by_name["peak transient (MiB)"]["y"] == [round(p.peak_transient_bytes / 2**20, 2) for p in plans]
     assert board_tile_figure(fold(events))["data"][0]["x"][0] == 1
+    assert all(t["type"] == "scatter" for t in spec["data"])  # lines: cheap live redraws
 
 
 def test_status_text_for_every_state(engine_events):

@@ -83,13 +83,16 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
     `first_call` numbers the first plan shown (the board keeps only the latest calls).
     """
     calls = list(range(first_call, first_call + len(plans)))
+    # Lines, not bars or markers: one SVG path per trace however many calls there are, so a
+    # live redraw stays cheap for the browser (bars and markers cost one element per point).
+    step = dict(shape="hv")
     data: list[dict] = [
-        dict(type="bar", x=calls, y=[p.num_decode for p in plans], name="requests denoising",
-             marker=dict(color="rgba(120,120,120,0.25)")),
-        dict(type="scatter", mode="lines+markers", x=calls, y=[max(p.tiles, default=0) for p in plans],
-             name="tile size (largest tile run)", line=dict(color="#1f77b4", width=2)),
-        dict(type="scatter", mode="markers", x=calls, y=[len(p.tiles) for p in plans], name="tiles per call",
-             marker=dict(symbol="diamond", color="#ff7f0e", size=7)),
+        dict(type="scatter", mode="lines", x=calls, y=[p.num_decode for p in plans], name="requests denoising",
+             fill="tozeroy", fillcolor="rgba(120,120,120,0.18)", line=dict(color="rgba(120,120,120,0.5)", **step)),
+        dict(type="scatter", mode="lines", x=calls, y=[max(p.tiles, default=0) for p in plans],
+             name="tile size (largest tile run)", line=dict(color="#1f77b4", width=2.5, **step)),
+        dict(type="scatter", mode="lines", x=calls, y=[len(p.tiles) for p in plans], name="tiles per call",
+             line=dict(color="#ff7f0e", width=2, dash="dot", **step)),
         dict(type="scatter", mode="lines", x=calls, y=[round(p.free_bytes / MiB, 2) for p in plans], yaxis="y2",
              name="free memory (MiB)", line=dict(color="#2ca02c")),
         dict(type="scatter", mode="lines", x=calls, y=[round(p.peak_transient_bytes / MiB, 2) for p in plans],
@@ -97,7 +100,7 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
     ]
     if any(p.budget_bytes for p in plans):
         data.append(dict(type="scatter", mode="lines", x=calls, y=[round((p.budget_bytes or 0) / MiB, 2) for p in plans],
-                         yaxis="y2", name="budget (MiB)", line=dict(color="black", dash="dot")))
+                         yaxis="y2", name="budget (MiB)", line=dict(color="black", dash="dash")))
     splits = [(c, len(p.splits)) for c, p in zip(calls, plans, strict=True) if p.splits]
     if splits:
         data.append(dict(type="scatter", mode="markers", x=[c for c, _ in splits], y=[n for _, n in splits],
@@ -107,7 +110,6 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         xaxis=dict(title=dict(text="sampler call"), **_AXIS),
         yaxis=dict(title=dict(text="requests"), rangemode="tozero", **_AXIS),
         yaxis2=dict(title=dict(text="MiB"), overlaying="y", side="right", rangemode="tozero", showgrid=False),
-        barmode="overlay",
     )
     return {"data": data, "layout": layout}
 

@@ -7,6 +7,8 @@ stream.py, HTML from canvas.py, figures from charts.py, the lesson from lesson.p
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Iterator
 
@@ -24,6 +26,10 @@ from dgemma.ui.zerogpu import gpu
 
 # The embedded model's own task families (dgemma/corpus.py): it knows lowercase letters, digits
 # and " .+:," only, and these are the prompts it was trained to answer.
+log = logging.getLogger(__name__)
+
+CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
+
 EXAMPLES = [
     ["add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"],
     ["sort 3 1 4 1 5\nrepeat ab 4\nadd 57+68\nstory: red fox, river"],
@@ -36,8 +42,8 @@ ENTROPY_TEXT = (
 )
 TILE_TEXT = (
     "**Tiles against free memory.** Each sampler call sees how much memory is free and groups the "
-    "denoising requests into tiles that fit half of it. Grey bars: requests denoising; blue: the "
-    "largest tile; orange: tiles per call; right axis: free memory, the measured peak transient, the budget."
+    "denoising requests into tiles that fit half of it. Grey area: requests denoising; blue: the "
+    "largest tile; dotted orange: tiles per call; right axis: free memory, the measured peak transient, the budget."
 )
 
 SETTING_NAMES = (
@@ -141,19 +147,29 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 raise gr.Error(str(err)) from None
             sessions.add(session, handle)
             started = time.monotonic()
+            charts_at = -CHART_PERIOD_S
             try:
                 for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size):
-                    yield (render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)),
-                           _status(board, started))
+                    # Cards at every frame; charts at most once a CHART_PERIOD_S (and at the end):
+                    # a Plotly redraw costs the browser far more than the cards do.
+                    now = time.monotonic()
+                    if now - charts_at >= CHART_PERIOD_S or board.finished:
+                        charts_at = now
+                        charts = plot(entropy_figure(board)), plot(board_tile_figure(board))
+                    else:
+                        charts = gr.skip(), gr.skip()
+                    yield render_board(board), *charts, _status(board, started)
             finally:
                 handle.cancel()  # a closed page or Stop: free the slots; a no-op when all are done
                 sessions.remove(session, handle)
 
-        def stop_session(request: gr.Request) -> str:
+        def stop_session(request: gr.Request) -> None:
             n = sessions.cancel(request.session_hash or "anonymous")
-            return f"Stopped {n} requests." if n else "Nothing to stop."
+            log.info("stop: cancelled %d requests", n)
+            if not n:
+                gr.Info("Nothing to stop.")
 
-        run_event = run.click(
+        run.click(
             gpu(generate_stream),
             inputs=[prompts, concurrent, tiling, tile_size, budget, max_new_tokens, max_steps, t_min, t_max,
                     entropy_bound, confidence, stability, seed, greedy],
@@ -162,7 +178,17 @@ def build_demo(backend: Backend) -> gr.Blocks:
             concurrency_limit=None,  # sessions share the engine; the engine does the batching
             show_progress="minimal",
         )
-        stop.click(stop_session, None, status, cancels=[run_event], api_visibility="private", queue=False)
+        # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
+        # the stream ends by itself once the engine has freed every slot (within one step).
+        stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)
         lesson.wire(backend, lesson_parts)
         api.register(backend, sessions)
+
+        def closed(request: gr.Request) -> None:
+            # A closed tab (or a client gone for good): its requests stop and free their slots.
+            n = sessions.cancel(request.session_hash or "anonymous")
+            if n:
+                log.info("session closed: cancelled %d requests", n)
+
+        demo.unload(closed)
     return demo

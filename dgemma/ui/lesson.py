@@ -32,8 +32,8 @@ INTRO = (
     "request's randomness is keyed by (seed, canvas, step), the tokens do not change."
 )
 CHART_TEXT = (
-    "**The tiled run, call by call.** Grey: requests denoising; blue: requests per tile; orange: "
-    "tiles per call. Right axis: free memory before the call, the measured peak the call allocated, "
+    "**The tiled run, call by call.** Grey area: requests denoising; blue: requests per tile; dotted "
+    "orange: tiles per call. Right axis: free memory before the call, the measured peak the call allocated, "
     "and the budget. The peak stays under the budget because no tile holds more than half of what is free."
 )
 
