@@ -5,7 +5,8 @@
 - `tiny_sliding_model_dir`: the same with a sliding-window first layer (window 8), so caches
   longer than the window are exercised;
 - `tiny_model`: `tiny_model_dir` loaded through `dgemma.model.load_model` (session-scoped:
-  treat it as read-only).
+  treat it as read-only);
+- `embedded_model`: the shipped model in assets/model, loaded once (skips if it is missing).
 Random weights never converge, so tests keep `max_denoising_steps` small.
 """
 
@@ -60,3 +61,14 @@ def tiny_model(tiny_model_dir):
     from dgemma.model import load_model
 
     return load_model(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def embedded_model():
+    from pathlib import Path
+
+    from dgemma.model import DEFAULT_MODEL, load_model
+
+    if not (Path(DEFAULT_MODEL) / "config.json").is_file():
+        pytest.skip("the embedded model is not in assets/model yet")
+    return load_model(DEFAULT_MODEL, device="cpu")

@@ -54,6 +54,27 @@ def test_request_gives_identical_tokens_alone_and_in_a_batch_of_32_with_arrivals
     assert batched.canvases >= 2  # it lived through the arrivals and departures
 
 
+def test_embedded_model_request_is_identical_alone_and_among_32_with_arrivals_and_departures(embedded_model):
+    from dgemma.bench_engine import bench_prompts
+
+    def settings(seed: int, greedy: bool = False) -> SamplingParams:
+        return SamplingParams.from_generation_config(embedded_model.model.generation_config, seed=seed, greedy=greedy)
+
+    targets = [("count 12 to 20", settings(5)), ("add 31+45", settings(6, greedy=True))]
+    others = bench_prompts(30)
+    with Engine(embedded_model, EngineConfig(max_num_seqs=32)) as eng:
+        alone = [eng.submit(p, q, max_new_tokens=48).result(120) for p, q in targets]
+        first = [eng.submit(p, settings(100 + i), max_new_tokens=16) for i, p in enumerate(others[:15])]
+        watched = [eng.submit(p, q, max_new_tokens=48) for p, q in targets]
+        wait_for_step(watched[0])
+        later = [eng.submit(p, settings(200 + i), max_new_tokens=48) for i, p in enumerate(others[15:])]
+        together = [h.result(120) for h in watched]
+        assert all(h.result(120).status == "done" for h in first + later)
+    for a, b in zip(alone, together):
+        assert a.status == b.status == "done"
+        assert (b.token_ids, b.steps, b.extra["logprobs"]) == (a.token_ids, a.steps, a.extra["logprobs"])
+
+
 def test_more_requests_than_max_num_seqs_all_complete_in_admission_order(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
         watch = eng.subscribe(tile_plans=False)
