@@ -22,6 +22,7 @@ class RequestView:
     """One request as a card shows it."""
 
     request_id: int
+    index: int = 0  # 1-based position in the session's run: prompt i has seed S + i - 1
     prompt: str = ""
     seed: int | None = None
     status: str = "queued"  # queued | running | converged | done | cancelled | error
@@ -57,7 +58,7 @@ class Board:
 def _view(board: Board, request_id: int) -> RequestView:
     view = board.requests.get(request_id)
     if view is None:
-        view = board.requests[request_id] = RequestView(request_id)
+        view = board.requests[request_id] = RequestView(request_id, index=len(board.requests) + 1)
     return view
 
 

@@ -41,9 +41,17 @@ def status_text(view: RequestView) -> str:
     return "running"
 
 
+# Special tokens would take five cells each on a canvas of characters: one symbol instead.
+_SPECIAL = {"<pad>": "▫", "<eos>": "■", "<bos>": "▸", "<unk>": "?"}
+
+
 def _piece(text: str) -> str:
     # Tokens of the embedded model are single characters: a space keeps its cell (white-space: pre)
     # and its shading; only line breaks and tabs become visible marks, and an empty piece a dot.
+    if text in _SPECIAL:
+        return _SPECIAL[text]
+    if len(text) > 2 and text.startswith("<") and text.endswith(">"):
+        return "◆"
     shown = text.translate(_VISIBLE) or "∅"
     return html.escape(shown)
 
@@ -55,7 +63,7 @@ def render_canvas(step: StepEvent) -> str:
         cls = "tok acc" if accepted else "tok noise"
         parts.append(
             f'<span class="{cls}" style="--c:{confidence(entropy):.2f}" '
-            f'title="entropy {entropy:.3g}">{_piece(piece)}</span>'
+            f'title="{html.escape(piece)} · entropy {entropy:.3g}">{_piece(piece)}</span>'
         )
     return "".join(parts)
 
@@ -64,7 +72,12 @@ def render_card(view: RequestView) -> str:
     step = view.last_step
     seed = f" · seed {view.seed}" if view.seed is not None else ""
     prompt = html.escape(view.prompt[:80] + ("…" if len(view.prompt) > 80 else ""))
-    committed = html.escape(view.committed_text) if view.committed_text else '<span class="empty">nothing committed yet</span>'
+    if view.committed_text:
+        committed = html.escape(view.committed_text)
+    elif view.status == "done":
+        committed = '<span class="empty">empty: the model ended the text at once</span>'
+    else:
+        committed = '<span class="empty">nothing committed yet</span>'
     if step is not None:
         accepted = sum(step.accepted)
         live = render_canvas(step)
@@ -77,7 +90,7 @@ def render_card(view: RequestView) -> str:
     return (
         f'<div class="card status-{html.escape(view.status)}" data-request="{view.request_id}" '
         f'data-step="{step.step if step else 0}">'
-        f'<div class="card-head"><b>#{view.request_id}</b>{seed}'
+        f'<div class="card-head"><b title="engine request {view.request_id}">#{view.index}</b>{seed}'
         f'<span class="status">{html.escape(status_text(view))}</span></div>'
         f'<div class="prompt" title="prompt">{prompt}</div>'
         f'<div class="committed">{committed}</div>'
@@ -90,7 +103,7 @@ LEGEND = (
     '<span class="tok acc" style="--c:0.3">unsure</span> accepted · '
     '<span class="tok noise" style="--c:0.5">re-noised</span> replaced by random tokens next step · '
     "darker = lower entropy (confidence = e<sup>−entropy</sup>) · "
-    "grey box above the canvas = committed text</div>"
+    "grey box above the canvas = committed text · ■ end of text, ▫ padding</div>"
 )
 
 

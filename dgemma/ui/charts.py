@@ -54,7 +54,7 @@ def entropy_figure(board: Board) -> Spec:
         if not view.entropy_curve:
             continue
         data.append(dict(
-            type="scatter", mode="lines", name=f"#{view.request_id}", showlegend=show_legend,
+            type="scatter", mode="lines", name=f"#{view.index}", showlegend=show_legend,
             x=[x for x, _ in view.entropy_curve],
             y=[max(ENTROPY_FLOOR, y) for _, y in view.entropy_curve],
             line=dict(width=1.2, color=COLORS[i % len(COLORS)]),
