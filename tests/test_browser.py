@@ -93,3 +93,15 @@ def test_lesson_untiled_runs_out_of_memory_tiled_completes(page):
     assert page.evaluate("() => document.querySelector('#lesson-plot .js-plotly-plot').data[0].x.length") >= 1
     page.screenshot(path=str(SHOTS / "lesson.png"), full_page=True)
     assert not page.errors, page.errors
+
+
+def test_stop_cancels_this_sessions_requests(page):
+    page.get_by_role("tab", name="Generate").click()
+    page.click("#run")
+    page.wait_for_selector("#cards .card.status-running", timeout=60_000)
+    page.click("#stop")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#cards .card')].every(c => /status-(done|cancelled)/.test(c.className))",
+        timeout=60_000,
+    )
+    assert page.locator("#cards .card.status-cancelled").count() >= 1

@@ -221,3 +221,10 @@ def test_status_text_for_every_state(engine_events):
     assert status_text(view) == "done"
     view.status, view.error = "error", "out of memory: the sampler step does not fit"
     assert status_text(view) == "error: out of memory: the sampler step does not fit"
+
+
+def test_special_and_invisible_pieces_take_one_visible_cell():
+    from dgemma.ui.canvas import _piece
+
+    assert [_piece(p) for p in ("<pad>", "<eos>", "<bos>", "<unk>", "<x_y>")] == ["▫", "■", "▸", "?", "◆"]
+    assert [_piece(p) for p in (" ", "\n", "", "<", "&")] == [" ", "↵", "∅", "&lt;", "&amp;"]

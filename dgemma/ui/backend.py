@@ -50,6 +50,7 @@ class LessonOutcome:
     plans: list[TilePlan] = field(default_factory=list)
     tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # request index -> committed ids
     seconds: float = 0.0
+    detail: str = ""  # the allocator's own line, for the curious
 
 
 class Backend(Protocol):

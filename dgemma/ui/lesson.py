@@ -77,10 +77,12 @@ def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
         )
     numbers = ""
     if outcome.needed_bytes or outcome.free_bytes:
-        numbers = f" Needed {_mib(outcome.needed_bytes)}, free {_mib(outcome.free_bytes)}."
+        numbers = (f" Needed {_mib(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
+                   f"free {_mib(outcome.free_bytes)}.")
+    detail = f'<br><small>allocator: {html.escape(outcome.detail)}</small>' if outcome.detail else ""
     return (
         f'<div class="lesson-result oom" data-outcome="oom"><b>{html.escape(title)}: out of memory.</b> '
-        f"{html.escape(outcome.message)}{numbers}</div>"
+        f"{html.escape(outcome.message)}{numbers}{detail}</div>"
     )
 
 

@@ -150,10 +150,9 @@ def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool
         # The lesson's point: the step of one tile of every request does not fit.
         return LessonOutcome(
             tiling, False,
-            f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError "
-            f"({_first_line(err)}).",
+            f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError.",
             needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens,
-            seconds=time.monotonic() - started,
+            seconds=time.monotonic() - started, detail=_first_line(err),
         )
     where = f"{memory.name} device" + (f", budget {format_bytes(budget_bytes)}" if budget_bytes else ", no budget")
     return LessonOutcome(
