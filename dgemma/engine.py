@@ -299,13 +299,14 @@ class Engine:
             self._lock.notify_all()
         return len(ids)
 
-    def subscribe(self, session: str | None = None, tile_plans: bool = True) -> Mailbox:
+    def subscribe(self, session: str | None = None, tile_plans: bool = True, coalesce: bool = True) -> Mailbox:
         """A mailbox of every request's events (or only `session`'s) plus tile plans.
 
         A session's mailbox gets only the tile plans of steps its requests took part in.
-        `close()` it when done.
+        coalesce=False keeps every step frame (for tests and offline analysis: memory grows
+        with a slow reader). `unsubscribe` it when done.
         """
-        mailbox = Mailbox()
+        mailbox = Mailbox(coalesce=coalesce)
         mailbox.wants_plans = tile_plans
         with self._lock:
             self._subscribers.append((mailbox, session))
@@ -466,20 +467,23 @@ class Engine:
 
     def _encode(self) -> None:
         admitted = [r for r in self._running.values() if r.pending_commit is not None and r.cache is None]
+        prefilled: set[int] = set()
         if admitted:
             try:
                 caches = self.runner.prefill([r.prompt_ids for r in admitted], self.tokenizer.pad_token_id or 0)
-            except torch.OutOfMemoryError:  # one prompt at a time, so only the one that does not fit fails
+            except torch.OutOfMemoryError:  # one prompt at a time below, so only the one that does not fit fails
                 caches = [None] * len(admitted)
             for req, cache in zip(admitted, caches):
                 req.cache = cache
+                if cache is not None:
+                    prefilled.add(req.id)
         for req in list(self._running.values()):
             if req.pending_commit is None:
                 continue
             try:
                 if req.cache is None:
                     req.cache = self.runner.prefill([req.prompt_ids], self.tokenizer.pad_token_id or 0)[0]
-                else:
+                elif req.id not in prefilled:
                     self.runner.encode(req.cache, torch.tensor(req.pending_commit))
                 self._account_cache(req)
             except torch.OutOfMemoryError as err:

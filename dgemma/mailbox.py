@@ -30,12 +30,13 @@ class _Slot:
 
 
 class Mailbox:
-    def __init__(self, max_plans: int = 1024):
+    def __init__(self, max_plans: int = 1024, coalesce: bool = True):
         self._cond = threading.Condition()
         self._queue: deque[Event | _Slot] = deque()
         self._open_step: dict[int, _Slot] = {}  # request id -> its unread, still-mergeable frame
         self._plans = 0
         self._max_plans = max_plans
+        self._coalesce = coalesce  # False: every frame kept (tests, offline consumers; unbounded)
         self._closed = False
         self.coalesced = 0  # step frames merged away (a measure of how far behind the reader is)
         self.dropped_plans = 0
@@ -45,7 +46,7 @@ class Mailbox:
             if self._closed:
                 return
             if isinstance(event, StepEvent):
-                slot = self._open_step.get(event.request_id)
+                slot = self._open_step.get(event.request_id) if self._coalesce else None
                 if slot is not None:
                     slot.event = event  # the reader has not seen the previous frame: replace it
                     self.coalesced += 1
@@ -57,7 +58,7 @@ class Mailbox:
                     self._open_step.pop(event.request_id, None)  # later frames go after this event
                 elif isinstance(event, TilePlan):
                     self._plans += 1
-                    if self._plans > self._max_plans:
+                    if self._coalesce and self._plans > self._max_plans:
                         self._drop_oldest_plan()
                 self._queue.append(event)
             self._cond.notify_all()

@@ -75,6 +75,32 @@ def test_embedded_model_request_is_identical_alone_and_among_32_with_arrivals_an
         assert (b.token_ids, b.steps, b.extra["logprobs"]) == (a.token_ids, a.steps, a.extra["logprobs"])
 
 
+def test_first_step_of_each_canvas_matches_transformers_forward_on_its_own_cache(tiny_model):
+    from transformers import DynamicCache
+
+    from dgemma.sampler import TiledSampler
+
+    prompt, settings = "count 1 to 4", params(seed=11, greedy=True)
+    with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
+        watch = eng.subscribe(tile_plans=False, coalesce=False)
+        final = eng.submit(prompt, settings, max_new_tokens=32).result(60)
+        events = watch.poll(1.0)
+    assert final.status == "done" and final.canvases == 2 and len(final.token_ids) == 32
+    firsts = {e.canvas_index: e.token_ids for e in events if isinstance(e, StepEvent) and e.step == 1}
+
+    start = TiledSampler(1, tiny_model.canvas_length, tiny_model.vocab_size, tiny_model.embed_weight, 1.0)
+    cache = DynamicCache(config=tiny_model.model.config.text_config)
+    context = torch.tensor([tiny_model.encode(prompt)])
+    for canvas_index in (0, 1):
+        with torch.no_grad():
+            positions = torch.arange(cache.get_seq_length(), cache.get_seq_length() + context.shape[1])[None]
+            tiny_model.model.model.encoder(input_ids=context, past_key_values=cache, position_ids=positions)
+            start.start_canvas(0, settings, canvas_index)  # the request's keyed initial noise
+            logits = tiny_model.model(decoder_input_ids=start.canvas[:1], past_key_values=cache).logits
+        assert firsts[canvas_index] == tuple(logits.argmax(-1)[0].tolist())
+        context = torch.tensor([final.token_ids[:16]])  # the committed canvas is encoded next
+
+
 def test_more_requests_than_max_num_seqs_all_complete_in_admission_order(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
         watch = eng.subscribe(tile_plans=False)
