@@ -1,11 +1,14 @@
 """Measure the app as a user meets it: seconds to ready, and live updates per second at 32 requests.
 
-    python scripts/measure_app.py [--requests 32] [--json]
+    python scripts/measure_app.py [--requests 32] [--browser] [--json] [-- app.py flags]
 
 Starts `python app.py` on 127.0.0.1 and a free port and times it until the server answers.
 Then drives the Generate tab's own streaming endpoint (the one the Run button calls) with N
 concurrent requests through gradio_client, counts the frames the page would receive per second,
 and meanwhile times GET / every 0.5 s to check the server stays responsive.
+With --browser it also opens the page in chromium (Playwright), sets N concurrent requests,
+clicks Run, and counts the frames the page actually rendered per second (changes of the status
+line) and the page's event-loop lag (a 50 ms timer's lateness): is the page responsive?
 """
 
 from __future__ import annotations
@@ -90,17 +93,59 @@ def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
     }
 
 
+BROWSER_PROBE = """() => {
+  window.__frames = []; window.__lag = [];
+  let last = performance.now();
+  setInterval(() => { const now = performance.now(); window.__lag.push(now - last - 50); last = now; }, 50);
+  new MutationObserver(() => window.__frames.push(performance.now()))
+    .observe(document.querySelector('#status'), {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def measure_browser(url: str, requests: int) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1360, "height": 1000})
+        page.goto(url, wait_until="load")
+        page.wait_for_selector("#run")
+        box = page.locator("input[type=number]").first
+        box.fill(str(requests))
+        box.press("Enter")
+        page.evaluate(BROWSER_PROBE)
+        page.click("#run")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('#cards .card.status-done').length === {requests}", timeout=600_000
+        )
+        frames, lag = page.evaluate("() => [window.__frames, window.__lag]")
+        browser.close()
+    span = (frames[-1] - frames[0]) / 1000 if len(frames) > 1 else 0
+    lag = sorted(lag)
+    return {
+        "browser_frames": len(frames),
+        "browser_updates_per_s": round((len(frames) - 1) / span, 2) if span else 0.0,
+        "browser_lag_p50_ms": round(lag[len(lag) // 2], 1) if lag else None,
+        "browser_lag_p95_ms": round(lag[int(len(lag) * 0.95)], 1) if lag else None,
+        "browser_lag_max_ms": round(lag[-1], 1) if lag else None,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--browser", action="store_true", help="also measure the page in chromium")
     p.add_argument("app_args", nargs="*", help="extra flags for app.py (after --)")
     args = p.parse_args()
     port = free_port()
     proc, ready_line_s, first_page_s = start_app(port, args.app_args)
     try:
         stream = measure_stream(f"http://127.0.0.1:{port}", args.requests, args.max_new_tokens)
+        if args.browser:
+            stream.update(measure_browser(f"http://127.0.0.1:{port}", args.requests))
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -147,17 +147,20 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 raise gr.Error(str(err)) from None
             sessions.add(session, handle)
             started = time.monotonic()
-            charts_at = -CHART_PERIOD_S
+            # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
+            # period apart, and both at the end: a Plotly redraw costs the browser far more than
+            # the cards do, and two at once would stall a busy laptop's page for a moment.
+            due = [started, started + CHART_PERIOD_S / 2]
             try:
                 for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size):
-                    # Cards at every frame; charts at most once a CHART_PERIOD_S (and at the end):
-                    # a Plotly redraw costs the browser far more than the cards do.
                     now = time.monotonic()
-                    if now - charts_at >= CHART_PERIOD_S or board.finished:
-                        charts_at = now
-                        charts = plot(entropy_figure(board)), plot(board_tile_figure(board))
-                    else:
-                        charts = gr.skip(), gr.skip()
+                    charts = []
+                    for i, figure in enumerate((entropy_figure, board_tile_figure)):
+                        if now >= due[i] or board.finished:
+                            due[i] = now + CHART_PERIOD_S
+                            charts.append(plot(figure(board)))
+                        else:
+                            charts.append(gr.skip())
                     yield render_board(board), *charts, _status(board, started)
             finally:
                 handle.cancel()  # a closed page or Stop: free the slots; a no-op when all are done
