@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         share=args.share,
         css_paths=[str(ROOT / "assets" / "style.css")],
         show_error=True,  # gr.Error sentences reach the page and the client
+        max_threads=256,  # each live stream or API call waits in a thread; a classroom is many
         prevent_thread_lock=True,
         quiet=True,
     )

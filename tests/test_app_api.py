@@ -125,6 +125,12 @@ def test_two_sessions_see_only_their_own_canvases(server):
     assert last_a.count("status-done") == 3 and last_b.count("status-done") == 2
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @pytest.mark.parametrize(
     "flags, words",
     [
@@ -132,7 +138,7 @@ def test_two_sessions_see_only_their_own_canvases(server):
         (["--max-num-seqs", "0"], "at least 1"),
         (["--memory-budget", "lots"], "malformed size"),
         (["--device", "tpu"], "invalid choice"),
-    ],
+    ] + ([] if _has_cuda() else [(["--device", "cuda"], "no CUDA GPU")]),
 )
 def test_bad_flags_are_one_line(flags, words):
     out = subprocess.run([sys.executable, str(ROOT / "app.py"), *flags], capture_output=True, text=True, timeout=60)
