@@ -35,7 +35,7 @@ def register(backend: Backend, sessions: Sessions) -> None:
         if sessions.pending(session) + len(batch) > limits.max_queued:
             raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait for them first.")
         try:
-            run = backend.start(batch, checked)
+            run = backend.start(batch, checked, stream=False)  # results only: no step frames to build
         except ValueError as err:
             raise gr.Error(str(err)) from None
         sessions.add(session, run)

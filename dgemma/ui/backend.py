@@ -59,7 +59,8 @@ class Backend(Protocol):
     max_num_seqs: int
     description: str  # one line for the page: model, device, memory budget
 
-    def start(self, prompts: list[str], settings: Settings) -> Run: ...
+    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
+        """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings) -> LessonOutcome:
         """Run the lesson's batch once under `budget` (None: no budget) with tiling "off" or "auto"."""

@@ -53,7 +53,7 @@ class EngineRun:
 
     _keys = itertools.count(1)
 
-    def __init__(self, engine: Engine, prompts: list[str], settings: Settings):
+    def __init__(self, engine: Engine, prompts: list[str], settings: Settings, stream: bool = True):
         self.engine = engine
         self.key = f"run-{next(self._keys)}"
         self.size = len(prompts)
@@ -61,7 +61,7 @@ class EngineRun:
         # Subscribe first: the "queued" events of the submits below must not be missed.
         self.mailbox = engine.subscribe(self.key)
         self.handles = [
-            engine.submit(p, sampling_params(settings, i), settings.max_new_tokens, session=self.key)
+            engine.submit(p, sampling_params(settings, i), settings.max_new_tokens, session=self.key, stream_steps=stream)
             for i, p in enumerate(prompts)
         ]
         self._closed = False
@@ -136,8 +136,8 @@ class EngineBackend:
                 self._engines[key] = engine
             return engine
 
-    def start(self, prompts: list[str], settings: Settings) -> EngineRun:
-        return EngineRun(self.engine(settings.tiling, settings.memory_budget), prompts, settings)
+    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
+        return EngineRun(self.engine(settings.tiling, settings.memory_budget), prompts, settings, stream)
 
     def info(self) -> dict:
         return {
