@@ -73,3 +73,15 @@ def test_bad_start_up_input_exits_2_with_one_line(capsys, tiny_model_dir, argv, 
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and expected in err and "Traceback" not in err
+
+
+def test_bench_engine_prints_one_json_object_per_bench_with_the_issue_keys(capsys, tiny_model_dir):
+    from dgemma.bench_engine import main as bench_main
+
+    code = bench_main(["--model", tiny_model_dir, "--requests", "3", "--staggered", "3", "--repeat", "1",
+                       "--staggered-repeat", "1", "--max-denoising-steps", "2", "--max-new-tokens", "16", "--json"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0 and [r["bench"] for r in lines] == ["batch", "staggered"]
+    for result in lines:
+        assert {"engine_tokens_per_s", "baseline_tokens_per_s", "ratio", "p50_s", "p95_s"} <= result.keys()
+        assert result["engine_tokens_per_s"] > 0 and result["baseline_tokens_per_s"] > 0
