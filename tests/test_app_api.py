@@ -100,6 +100,15 @@ def test_server_still_serves_after_bad_input(client):
     assert out["outputs"][0]["seed"] == 3
 
 
+@pytest.mark.parametrize(
+    "budget, words",
+    [("lots", "is not a size such as 512MiB"), ("1KiB", "cannot even hold the model's weights")],
+)
+def test_lesson_bad_budget_is_one_sentence(client, budget, words):
+    with pytest.raises(AppError, match=words):
+        client.predict(4, budget, False, 2, api_name="/lesson")
+
+
 def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
     job = Client(url, verbose=False).submit(
         text, n, "auto", 4, "", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, api_name="/generate_stream"

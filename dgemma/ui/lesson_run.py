@@ -96,8 +96,8 @@ def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool
     started = time.monotonic()
     try:
         budget_bytes = parse_size(budget) if budget not in (None, "") else None
-    except ValueError as err:
-        raise ValueError(f"The memory budget is not a size: {err}.") from None
+    except ValueError:
+        raise ValueError(f"The memory budget {str(budget)[:40]!r} is not a size such as 512MiB or 2GiB.") from None
     vocab = _vocab(loaded, real_scale)
     memory = _memory(loaded, budget_bytes)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(requests)]
@@ -114,7 +114,10 @@ def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool
         if isinstance(memory, VirtualDevice):
             memory.reserve(_state_bytes(sampler), "the sampler's per-slot state")
     except torch.OutOfMemoryError as err:
-        raise ValueError(f"The budget cannot even hold the model and the sampler's state ({_first_line(err)}).") from None
+        raise ValueError(
+            f"The budget of {format_bytes(budget_bytes or 0)} cannot even hold the model's weights and the "
+            f"sampler's state; the suggested budget for {requests} requests is {suggest_budget(loaded, requests, real_scale)}."
+        ) from None
 
     runner = Runner(loaded.model)
     caches = []
