@@ -18,6 +18,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from dgemma import corpus
+from dgemma.events import RequestEvent
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "model"
 
@@ -81,13 +83,16 @@ class StoppingRuleRecorder:
         pass
 
 
+@lru_cache(maxsize=2)
+def load_transformers(model_dir: Path) -> tuple[DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase]:
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(model_dir).eval()
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
 def generate_transformers(
-    model: DiffusionGemmaForBlockDiffusion,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: list[str],
-    config: DiffusionGemmaGenerationConfig,
-    seed: int,
+    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int
 ) -> list[Generation]:
+    model, tokenizer = load_transformers(model_dir)
     torch.manual_seed(seed)
     encoded = tokenizer(prompts, return_tensors="pt", padding=True)
     recorder = StoppingRuleRecorder(config)
@@ -114,11 +119,47 @@ def generate_transformers(
     return results
 
 
-Impl = Callable[
-    [DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase, list[str], DiffusionGemmaGenerationConfig, int],
-    list[Generation],
-]
-IMPLS: dict[str, Impl] = {"transformers": generate_transformers}
+# --- impl "engine": this project's engine and tiled sampler -------------------------------
+
+
+def generate_engine(
+    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int
+) -> list[Generation]:
+    # Imported here: the engine is another room, and the transformers impl must not depend on it.
+    from dgemma.engine import Engine, EngineConfig
+    from dgemma.model import load_model
+    from dgemma.sampler import SamplingParams
+
+    params = dict(
+        max_denoising_steps=config.max_denoising_steps,
+        t_min=config.t_min,
+        t_max=config.t_max,
+        entropy_bound=config.sampler_config.entropy_bound,
+        confidence_threshold=config.confidence_threshold,
+        stability_threshold=config.stability_threshold,
+    )
+    loaded = load_model(str(model_dir), device="cpu", dtype=torch.float32)
+    results = []
+    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts))).start() as engine:
+        handles = [
+            engine.submit(prompt, SamplingParams(**params, seed=seed + i), config.max_new_tokens, stream_steps=False)
+            for i, prompt in enumerate(prompts)
+        ]
+        for handle in handles:
+            # Committed and done events carry the running step count: their differences are per-canvas steps.
+            totals = [e.steps for e in handle.events() if isinstance(e, RequestEvent) and e.status == "committed"]
+            final = handle.result()
+            if final.status != "done":
+                raise RuntimeError(f"engine request {handle.id} ended {final.status}: {final.error}")
+            totals.append(final.steps)
+            steps = [b - a for a, b in zip([0, *totals], totals)]
+            canvases = tuple(Canvas(n, n < config.max_denoising_steps) for n in steps)
+            results.append(Generation(final.text, canvases))
+    return results
+
+
+Impl = Callable[[Path, list[str], DiffusionGemmaGenerationConfig, int], list[Generation]]
+IMPLS: dict[str, Impl] = {"transformers": generate_transformers, "engine": generate_engine}
 
 
 # --- scoring ------------------------------------------------------------------------------
@@ -165,8 +206,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def evaluate(
-    model: DiffusionGemmaForBlockDiffusion,
-    tokenizer: PreTrainedTokenizerBase,
+    model_dir: Path,
     impl: str,
     families: list[str],
     n: int,
@@ -177,7 +217,7 @@ def evaluate(
     rows = []
     for family in families:
         examples = corpus.heldout(family, n)
-        generations = IMPLS[impl](model, tokenizer, [ex.prompt for ex in examples], config, seed)
+        generations = IMPLS[impl](model_dir, [ex.prompt for ex in examples], config, seed)
         rows.append(score_family(impl, family, examples, generations))
         for ex, g in list(zip(examples, generations))[:examples_shown]:
             print(f"  {ex.prompt!r} -> {g.text!r}" + ("" if g.text == ex.answer else f"  (want {ex.answer!r})"))
@@ -232,8 +272,7 @@ def generation_config_for(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = DiffusionGemmaForBlockDiffusion.from_pretrained(args.model).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model, _ = load_transformers(args.model)
     try:
         config = generation_config_for(model, args)
     except ValueError as error:
@@ -241,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     impls = list(IMPLS) if args.impl == "all" else [args.impl]
     for impl in impls:
-        rows = evaluate(model, tokenizer, impl, args.families, args.n, config, args.seed, args.show)
+        rows = evaluate(args.model, impl, args.families, args.n, config, args.seed, args.show)
         for row in rows:
             print(json.dumps(row) if args.json else _format_row(row), flush=True)
         summary = summarize(rows)
