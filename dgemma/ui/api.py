@@ -38,11 +38,15 @@ def register(backend: Backend, sessions: Sessions) -> None:
             run = backend.start(batch, checked, stream=False)  # results only: no step frames to build
         except ValueError as err:
             raise gr.Error(str(err)) from None
-        sessions.add(session, run)
+        try:
+            sessions.add(session, run)
+        except ValueError as err:  # a concurrent call of this client got in first
+            run.close()
+            raise gr.Error(str(err)) from None
         try:
             outputs, plans = run.results()
         finally:
-            run.cancel()
+            run.close()
             sessions.remove(session, run)
         failed = [o for o in outputs if o.error]
         if failed:

@@ -34,6 +34,9 @@ class Run(Protocol):
     def cancel(self) -> None:
         """Stop this run's requests (queued ones never start; running ones free their slots)."""
 
+    def close(self) -> None:
+        """The reader is done: cancel anything unfinished and stop delivering events."""
+
     def results(self) -> tuple[list[Output], list[TilePlan]]:
         """Block until every request finished; outputs in submission order, the run's tile plans."""
 

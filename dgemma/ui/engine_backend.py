@@ -72,11 +72,14 @@ class EngineRun:
         return events
 
     def cancel(self) -> None:
-        if self._closed:
-            return
+        """Stop: the engine cancels this run's unfinished requests; their final events still come."""
         self.engine.cancel_session(self.key)
-        if all(h.done for h in self.handles):
+
+    def close(self) -> None:
+        """The reader is gone (stream ended, page closed): cancel what is left and unsubscribe."""
+        if not self._closed:
             self._closed = True
+            self.engine.cancel_session(self.key)
             self.engine.unsubscribe(self.mailbox)
 
     def results(self) -> tuple[list[Output], list[TilePlan]]:

@@ -24,12 +24,13 @@ from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings, pro
 from dgemma.ui.stream import frames
 from dgemma.ui.zerogpu import gpu
 
-# The embedded model's own task families (dgemma/corpus.py): it knows lowercase letters, digits
-# and " .+:," only, and these are the prompts it was trained to answer.
 log = logging.getLogger(__name__)
 
+# Seconds between redraws of one chart while a run streams (cards redraw every frame).
 CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
+# The embedded model's own task families (dgemma/corpus.py): it knows lowercase letters, digits
+# and " .+:," only, and these are the prompts it was trained to answer.
 EXAMPLES = [
     ["add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"],
     ["sort 3 1 4 1 5\nrepeat ab 4\nadd 57+68\nstory: red fox, river"],
@@ -145,7 +146,11 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 handle = backend.start(batch, settings)
             except ValueError as err:
                 raise gr.Error(str(err)) from None
-            sessions.add(session, handle)
+            try:
+                sessions.add(session, handle)
+            except ValueError as err:  # another click of this session got in first
+                handle.close()
+                raise gr.Error(str(err)) from None
             started = time.monotonic()
             # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
             # period apart, and both at the end: a Plotly redraw costs the browser far more than
@@ -163,7 +168,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                             charts.append(gr.skip())
                     yield render_board(board), *charts, _status(board, started)
             finally:
-                handle.cancel()  # a closed page or Stop: free the slots; a no-op when all are done
+                handle.close()  # a closed page: free the slots; a no-op for requests already done
                 sessions.remove(session, handle)
 
         def stop_session(request: gr.Request) -> None:
