@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from gradio_client import Client
@@ -160,3 +161,29 @@ def test_unknown_model_is_one_line():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().startswith("app.py: error:") and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_client_that_vanishes_mid_stream_frees_its_requests(server):
+    """Kill a streaming client's process: the server cancels its requests (and logs it)."""
+    script = (
+        "from gradio_client import Client\n"
+        f"job = Client({server.url!r}, verbose=False).submit('count 1 to 12', 16, 'auto', 4, '', 256, 24, 0.4, 0.8,"
+        " 0.1, 0.005, 1, 0, False, api_name='/generate_stream')\n"
+        "for i, _ in enumerate(job):\n"
+        "    print('frame', i, flush=True)\n"
+    )
+    def freed() -> int:  # the unload hook or the closed stream, whichever runs first, says so
+        log = server.log()
+        return log.count("session closed: cancelled 16 requests") + log.count("stream ended early")
+
+    before = freed()
+    client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    for line in client.stdout:
+        if line.startswith("frame 1"):
+            break
+    client.kill()
+    client.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while freed() == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert freed() > before, server.log()[-2000:]

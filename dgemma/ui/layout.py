@@ -156,8 +156,9 @@ def build_demo(backend: Backend) -> gr.Blocks:
             # period apart, and both at the end: a Plotly redraw costs the browser far more than
             # the cards do, and two at once would stall a busy laptop's page for a moment.
             due = [started, started + CHART_PERIOD_S / 2]
+            board = Board()
             try:
-                for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size):
+                for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
                     now = time.monotonic()
                     charts = []
                     for i, figure in enumerate((entropy_figure, board_tile_figure)):
@@ -168,6 +169,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
                             charts.append(gr.skip())
                     yield render_board(board), *charts, _status(board, started)
             finally:
+                if not board.finished:
+                    log.info("stream ended early: cancelling its unfinished requests")
                 handle.close()  # a closed page: free the slots; a no-op for requests already done
                 sessions.remove(session, handle)
 
