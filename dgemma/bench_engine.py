@@ -37,8 +37,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--max-num-seqs", type=int, default=32, help="engine slots (default 32)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's generation config")
     p.add_argument("--max-denoising-steps", type=int, default=None, help="default: the model's generation config")
-    p.add_argument("--load", type=float, default=4.0,
-                   help="staggered arrival rate as a multiple of one-at-a-time generate()'s service rate (default 4)")
+    p.add_argument("--load", type=float, default=8.0,
+                   help="staggered arrival rate as a multiple of one-at-a-time generate()'s service rate (default 8: both sides saturated)")
     p.add_argument("--repeat", type=int, default=3, help="batch bench: best of N interleaved runs per side (default 3)")
     p.add_argument("--staggered-repeat", type=int, default=2, help="staggered bench: best of N per side (default 2)")
     p.add_argument("--seed", type=int, default=0)
