@@ -17,6 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The embedded model, as `python app.py` uses it with no flags. DGEMMA_TEST_MODEL points the app
+# tests (server and CLI alike) at another checkpoint, e.g. before assets/model is trained.
+MODEL = os.environ.get("DGEMMA_TEST_MODEL")
+MODEL_ARGS = ["--model", MODEL] if MODEL else []
+
 
 def free_port() -> int:
     with socket.socket() as s:

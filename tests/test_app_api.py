@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -19,12 +18,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_server import ROOT, shared
-
-# The embedded model, as `python app.py` uses it with no flags. DGEMMA_TEST_MODEL points both the
-# server and the CLI at another checkpoint (e.g. before assets/model is trained).
-MODEL = os.environ.get("DGEMMA_TEST_MODEL")
-MODEL_ARGS = ["--model", MODEL] if MODEL else []
+from app_server import MODEL_ARGS, ROOT, shared
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
            "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river"]  # fmt: skip
 SETTINGS = {"seed": 100, "max_new_tokens": 32}

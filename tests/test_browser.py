@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app_server import ROOT, shared
-from test_app_api import MODEL_ARGS
+from app_server import MODEL_ARGS, ROOT, shared
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "assets" / "screenshots"

@@ -5,13 +5,10 @@ Events come from the real engine on the embedded model (see `engine_events`), no
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from dgemma.ui.settings import Limits, Settings, SettingsError, parse_prompts, parse_settings, prompts_from_text
 from dgemma.ui.stream import frames
-from dgemma.ui.board import Board
 
 LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_chars=100)
 

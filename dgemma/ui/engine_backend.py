@@ -26,7 +26,6 @@ from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings
 
-FINAL = ("done", "cancelled", "error")
 MAX_ENGINES = 4  # e.g. auto, off and two more: each engine is a thread, a sampler and a budget
 
 
