@@ -274,7 +274,9 @@ class Engine:
             return handle
         req.max_canvases = math.ceil(max_new_tokens / self.canvas_length)
         with self._lock:
-            if len(self._inbox) + len(self._waiting) >= self.config.max_waiting:
+            if self._stopping:
+                error = "the engine has shut down; this request was not run"
+            elif len(self._inbox) + len(self._waiting) >= self.config.max_waiting:
                 error = f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
             else:
                 self._inbox.append(req)
@@ -323,6 +325,7 @@ class Engine:
         """Blocking convenience: submit all prompts, return their final events in input order."""
         if not isinstance(params, list):
             params = [params] * len(prompts)
+        self.start()  # a no-op when running; a blocking call must not wait on a stopped engine
         handles = [self.submit(p, q, max_new_tokens, stream_steps=False) for p, q in zip(prompts, params)]
         return [h.result() for h in handles]
 
