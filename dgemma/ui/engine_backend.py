@@ -129,6 +129,8 @@ class EngineBackend:
             engine = self._engines.get(key)
             if engine is None:
                 if len(self._engines) >= MAX_ENGINES:
+                    self._retire_idle_engine()
+                if len(self._engines) >= MAX_ENGINES:
                     modes = ", ".join(f"{t}/{format_bytes(b) if b else 'no budget'}" for t, b in self._engines)
                     raise ValueError(f"This server already runs {MAX_ENGINES} tiling and budget settings ({modes}); use one of them.")
                 try:
@@ -137,6 +139,16 @@ class EngineBackend:
                     raise ValueError(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None
                 self._engines[key] = engine
             return engine
+
+    def _retire_idle_engine(self) -> None:
+        """Shut down one engine other than the main one that has nothing running or waiting."""
+        main = ("auto", self.config.memory_budget)
+        for key, engine in list(self._engines.items()):
+            health = engine.health()
+            if key != main and not health["running"] and not health["waiting"]:
+                del self._engines[key]
+                engine.shutdown(timeout=5)
+                return
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
         return EngineRun(self.engine(settings.tiling, settings.memory_budget), prompts, settings, stream)
