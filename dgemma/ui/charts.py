@@ -24,6 +24,8 @@ from dgemma.events import TilePlan
 from dgemma.ui.board import Board
 
 MiB = 1024**2
+# Free memory (GiB) and a small model's peak transient (KiB) differ by 10^6: a log axis shows both.
+MEMORY_FLOOR_MIB = 1e-3
 # Entropy can be exactly 0 for a certain canvas; a log axis needs a floor to draw it.
 ENTROPY_FLOOR = 1e-6
 # Ten distinguishable colours (Plotly's default cycle), reused when there are more requests.
@@ -93,13 +95,13 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
              name="tile size (largest tile run)", line=dict(color="#1f77b4", width=2.5, **step)),
         dict(type="scatter", mode="lines", x=calls, y=[len(p.tiles) for p in plans], name="tiles per call",
              line=dict(color="#ff7f0e", width=2, dash="dot", **step)),
-        dict(type="scatter", mode="lines", x=calls, y=[round(p.free_bytes / MiB, 2) for p in plans], yaxis="y2",
+        dict(type="scatter", mode="lines", x=calls, y=[_mib(p.free_bytes) for p in plans], yaxis="y2",
              name="free memory (MiB)", line=dict(color="#2ca02c")),
-        dict(type="scatter", mode="lines", x=calls, y=[round(p.peak_transient_bytes / MiB, 2) for p in plans],
+        dict(type="scatter", mode="lines", x=calls, y=[_mib(p.peak_transient_bytes) for p in plans],
              yaxis="y2", name="peak transient (MiB)", line=dict(color="#d62728")),
     ]
     if any(p.budget_bytes for p in plans):
-        data.append(dict(type="scatter", mode="lines", x=calls, y=[round((p.budget_bytes or 0) / MiB, 2) for p in plans],
+        data.append(dict(type="scatter", mode="lines", x=calls, y=[_mib(p.budget_bytes or 0) for p in plans],
                          yaxis="y2", name="budget (MiB)", line=dict(color="black", dash="dash")))
     splits = [(c, len(p.splits)) for c, p in zip(calls, plans, strict=True) if p.splits]
     if splits:
@@ -109,9 +111,13 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         "How each sampler call was tiled against free memory",
         xaxis=dict(title=dict(text="sampler call"), **_AXIS),
         yaxis=dict(title=dict(text="requests"), rangemode="tozero", **_AXIS),
-        yaxis2=dict(title=dict(text="MiB"), overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        yaxis2=dict(title=dict(text="MiB (log)"), overlaying="y", side="right", type="log", showgrid=False),
     )
     return {"data": data, "layout": layout}
+
+
+def _mib(nbytes: int) -> float:
+    return max(MEMORY_FLOOR_MIB, round(nbytes / MiB, 4))
 
 
 def board_tile_figure(board: Board) -> Spec:
