@@ -287,9 +287,12 @@ class Engine:
             self._emit(req, RequestEvent(rid, "queued", seed=params.seed, prompt=req.prompt))
         return handle
 
-    def cancel(self, request_id: int) -> None:
-        """Cancel a request: a waiting one never starts, a running one frees its slot next step."""
+    def cancel(self, request_id: int, session: str | None = None) -> None:
+        """Cancel a request: a waiting one never starts, a running one frees its slot next step.
+        With `session`, only a request of that session is cancelled (one tab cannot stop another's)."""
         with self._lock:
+            if session is not None and self._sessions.get(int(request_id), session) != session:
+                return
             self._cancels.add(int(request_id))
             self._lock.notify_all()
 
@@ -560,14 +563,8 @@ class Engine:
                 self._finish(req, "error", error=_oom_sentence(err, "the sampler step does not fit"))
             return
         del hidden
-        # One device->host transfer per step: the frames and the convergence decisions need them.
-        draft = out.draft.tolist()
-        converged = out.converged.tolist()
-        finite = out.finite.tolist()
-        mean = out.mean_entropy.tolist()
+        draft, entropy, accepted, mean, converged, finite = _to_host(out)
         want = [r.stream_steps for r in rows]
-        entropy = out.entropy.tolist() if any(want) else None
-        accepted = out.accepted.tolist() if any(want) else None
         self._emit_plan(out.plan, rows)
         for i, req in enumerate(rows):
             req.steps += 1
@@ -682,6 +679,22 @@ class Engine:
                 f"the memory budget of {format_bytes(self.memory.capacity_bytes())} is too small for "
                 f"{what} ({format_bytes(nbytes)}, {format_bytes(self.memory.free_bytes())} left)"
             ) from None
+
+
+def _to_host(out) -> tuple[list, list, list, list, list, list]:
+    """The step's outputs as Python lists in ONE device->host copy (one sync per step on CUDA):
+    the frames and the convergence decisions need them. Token ids are exact in float64."""
+    n, cl = out.draft.shape
+    packed = torch.cat(
+        [out.draft.double(), out.entropy.double(), out.accepted.double(),
+         torch.stack([out.mean_entropy.double(), out.converged.double(), out.finite.double()], dim=1)],
+        dim=1,
+    ).cpu()
+    draft = packed[:, :cl].long().tolist()
+    entropy = packed[:, cl : 2 * cl].float().tolist()
+    accepted = packed[:, 2 * cl : 3 * cl].bool().tolist()
+    mean, converged, finite = packed[:, 3 * cl :].unbind(1)
+    return draft, entropy, accepted, mean.float().tolist(), converged.bool().tolist(), finite.bool().tolist()
 
 
 def _oom_sentence(err: BaseException, what: str) -> str:

@@ -219,6 +219,13 @@ def test_session_subscription_sees_only_its_own_requests(engine):
     assert seen == {a.id}
 
 
+def test_a_session_cannot_cancel_another_sessions_request(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
+        theirs = eng.submit("add 2+2", params(seed=9), max_new_tokens=16, session="b")
+        eng.cancel(theirs.id, session="a")
+        assert theirs.result(30).status == "done"
+
+
 def test_cancel_session_cancels_only_that_sessions_requests(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
         a = [eng.submit("count 1 to 9", params(seed=i, steps=40), max_new_tokens=64, session="a") for i in range(3)]
@@ -272,3 +279,14 @@ def test_chunked_sampler_gives_the_same_tokens_as_the_reference(tiny_model):
         with Engine(tiny_model, EngineConfig(max_num_seqs=3, sampler=impl)) as eng:
             finals[impl] = eng.generate(prompts, [params(seed=i) for i in range(3)], max_new_tokens=32)
     assert [f.token_ids for f in finals["chunked"]] == [f.token_ids for f in finals["reference"]]
+
+
+def test_shutdown_cancels_unfinished_requests_and_later_submits_fail_with_one_line(tiny_model):
+    eng = Engine(tiny_model, EngineConfig(max_num_seqs=1)).start()
+    running = eng.submit("count 1 to 9", params(seed=1, steps=40), max_new_tokens=160)
+    queued = eng.submit("add 1+1", params(seed=2), max_new_tokens=16)
+    wait_for_step(running)
+    eng.shutdown()
+    assert running.result(5).status == queued.result(5).status == "cancelled"
+    late = eng.submit("add 2+2", params(seed=3), max_new_tokens=16).result(5)
+    assert late.status == "error" and "shut down" in late.error
