@@ -48,3 +48,12 @@ def test_hub_id_without_network_fails_with_one_line(monkeypatch):
 def test_checkpoint_larger_than_the_budget_is_refused_before_loading(tiny_model_dir):
     with pytest.raises(ModelLoadError, match="needs .* GiB for its weights but only"):
         load_model(tiny_model_dir, device="cpu", memory_budget=1024)
+
+
+def test_prompt_goes_through_the_chat_template_when_the_tokenizer_has_one(tiny_model):
+    import copy
+
+    tokenizer = copy.deepcopy(tiny_model.tokenizer)
+    tokenizer.chat_template = "{{ bos_token }}{% for m in messages %}user: {{ m['content'] }}.{% endfor %}"
+    ids = encode_prompt(tokenizer, "add 1+2")
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "user: add 1+2."
