@@ -72,9 +72,17 @@ def suggest_budget(loaded: LoadedModel, requests: int, real_scale: bool) -> str:
     vocab = _vocab(loaded, real_scale)
     sampler = _sampler_meta(loaded, requests, vocab)
     calibration = sampler.calibration()
-    resident = loaded.weight_bytes + _state_bytes(sampler)
+    resident = _resident_bytes(loaded) + _state_bytes(sampler)
     free = max(int(0.75 * calibration.tile_bytes(requests)), 2 * calibration.tile_bytes(1) + calibration.bytes_per_request)
     return _round_mib(resident + free)
+
+
+def _resident_bytes(loaded: LoadedModel) -> int:
+    """What the budget already holds before the lesson's sampler: on CUDA everything this process
+    has allocated (weights, the serving engine's state and caches); on a CPU the weights."""
+    if loaded.device.type == "cuda":
+        return int(torch.cuda.memory_allocated(loaded.device))
+    return loaded.weight_bytes
 
 
 def _sampler_meta(loaded: LoadedModel, n: int, vocab: int) -> TiledSampler:
@@ -92,7 +100,23 @@ def _round_mib(nbytes: int) -> str:
 
 def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
         settings: Settings) -> LessonOutcome:
-    """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened."""
+    """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened.
+
+    On CUDA the budget is the process's allocator cap while the lesson runs (the serving engine
+    shares it meanwhile); the cap the server had is put back afterwards.
+    """
+    if loaded.device.type != "cuda":
+        return _run(loaded, requests, budget, real_scale, tiling, settings)
+    cap = torch.cuda.get_per_process_memory_fraction(loaded.device)
+    try:
+        return _run(loaded, requests, budget, real_scale, tiling, settings)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(cap, loaded.device)
+        torch.cuda.empty_cache()
+
+
+def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
+         settings: Settings) -> LessonOutcome:
     started = time.monotonic()
     try:
         budget_bytes = parse_size(budget) if budget not in (None, "") else None
