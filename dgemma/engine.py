@@ -518,19 +518,21 @@ class Engine:
         """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
         Returns the surviving rows and their hidden states [n, CL, hidden]."""
         try:
-            hidden = self._decode_once(rows)
+            return rows, self._decode_once(rows)
         except torch.OutOfMemoryError as err:
-            if len(rows) == 1:
-                self._finish(rows[0], "error", error=_oom_sentence(err, "its decoder step does not fit even alone"))
-                return [], None
-            self.stats["decoder_splits"] += 1
-            log.info("decoder out of memory with %d requests; splitting: %s", len(rows), err)
-            half = len(rows) // 2
-            left, left_hidden = self._decode(rows[:half])
-            right, right_hidden = self._decode(rows[half:])
-            parts = [t for t in (left_hidden, right_hidden) if t is not None]
-            return left + right, (torch.cat(parts) if parts else None)
-        return rows, hidden
+            # Retry only after leaving this block: the exception's traceback holds the failed
+            # forward's frames, and with them every activation it had allocated.
+            message = str(err)
+        if len(rows) == 1:
+            self._finish(rows[0], "error", error=_oom_sentence(message, "its decoder step does not fit even alone"))
+            return [], None
+        self.stats["decoder_splits"] += 1
+        log.info("decoder out of memory with %d requests; splitting: %s", len(rows), message)
+        half = len(rows) // 2
+        left, left_hidden = self._decode(rows[:half])
+        right, right_hidden = self._decode(rows[half:])
+        parts = [t for t in (left_hidden, right_hidden) if t is not None]
+        return left + right, (torch.cat(parts) if parts else None)
 
     def _decode_once(self, rows: list[_Request]) -> torch.Tensor:
         self.stats["decoder_calls"] += 1
@@ -697,7 +699,7 @@ def _to_host(out) -> tuple[list, list, list, list, list, list]:
     return draft, entropy, accepted, mean.float().tolist(), converged.bool().tolist(), finite.bool().tolist()
 
 
-def _oom_sentence(err: BaseException, what: str) -> str:
+def _oom_sentence(err: BaseException | str, what: str) -> str:
     first = str(err).strip().splitlines()[0] if str(err).strip() else "out of memory"
     return f"out of memory: {what} ({first})"
 

@@ -173,6 +173,24 @@ def test_memory_budget_holds_weights_cache_and_transient(tiny_model):
     assert plans and all(p.budget_bytes == budget and p.peak_transient_bytes > 0 for p in plans)
 
 
+def test_decoder_out_of_a_real_memory_budget_is_split_and_retried_with_the_same_tokens(tiny_model):
+    prompts = [f"add {i}+7" for i in range(8)]
+    settings = [params(seed=i) for i in range(8)]
+    roomy = tiny_model.weight_bytes + 64 * 2**20
+    with Engine(tiny_model, EngineConfig(max_num_seqs=8, memory_budget=roomy)) as eng:
+        watch = eng.subscribe(coalesce=False)
+        reference = eng.generate(prompts, settings, max_new_tokens=16)
+        first_plan = next(e for e in watch.poll(1.0) if isinstance(e, TilePlan))
+        held = roomy - first_plan.free_bytes  # weights, sampler state, caches: what a step starts from
+        decode_peak = eng.memory.peak_total - held
+    tight = held + decode_peak // 2  # the 8-request decoder step no longer fits; half of it does
+    with Engine(tiny_model, EngineConfig(max_num_seqs=8, memory_budget=tight)) as eng:
+        retried = eng.generate(prompts, settings, max_new_tokens=16)
+        assert eng.stats["decoder_splits"] > 0
+    assert [r.status for r in retried] == ["done"] * 8
+    assert [r.token_ids for r in retried] == [r.token_ids for r in reference]
+
+
 def test_budget_smaller_than_the_weights_refuses_to_start_with_one_line(tiny_model):
     with pytest.raises(EngineError, match="too small for the model weights") as err:
         Engine(tiny_model, EngineConfig(memory_budget="1MiB"))
