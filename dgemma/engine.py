@@ -279,12 +279,12 @@ class Engine:
             elif len(self._inbox) + len(self._waiting) >= self.config.max_waiting:
                 error = f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
             else:
+                # 'queued' goes out before the engine thread can see the request (and say 'running').
+                self._emit(req, RequestEvent(rid, "queued", seed=params.seed, prompt=req.prompt))
                 self._inbox.append(req)
                 self._lock.notify_all()
         if error:
             self._finish(req, "error", error=error)
-        else:
-            self._emit(req, RequestEvent(rid, "queued", seed=params.seed, prompt=req.prompt))
         return handle
 
     def cancel(self, request_id: int, session: str | None = None) -> None:

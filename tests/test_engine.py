@@ -110,6 +110,9 @@ def test_more_requests_than_max_num_seqs_all_complete_in_admission_order(tiny_mo
     assert [f.status for f in finals] == ["done"] * 6
     admitted = [e.request_id for e in events if isinstance(e, RequestEvent) and e.status == "running"]
     assert admitted == [h.id for h in handles]
+    for h in handles:  # each request's life reads in order: queued, running, ..., done
+        statuses = [e.status for e in events if isinstance(e, RequestEvent) and e.request_id == h.id]
+        assert statuses[:2] == ["queued", "running"] and statuses[-1] == "done"
     assert max(e.steps for e in finals) == STEPS
 
 
