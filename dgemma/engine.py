@@ -191,6 +191,7 @@ class Engine:
         self._pieces: dict[int, str] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._dead = False  # the thread died and gave up restarting
         self.last_error = ""
         self.deaths = 0
         self._deaths_in_a_row = 0
@@ -205,13 +206,14 @@ class Engine:
             if self._thread is not None and self._thread.is_alive():
                 return self
             self._stopping = False
+            self._dead = False
             self._new_sampler()
             self._thread = threading.Thread(target=self._loop, name="dgemma-engine", daemon=True)
             self._thread.start()
         return self
 
     def restart(self) -> Engine:
-        """Start a fresh engine thread after a death (waiting requests are kept and run)."""
+        """Start a fresh engine thread after it gave up (auto_restart off or too many deaths)."""
         return self.start()
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -276,6 +278,8 @@ class Engine:
         with self._lock:
             if self._stopping:
                 error = "the engine has shut down; this request was not run"
+            elif self._dead:
+                error = f"the engine stopped after repeated failures ({self.last_error}); restart it"
             elif len(self._inbox) + len(self._waiting) >= self.config.max_waiting:
                 error = f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
             else:
@@ -393,18 +397,22 @@ class Engine:
         self._deaths_in_a_row += 1
         for req in list(self._running.values()):
             self._finish(req, "error", error=f"the engine failed while running this request ({reason})")
-        give_up = not self.config.auto_restart or self._deaths_in_a_row > self.config.max_restarts
-        if give_up:
-            with self._lock:
-                stranded = list(self._waiting) + list(self._inbox)
-                self._waiting.clear()
-                self._inbox.clear()
-            for req in stranded:
-                self._finish(req, "error", error=f"the engine stopped ({reason}); this request never started")
-            return
-        # Restart on a fresh thread: waiting requests stay queued and run there.
-        self._thread = None
-        self.start()
+        if self.config.auto_restart and self._deaths_in_a_row <= self.config.max_restarts:
+            # Restart on a fresh thread: waiting requests stay queued and run there.
+            self._thread = None
+            try:
+                self.start()
+                return
+            except Exception as restart_err:  # noqa: BLE001 - then give up below, loudly
+                reason = f"{reason}; restarting failed: {restart_err}"
+                self.last_error = reason
+        with self._lock:
+            self._dead = True  # submit refuses until restart(); nothing may wait forever
+            stranded = list(self._waiting) + list(self._inbox)
+            self._waiting.clear()
+            self._inbox.clear()
+        for req in stranded:
+            self._finish(req, "error", error=f"the engine stopped ({reason}); this request never started")
 
     def _new_sampler(self) -> None:
         if self._sampler is not None and isinstance(self.memory, VirtualDevice):

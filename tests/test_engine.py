@@ -311,3 +311,16 @@ def test_shutdown_cancels_unfinished_requests_and_later_submits_fail_with_one_li
     assert running.result(5).status == queued.result(5).status == "cancelled"
     late = eng.submit("add 2+2", params(seed=3), max_new_tokens=16).result(5)
     assert late.status == "error" and "shut down" in late.error
+
+
+def test_engine_that_keeps_dying_gives_up_fails_queued_requests_and_refuses_new_ones(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1, max_restarts=1)) as eng:
+        eng.faults.crash_steps = 5  # more deaths in a row than restarts allowed
+        first = eng.submit("add 1+1", params(seed=1), max_new_tokens=16)
+        second = eng.submit("add 2+2", params(seed=2), max_new_tokens=16)
+        assert first.result(30).status == second.result(30).status == "error"
+        late = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(5)
+        assert late.status == "error" and "restart it" in late.error
+        eng.faults.crash_steps = 0
+        eng.restart()
+        assert eng.submit("add 4+4", params(seed=4), max_new_tokens=16).result(30).status == "done"
