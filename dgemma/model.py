@@ -165,8 +165,10 @@ def load_model(
     source, is_local = resolve_source(name)
     try:
         device = torch.device(device) if device is not None else default_device()
-    except (RuntimeError, TypeError) as err:
-        raise ModelLoadError(f"unknown device {device!r}: {_one_line(err)}") from None
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ModelLoadError("unknown device: use cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but no CUDA GPU is available")
     dtype = dtype or default_dtype(device)
