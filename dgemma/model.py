@@ -163,12 +163,13 @@ def load_model(
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     source, is_local = resolve_source(name)
+    asked = device
     try:
         device = torch.device(device) if device is not None else default_device()
     except (RuntimeError, TypeError):
         device = None
     if device is None or device.type not in ("cpu", "cuda"):
-        raise ModelLoadError("unknown device: use cpu or cuda")
+        raise ModelLoadError(f"unknown device {str(asked)!r}: use cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but no CUDA GPU is available")
     dtype = dtype or default_dtype(device)
