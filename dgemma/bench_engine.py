@@ -125,8 +125,8 @@ def run_staggered(
 ) -> dict:
     """Best of `repeat` interleaved runs per side (by throughput), the same arrival times for all."""
     cl = engine.canvas_length
-    # Service rate of the baseline: time one request alone (after warm-up, on a few prompts).
-    probe = prompts[: min(4, len(prompts))]
+    # Service rate of the baseline: time one request alone (after warm-up), one prompt per family.
+    probe = prompts[: min(6, len(prompts))]
     started = time.monotonic()
     for p in probe:
         baseline.run([p])
