@@ -181,3 +181,33 @@ def test_a_client_that_vanishes_mid_stream_frees_its_requests(server):
     while freed() == before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert freed() > before, server.log()[-2000:]
+
+
+def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
+    """In-process: crash the engine thread until it gives up; the next run restarts it and completes."""
+    import argparse
+
+    from dgemma.ui.engine_backend import make_backend
+    from dgemma.ui.settings import Settings
+
+    args = argparse.Namespace(model=tiny_model_dir, device="cpu", memory_budget=None, max_num_seqs=4,
+                              max_prompts=8, max_new_tokens=32, max_queued=8)
+    backend = make_backend(args)
+    try:
+        engine = backend.engine("auto", None)
+        engine.faults.crash_steps = engine.config.max_restarts + 2
+        first = backend.start(["add 12+34"], Settings(max_new_tokens=16, max_denoising_steps=2))
+        outputs, _ = first.results()
+        first.close()
+        deadline = time.monotonic() + 30
+        while engine.alive and time.monotonic() < deadline:  # it dies, restarts, dies ... and gives up
+            time.sleep(0.05)
+        assert outputs[0].error and not engine.alive
+        engine.faults.crash_steps = 0  # whatever killed it has passed
+        second = backend.start(["add 12+34"], Settings(max_new_tokens=16, max_denoising_steps=2))
+        assert "restarted" in second.notice
+        outputs, plans = second.results()
+        second.close()
+        assert not outputs[0].error and plans
+    finally:
+        backend.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import logging
 import threading
 from dataclasses import replace
 
@@ -25,6 +26,8 @@ from dgemma.sampler import SamplingParams
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings
+
+log = logging.getLogger(__name__)
 
 MAX_ENGINES = 4  # e.g. auto, off and two more: each engine is a thread, a sampler and a budget
 
@@ -52,8 +55,9 @@ class EngineRun:
 
     _keys = itertools.count(1)
 
-    def __init__(self, engine: Engine, prompts: list[str], settings: Settings, stream: bool = True):
+    def __init__(self, engine: Engine, prompts: list[str], settings: Settings, stream: bool = True, notice: str = ""):
         self.engine = engine
+        self.notice = notice  # one sentence the page shows as a warning (e.g. the engine was restarted)
         self.key = f"run-{next(self._keys)}"
         self.size = len(prompts)
         self.plans: list[TilePlan] = []
@@ -151,7 +155,14 @@ class EngineBackend:
                 return
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
-        return EngineRun(self.engine(settings.tiling, settings.memory_budget), prompts, settings, stream)
+        engine = self.engine(settings.tiling, settings.memory_budget)
+        notice = ""
+        if not engine.alive:
+            # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.
+            notice = f"The engine had stopped ({engine.last_error or 'no reason given'}); it was restarted for this run."
+            log.warning(notice)
+            engine.restart()
+        return EngineRun(engine, prompts, settings, stream, notice)
 
     def info(self) -> dict:
         return {

@@ -151,6 +151,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
             except ValueError as err:  # another click of this session got in first
                 handle.close()
                 raise gr.Error(str(err)) from None
+            if getattr(handle, "notice", ""):
+                gr.Warning(handle.notice)
             started = time.monotonic()
             # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
             # period apart, and both at the end: a Plotly redraw costs the browser far more than
