@@ -49,7 +49,7 @@ FAMILY_WEIGHTS = {"count": 1.5, "add": 2.5, "reverse": 1.0, "sort": 1.0, "repeat
 # Diffusion defaults for this model, tuned with `python -m dgemma.eval` (see docs/model.md).
 GENERATION_DEFAULTS = dict(
     max_new_tokens=64,
-    max_denoising_steps=24,
+    max_denoising_steps=32,
     t_min=0.4,
     t_max=0.8,
     stability_threshold=1,

@@ -1,0 +1,60 @@
+"""The shipped model: loads from assets/ like any checkpoint, fits the budget, and really answers."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+
+from dgemma import corpus, eval as evaluation
+
+MODEL = Path(__file__).resolve().parent.parent / "assets" / "model"
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.set_num_threads(1)
+    return DiffusionGemmaForBlockDiffusion.from_pretrained(MODEL).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(MODEL)
+
+
+def test_embedded_model_fits_in_40_megabytes():
+    assert sum(f.stat().st_size for f in MODEL.iterdir()) <= 40_000_000
+
+
+def test_embedded_model_loads_with_its_tokenizer_and_diffusion_defaults(model, tokenizer):
+    assert model.config.canvas_length == 16
+    assert model.lm_head.weight is model.model.decoder.embed_tokens.weight  # tied, as the architecture expects
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id) == (0, 1, 2)
+    assert len(tokenizer) == model.config.text_config.vocab_size
+    config = model.generation_config
+    assert (config.pad_token_id, config.eos_token_id) == (0, 1)
+    assert config.max_denoising_steps and config.sampler_config.entropy_bound > 0
+
+
+def test_embedded_model_answers_heldout_prompts_exactly(model):
+    examples = [ex for family in corpus.CHECKABLE for ex in corpus.heldout(family, 2)]
+    config = evaluation.generation_config_for(model, evaluation.parse_args(["--model", str(MODEL)]))
+    generations = evaluation.generate_transformers(MODEL, [ex.prompt for ex in examples], config, seed=0)
+    assert [g.text for g in generations] == [ex.answer for ex in examples]
+    assert any(len(g.canvases) > 1 for g in generations)  # the outer, canvas-by-canvas loop ran
+
+
+def test_eval_json_prints_a_row_per_family_then_the_summary(capsys):
+    assert evaluation.main(["--json", "--n", "2", "--families", "reverse", "prose"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["family"] for row in lines[:-1]] == ["reverse", "prose"]
+    assert {"impl", "family", "n", "exact_match", "converged_fraction", "mean_steps"} <= lines[0].keys()
+    assert "lexicon_fraction" in lines[1] and "summary" in lines[-1]
+
+
+def test_eval_rejects_a_bad_model_dir_with_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        evaluation.parse_args(["--model", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "no config.json" in capsys.readouterr().err
