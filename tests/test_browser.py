@@ -54,10 +54,14 @@ RECORD = """() => {
 
 def test_run_shows_canvases_denoising_and_live_charts(page):
     page.evaluate(RECORD)
-    # 32 concurrent requests: the trained model denoises fast, and the page should be busy.
+    # 32 concurrent requests of up to 256 tokens: the trained model denoises fast, and the page
+    # should be busy long enough to be seen (and photographed) mid-run.
     concurrent = page.locator("input[type=number]").first
     concurrent.fill("32")
     concurrent.press("Enter")
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.get_by_label("max new tokens").fill("256")
+    page.get_by_text("Settings (the model's defaults)").click()
     page.click("#run")
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_function("() => Object.keys(window.__seen).length > 0", timeout=60_000)
