@@ -110,7 +110,8 @@ def measure_browser(url: str, requests: int) -> dict:
                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page(viewport={"width": 1360, "height": 1000})
         page.goto(url, wait_until="load")
-        page.wait_for_selector("#run")
+        for selector in ("#run", "#cards", "#status"):
+            page.wait_for_selector(selector)
         box = page.locator("input[type=number]").first
         box.fill(str(requests))
         box.press("Enter")

@@ -33,7 +33,8 @@ def page(tmp_path_factory):
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(server.url, wait_until="load")
-        page.wait_for_selector("#run", timeout=60_000)
+        for selector in ("#run", "#cards", "#status", "#entropy-plot", "#tile-plot"):  # the whole page is up
+            page.wait_for_selector(selector, timeout=60_000)
         page.errors = errors
         yield page
         browser.close()

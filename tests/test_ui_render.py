@@ -102,6 +102,7 @@ def test_frames_coalesce_many_events_into_few_renders():
 
 # ---------------------------------------------------------------- real events from the real engine
 
+import dataclasses  # noqa: E402
 import html as _html  # noqa: E402
 
 import plotly.graph_objects as go  # noqa: E402
@@ -207,7 +208,9 @@ def test_tile_figure_shows_every_call(engine_events):
     assert by_name["tiles per call"]["y"] == [len(p.tiles) for p in plans]
     assert max(by_name["tile size (largest tile run)"]["y"]) <= 2  # tiling=2
     assert by_name["peak transient (MiB)"]["y"] == [max(1e-3, round(p.peak_transient_bytes / 2**20, 4)) for p in plans]
-    assert spec["layout"]["yaxis2"]["type"] == "log"  # GiB free next to KiB transients
+    assert spec["layout"]["yaxis2"]["type"] == "log"  # GiB free on the host next to KiB transients
+    narrow = [dataclasses.replace(p, free_bytes=4 * 2**20, peak_transient_bytes=2**20) for p in plans]
+    assert "type" not in tile_figure(narrow)["layout"]["yaxis2"]  # a budget: same order, linear axis
     assert board_tile_figure(fold(events))["data"][0]["x"][0] == 1
     assert all(t["type"] == "scatter" for t in spec["data"])  # lines: cheap live redraws
 

@@ -111,9 +111,19 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         "How each sampler call was tiled against free memory",
         xaxis=dict(title=dict(text="sampler call"), **_AXIS),
         yaxis=dict(title=dict(text="requests"), rangemode="tozero", **_AXIS),
-        yaxis2=dict(title=dict(text="MiB (log)"), overlaying="y", side="right", type="log", showgrid=False),
+        yaxis2=_memory_axis([p.free_bytes for p in plans] + [p.peak_transient_bytes for p in plans]),
     )
     return {"data": data, "layout": layout}
+
+
+def _memory_axis(values: list[int]) -> dict:
+    """Log when free memory and transients are decades apart (a small model on a big host), else linear."""
+    positive = [v for v in values if v > 0]
+    spread = max(positive) / min(positive) if positive else 1.0
+    axis = dict(overlaying="y", side="right", showgrid=False)
+    if spread > 100:
+        return dict(title=dict(text="MiB (log)"), type="log", **axis)
+    return dict(title=dict(text="MiB"), rangemode="tozero", **axis)
 
 
 def _mib(nbytes: int) -> float:

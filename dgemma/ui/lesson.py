@@ -33,7 +33,7 @@ INTRO = (
 )
 CHART_TEXT = (
     "**The tiled run, call by call.** Grey area: requests denoising; blue: requests per tile; dotted "
-    "orange: tiles per call. Right axis (log): free memory before the call, the measured peak the call allocated, "
+    "orange: tiles per call. Right axis: free memory before the call, the measured peak the call allocated, "
     "and the budget. The peak stays under the budget because no tile holds more than half of what is free."
 )
 
