@@ -52,7 +52,7 @@ class _UnboundedTracking(MemoryDevice):
         return 2**62
 
     def measure(self):
-        return CudaMemory(self.device).measure() if self.device.type == "cuda" else HostMemory().measure()
+        return CudaMemory(self.device).measure() if self.device.type == "cuda" else HostMemory(track=True).measure()
 
 
 def _budget_memory(case: Case) -> MemoryDevice:

@@ -35,6 +35,7 @@ class TilePlan:
     peak_transient_bytes: int  # measured peak bytes the call allocated above its start
     splits: tuple[TileSplit, ...] = ()
     seconds: float = 0.0
+    peak_measured: bool = True  # False: peak_transient_bytes is the calibrated estimate
 
 
 @dataclass(frozen=True)

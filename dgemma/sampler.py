@@ -600,7 +600,9 @@ class TiledSampler:
             bytes_per_request=calibration.bytes_per_request,
             group=group,
             tiles=tuple(ran),
-            peak_transient_bytes=int(measured.peak_bytes),
+            # Unmeasured (a CPU with no budget skips the tracker's cost): the calibrated estimate.
+            peak_transient_bytes=int(calibration.tile_bytes(max(ran, default=0)) if measured.peak_bytes is None else measured.peak_bytes),
+            peak_measured=measured.peak_bytes is not None,
             splits=tuple(splits),
             seconds=time.time() - started,
         )

@@ -61,6 +61,26 @@ def test_virtual_device_raises_out_of_memory_over_budget():
             torch.ones(2048)  # 8 KiB > 4 KiB
 
 
+def test_a_refused_allocation_is_not_counted():
+    device = VirtualDevice(4096)
+    with pytest.raises(torch.OutOfMemoryError):
+        with device.measure():
+            a = torch.ones(512)  # 2 KiB, fits
+            torch.ones(2048)  # 8 KiB, refused
+    del a
+    assert device.peak_total == 2048
+    assert device.free_bytes() == 4096
+
+
+def test_host_memory_measures_only_when_asked():
+    with HostMemory().measure() as quick:
+        torch.ones(256)
+    with HostMemory(track=True).measure() as tracked:
+        torch.ones(256)
+    assert quick.peak_bytes is None
+    assert tracked.peak_bytes == 1024
+
+
 def test_virtual_device_allows_allocations_under_budget():
     device = VirtualDevice(4096)
     with device.measure() as m:
