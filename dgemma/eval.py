@@ -13,6 +13,7 @@ lexicon_fraction (share of generated words that belong to the grammar's lexicon)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -123,7 +124,7 @@ def generate_transformers(
 
 
 def generate_engine(
-    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int
+    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int, sampler: str = "reference"
 ) -> list[Generation]:
     # Imported here: the engine is another room, and the transformers impl must not depend on it.
     from dgemma.engine import Engine, EngineConfig
@@ -140,7 +141,7 @@ def generate_engine(
     )
     loaded = load_model(str(model_dir), device="cpu", dtype=torch.float32)
     results = []
-    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts))).start() as engine:
+    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), sampler=sampler)).start() as engine:
         handles = [
             engine.submit(prompt, SamplingParams(**params, seed=seed + i), config.max_new_tokens, stream_steps=False)
             for i, prompt in enumerate(prompts)
@@ -159,7 +160,19 @@ def generate_engine(
 
 
 Impl = Callable[[Path, list[str], DiffusionGemmaGenerationConfig, int], list[Generation]]
-IMPLS: dict[str, Impl] = {"transformers": generate_transformers, "engine": generate_engine}
+IMPLS: dict[str, Impl] = {
+    "transformers": generate_transformers,
+    "engine": generate_engine,  # the reference sampler step
+    "engine-chunked": functools.partial(generate_engine, sampler="chunked"),  # LM head + step per vocab chunk
+}
+
+
+def mismatch_per_million(a: list[str], b: list[str]) -> dict:
+    """Positions where two impls' outputs differ, per million generated characters (= tokens for the
+    embedded model's character-level tokenizer); a length difference counts every extra position."""
+    total = sum(max(len(x), len(y)) for x, y in zip(a, b))
+    differing = sum(sum(p != q for p, q in zip(x, y)) + abs(len(x) - len(y)) for x, y in zip(a, b))
+    return {"compared": total, "differing": differing, "per_million": round(1e6 * differing / max(1, total), 1)}
 
 
 # --- scoring ------------------------------------------------------------------------------
@@ -213,15 +226,17 @@ def evaluate(
     config: DiffusionGemmaGenerationConfig,
     seed: int = 0,
     examples_shown: int = 0,
-) -> list[dict]:
-    rows = []
+) -> tuple[list[dict], list[str]]:
+    """Per-family score rows, and every generated text in order (to compare impls)."""
+    rows, texts = [], []
     for family in families:
         examples = corpus.heldout(family, n)
         generations = IMPLS[impl](model_dir, [ex.prompt for ex in examples], config, seed)
         rows.append(score_family(impl, family, examples, generations))
+        texts += [g.text for g in generations]
         for ex, g in list(zip(examples, generations))[:examples_shown]:
             print(f"  {ex.prompt!r} -> {g.text!r}" + ("" if g.text == ex.answer else f"  (want {ex.answer!r})"))
-    return rows
+    return rows, texts
 
 
 # --- CLI ----------------------------------------------------------------------------------
@@ -279,12 +294,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m dgemma.eval: error: {error}", file=sys.stderr)
         return 2
     impls = list(IMPLS) if args.impl == "all" else [args.impl]
+    texts = {}
     for impl in impls:
-        rows = evaluate(args.model, impl, args.families, args.n, config, args.seed, args.show)
+        rows, texts[impl] = evaluate(args.model, impl, args.families, args.n, config, args.seed, args.show)
         for row in rows:
             print(json.dumps(row) if args.json else _format_row(row), flush=True)
         summary = summarize(rows)
         print(json.dumps({"summary": summary}) if args.json else _format_row({**summary, "family": "SUMMARY"}))
+    if "engine" in texts and "engine-chunked" in texts:
+        # The chunked sampler projects per vocab chunk: a matmul's blocking may change a bit.
+        mismatch = {"mismatch": {"a": "engine", "b": "engine-chunked", **mismatch_per_million(texts["engine"], texts["engine-chunked"])}}
+        print(json.dumps(mismatch) if args.json else f"engine vs engine-chunked: {mismatch['mismatch']}")
     return 0
 
 

@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=_seed, default=0, help="request i gets seed SEED + i (default 0)")
     p.add_argument("--greedy", action="store_true", help="argmax sampling, no noise")
     p.add_argument("--tiling", default="auto", help="auto | off | N requests per sampler tile (default auto)")
+    p.add_argument("--sampler", default="reference", choices=["reference", "chunked"],
+                   help="sampler step: reference (eager, ~7 fp32 vocab copies per request) or chunked (streams the vocabulary)")
     p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
     return p.parse_args(argv)
@@ -107,7 +109,7 @@ def run(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
     try:
         loaded = load_model(args.model, device=args.device, memory_budget=budget)
-        engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=args.tiling, memory_budget=budget))
+        engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=args.tiling, sampler=args.sampler, memory_budget=budget))
         overrides = dict(
             max_denoising_steps=args.max_denoising_steps, t_min=args.t_min, t_max=args.t_max,
             entropy_bound=args.entropy_bound, confidence_threshold=args.confidence_threshold, greedy=args.greedy,
@@ -144,7 +146,7 @@ def run(argv: list[str] | None = None) -> int:
     summary = dict(
         requests=len(finals), failed=failed, wall_seconds=round(wall, 4),
         canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
-        max_num_seqs=args.max_num_seqs, tiling=str(args.tiling), memory_budget=args.memory_budget,
+        max_num_seqs=args.max_num_seqs, tiling=str(args.tiling), sampler=args.sampler, memory_budget=args.memory_budget,
         tile_plans=[plan_dict(p) for p in tile_plans],
     )
     if args.json:
