@@ -2,11 +2,13 @@
 
 Click Run: canvases appear and change over at least 3 denoising steps, both charts hold data.
 Tiling vs OOM: the untiled run shows the out-of-memory message, the tiled run succeeds, the
-tokens are identical. Screenshots go to assets/screenshots/ (docs/app.md shows them).
+tokens are identical. Screenshots go to a temporary folder; to refresh the ones docs/app.md shows,
+run with DGEMMA_SCREENSHOTS=assets/screenshots (a plain test run never touches tracked files).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +17,14 @@ import pytest
 from app_server import MODEL_ARGS, ROOT, shared
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "assets" / "screenshots"
+SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = (ROOT / SHOTS_ENV) if SHOTS_ENV else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +62,7 @@ RECORD = """() => {
 }"""
 
 
-def test_run_shows_canvases_denoising_and_live_charts(page):
+def test_run_shows_canvases_denoising_and_live_charts(page, shots):
     page.evaluate(RECORD)
     # 32 concurrent requests of up to 256 tokens: the trained model denoises fast, and the page
     # should be busy long enough to be seen (and photographed) mid-run.
@@ -64,9 +73,8 @@ def test_run_shows_canvases_denoising_and_live_charts(page):
     page.get_by_label("max new tokens").fill("256")
     page.get_by_text("Settings (the model's defaults)").click()
     page.click("#run")
-    SHOTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_function("() => Object.keys(window.__seen).length > 0", timeout=60_000)
-    page.screenshot(path=str(SHOTS / "generate-live.png"), full_page=True)
+    page.screenshot(path=str(shots / "generate-live.png"), full_page=True)
     page.wait_for_function(
         "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))",
         timeout=120_000,
@@ -81,11 +89,11 @@ def test_run_shows_canvases_denoising_and_live_charts(page):
     calls = page.evaluate("() => document.querySelector('#tile-plot .js-plotly-plot').data[0].x.length")
     assert calls >= 3, calls
     assert page.locator("#cards .card .committed").first.inner_text().strip()
-    page.screenshot(path=str(SHOTS / "generate.png"), full_page=True)
+    page.screenshot(path=str(shots / "generate.png"), full_page=True)
     assert not page.errors, page.errors
 
 
-def test_lesson_untiled_runs_out_of_memory_tiled_completes(page):
+def test_lesson_untiled_runs_out_of_memory_tiled_completes(page, shots):
     page.get_by_role("tab", name="Tiling vs OOM").click()
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=90_000)
@@ -95,7 +103,7 @@ def test_lesson_untiled_runs_out_of_memory_tiled_completes(page):
     assert page.locator("#lesson-tiled [data-outcome=ok]").count() == 1, page.inner_text("#lesson-tiled")
     assert page.locator("#lesson-verdict [data-outcome=identical]").count() == 1, page.inner_text("#lesson-verdict")
     assert page.evaluate("() => document.querySelector('#lesson-plot .js-plotly-plot').data[0].x.length") >= 1
-    page.screenshot(path=str(SHOTS / "lesson.png"), full_page=True)
+    page.screenshot(path=str(shots / "lesson.png"), full_page=True)
     assert not page.errors, page.errors
 
 
