@@ -78,6 +78,7 @@ BAD = [
     (["ok"], {"model": "/tmp/evil"}, "Unknown setting 'model'"),
     (["ok"], {"memory_budget": "1KiB"}, "model weights"),
     (["ok"], {"memory_budget": "lots"}, "must be a size"),
+    (["ok"], {"sampler": "fast"}, "must be reference or chunked"),
 ]
 
 
@@ -104,9 +105,16 @@ def test_lesson_bad_budget_is_one_sentence(client, budget, words):
         client.predict(4, budget, False, 2, api_name="/lesson")
 
 
+def test_settings_pick_the_sampler_step_and_tiling(client):
+    out = client.predict(["add 12+34", "reverse abc"], {"sampler": "chunked", "tiling": 1, "max_new_tokens": 8},
+                         api_name="/generate")
+    plans = out["tile_plans"]
+    assert plans and all(p["impl"] == "chunked" and max(p["tiles"]) == 1 for p in plans)
+
+
 def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
     job = Client(url, verbose=False).submit(
-        text, n, "auto", 4, "", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, api_name="/generate_stream"
+        text, n, "auto", 4, "", "reference", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, api_name="/generate_stream"
     )
     frames = list(job)
     seen[key] = frames
@@ -161,11 +169,12 @@ def test_a_client_that_vanishes_mid_stream_frees_its_requests(server):
     """Kill a streaming client's process: the server cancels its requests (and logs it)."""
     script = (
         "from gradio_client import Client\n"
-        f"job = Client({server.url!r}, verbose=False).submit('count 1 to 12', 16, 'auto', 4, '', 256, 24, 0.4, 0.8,"
-        " 0.1, 0.005, 1, 0, False, api_name='/generate_stream')\n"
+        f"job = Client({server.url!r}, verbose=False).submit('count 1 to 12', 16, 'auto', 4, '', 'reference', 256, 24,"
+        " 0.4, 0.8, 0.1, 0.005, 1, 0, False, api_name='/generate_stream')\n"
         "for i, _ in enumerate(job):\n"
         "    print('frame', i, flush=True)\n"
     )
+
     def freed() -> int:  # the unload hook or the closed stream, whichever runs first, says so
         log = server.log()
         return log.count("session closed: cancelled 16 requests") + log.count("stream ended early")

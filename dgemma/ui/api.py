@@ -24,7 +24,8 @@ def register(backend: Backend, sessions: Sessions) -> None:
     def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
         """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
         t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
-        seed + i), greedy, tiling (auto | off | N). Returns {"outputs": [{"prompt", "text", "steps",
+        seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
+        (reference | chunked). Returns {"outputs": [{"prompt", "text", "steps",
         "seed"}...], "tile_plans": [...]}."""
         try:
             batch = parse_prompts(prompts, limits)

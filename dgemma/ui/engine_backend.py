@@ -1,9 +1,9 @@
 """The real backend: the loaded model and dgemma.engine behind the UI's small interface.
 
-One engine per (tiling, memory budget), created when first asked for and sharing the loaded
-weights: the main one tiles "auto" under the server's --memory-budget; a run that asks for
-"off", a fixed tile size or another budget goes to its own engine, because tiling and memory are
-properties of the sampler every request in a step shares. Each run subscribes
+One engine per (tiling, memory budget, sampler step), created when first asked for and sharing
+the loaded weights: the main one tiles "auto" under the server's --memory-budget with the
+reference step; a run that asks for "off", a fixed tile size, another budget or the chunked step
+goes to its own engine, because these are properties of the sampler every request in a step shares. Each run subscribes
 to the engine under a key of its own, so it sees exactly its requests' events and the tile
 plans of the steps they took part in, and cancelling it touches nobody else's requests.
 """
@@ -105,7 +105,7 @@ class EngineBackend:
         self.limits = limits
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
-        self._engines: dict[tuple[str, int | None], Engine] = {}
+        self._engines: dict[tuple[str, int | None, str], Engine] = {}
         self._lock = threading.Lock()
         main = self.engine("auto", None)
         p = main.default_params
@@ -115,6 +115,7 @@ class EngineBackend:
             max_denoising_steps=p.max_denoising_steps, t_min=p.t_min, t_max=p.t_max,
             entropy_bound=p.entropy_bound, confidence_threshold=p.confidence_threshold,
             stability_threshold=p.stability_threshold, seed=0, greedy=False, tiling="auto",
+            sampler=self.config.sampler,
         )
         self.description = (
             f"Model: {loaded.name.rsplit('/', 1)[-1]} · {loaded.device.type} · canvas {loaded.canvas_length} "
@@ -122,23 +123,24 @@ class EngineBackend:
             f"memory budget {budget_text or 'none'}"
         )
 
-    def engine(self, tiling: str, budget: str | None) -> Engine:
-        """The engine for a tiling mode and a memory budget (None: the server's)."""
+    def engine(self, tiling: str, budget: str | None, sampler: str = "reference") -> Engine:
+        """The engine for a tiling mode, a memory budget (None: the server's) and a sampler step."""
         nbytes = parse_size(budget) if budget else self.config.memory_budget
         if nbytes != self.config.memory_budget and self.loaded.device.type == "cuda":
             # On CUDA a budget is the process's allocator cap: one per server, set at start-up.
             raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")
-        key = (tiling, nbytes)
+        key = (tiling, nbytes, sampler)
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
                 if len(self._engines) >= MAX_ENGINES:
                     self._retire_idle_engine()
                 if len(self._engines) >= MAX_ENGINES:
-                    modes = ", ".join(f"{t}/{format_bytes(b) if b else 'no budget'}" for t, b in self._engines)
+                    modes = ", ".join(f"{t}/{format_bytes(b) if b else 'no budget'}/{k}" for t, b, k in self._engines)
                     raise ValueError(f"This server already runs {MAX_ENGINES} tiling and budget settings ({modes}); use one of them.")
                 try:
-                    engine = Engine(self.loaded, replace(self.config, tiling=tiling, memory_budget=nbytes)).start()
+                    config = replace(self.config, tiling=tiling, memory_budget=nbytes, sampler=sampler)
+                    engine = Engine(self.loaded, config).start()
                 except EngineError as err:
                     raise ValueError(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None
                 self._engines[key] = engine
@@ -146,7 +148,7 @@ class EngineBackend:
 
     def _retire_idle_engine(self) -> None:
         """Shut down one engine other than the main one that has nothing running or waiting."""
-        main = ("auto", self.config.memory_budget)
+        main = ("auto", self.config.memory_budget, "reference")
         for key, engine in list(self._engines.items()):
             health = engine.health()
             if key != main and not health["running"] and not health["waiting"]:
@@ -155,7 +157,7 @@ class EngineBackend:
                 return
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
-        engine = self.engine(settings.tiling, settings.memory_budget)
+        engine = self.engine(settings.tiling, settings.memory_budget, settings.sampler)
         notice = ""
         if not engine.alive:
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.

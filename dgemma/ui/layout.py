@@ -110,6 +110,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
                     tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
                                       info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
                     tile_size = gr.Number(4, label="fixed tile size N", precision=0)
+                    sampler = gr.Radio(["reference", "chunked"], value=defaults.sampler, label="sampler step",
+                                       info="reference: eager, ~7 fp32 vocab copies per request; chunked: streams the vocabulary")
                     budget = gr.Textbox("", label="memory budget",
                                         placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
                                         info="empty: the server's --memory-budget; e.g. 64MiB runs on a budgeted engine of its own")
@@ -128,7 +130,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         # ---------------------------------------------------------------- events
 
-        def generate_stream(text, n, mode, fixed, budget_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
+        def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
                             seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
             values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
             try:
@@ -136,6 +138,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 raw = dict(zip(SETTING_NAMES, values, strict=True))
                 raw["tiling"] = _tiling(mode, fixed)
                 raw["memory_budget"] = (budget_ or "").strip() or None
+                raw["sampler"] = sampler_
                 settings = parse_settings(raw, defaults, limits, backend.max_num_seqs)
             except SettingsError as err:
                 raise gr.Error(str(err)) from None
@@ -184,7 +187,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         run.click(
             gpu(generate_stream),
-            inputs=[prompts, concurrent, tiling, tile_size, budget, max_new_tokens, max_steps, t_min, t_max,
+            inputs=[prompts, concurrent, tiling, tile_size, budget, sampler, max_new_tokens, max_steps, t_min, t_max,
                     entropy_bound, confidence, stability, seed, greedy],
             outputs=[cards, entropy_plot, tile_plot, status],
             api_name="generate_stream", api_visibility="undocumented",

@@ -40,6 +40,7 @@ class Settings:
     greedy: bool = False
     tiling: str = "auto"  # auto | off | N (requests per tile)
     memory_budget: str | None = None  # e.g. "512MiB"; None = the server's --memory-budget
+    sampler: str = "reference"  # reference (eager, ~7 fp32 vocab copies per request) | chunked (streams the vocab)
 
 
 # name -> (kind, low, high): inclusive bounds that keep a run sane on a laptop and a Space.
@@ -126,6 +127,10 @@ def parse_settings(raw: dict | None, defaults: Settings, limits: Limits, max_num
             values[name] = _tiling(value, max_num_seqs)
         elif name == "memory_budget":
             values[name] = _budget(value)
+        elif name == "sampler":
+            if value not in ("reference", "chunked"):
+                raise SettingsError(f"Setting 'sampler' must be reference or chunked, got {str(value)[:40]!r}.")
+            values[name] = value
         else:
             kind, low, high = _RULES[name]
             if name == "max_new_tokens":
