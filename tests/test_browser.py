@@ -101,6 +101,7 @@ def test_lesson_untiled_runs_out_of_memory_tiled_completes(page, shots):
     assert page.locator("#lesson-untiled [data-outcome=oom]").count() == 1, untiled
     assert "out of memory" in untiled and "Needed" in untiled and "free" in untiled
     assert page.locator("#lesson-tiled [data-outcome=ok]").count() == 1, page.inner_text("#lesson-tiled")
+    assert page.locator("#lesson-chunked [data-outcome=skipped]").count() == 1, page.inner_text("#lesson-chunked")
     assert page.locator("#lesson-verdict [data-outcome=identical]").count() == 1, page.inner_text("#lesson-verdict")
     assert page.evaluate("() => document.querySelector('#lesson-plot .js-plotly-plot').data[0].x.length") >= 1
     page.screenshot(path=str(shots / "lesson.png"), full_page=True)

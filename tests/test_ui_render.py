@@ -251,3 +251,19 @@ def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
     assert 2 <= group < n and calibration.tile_bytes(group) <= free / 2  # tiles do
     if real_scale:
         assert calibration.copies_per_request == pytest.approx(7.0, abs=0.05)  # design.md's 7 copies
+
+
+def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):
+    """The lesson's third run (real scale): same batch, same budget, one tile, the chunked step fits."""
+    from dgemma.ui import lesson_run
+    from dgemma.ui.settings import Settings
+
+    n = 4
+    budget = lesson_run.suggest_budget(tiny_model, n, real_scale=True)
+    settings = Settings(max_denoising_steps=1, seed=5)
+    reference = lesson_run.run(tiny_model, n, budget, True, "off", settings)
+    chunked = lesson_run.run(tiny_model, n, budget, True, "off", settings, impl="chunked")
+    roomy = lesson_run.run(tiny_model, n, None, True, "off", settings)
+    assert not reference.ok
+    assert chunked.ok and all(len(p.tiles) == 1 for p in chunked.plans)
+    assert chunked.tokens == roomy.tokens

@@ -65,8 +65,10 @@ class Backend(Protocol):
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
-    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings) -> LessonOutcome:
-        """Run the lesson's batch once under `budget` (None: no budget) with tiling "off" or "auto"."""
+    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
+               impl: str = "reference") -> LessonOutcome:
+        """Run the lesson's batch once under `budget` (None: no budget) with tiling "off" or "auto",
+        with the `impl` sampler step ("reference" or "chunked")."""
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         """A budget where one tile of `requests` runs out of memory but tiles of a few fit."""

@@ -175,8 +175,9 @@ class EngineBackend:
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         return lesson_run.suggest_budget(self.loaded, requests, real_scale)
 
-    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings) -> LessonOutcome:
-        return lesson_run.run(self.loaded, requests, budget, real_scale, tiling, settings)
+    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
+               impl: str = "reference") -> LessonOutcome:
+        return lesson_run.run(self.loaded, requests, budget, real_scale, tiling, settings, impl)
 
     def close(self) -> None:
         for engine in self._engines.values():

@@ -23,6 +23,7 @@ from dgemma.ui.zerogpu import gpu
 REAL_VOCAB = 262_144
 MiB = 1024**2
 
+CHUNKED = "Chunked sampler, untiled (one tile)"
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
     "One denoising step works in fp32 over `[requests × canvas length, vocab]` logits and, in eager "
@@ -47,6 +48,7 @@ class LessonParts:
     run: gr.Button
     untiled: gr.HTML
     tiled: gr.HTML
+    chunked: gr.HTML
     verdict: gr.HTML
     chart: gr.Plot
 
@@ -86,8 +88,29 @@ def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
     )
 
 
-def render_verdict(tiled: LessonOutcome, reference: LessonOutcome) -> str:
-    """Whether the tiled run's tokens equal the untiled reference's, request by request."""
+def render_chunked(outcome: LessonOutcome | None) -> str:
+    """The third run's box; without real scale it explains why it was not run."""
+    if outcome is not None:
+        return render_outcome(outcome, CHUNKED)
+    return (
+        f'<div class="lesson-result" data-outcome="skipped"><b>{html.escape(CHUNKED)}</b>: runs with '
+        "<i>real scale</i> on. The chunked step streams the vocabulary and keeps per-position running sums "
+        "and a [CL, hidden] soft-embedding accumulator; at this model's tiny vocabulary those outweigh the "
+        "logits themselves, so chunking only pays at real vocabularies.</div>"
+    )
+
+
+def _chunked_note(chunked: LessonOutcome | None, reference: LessonOutcome) -> str:
+    """One sentence: did the chunked step, untiled, commit the reference step's tokens?"""
+    if chunked is None or not chunked.ok:
+        return ""
+    same = sum(reference.tokens.get(i) == t for i, t in chunked.tokens.items())
+    return (f" The chunked step, untiled under the same budget, committed the same token ids for {same} of "
+            f"{len(chunked.tokens)} requests.")
+
+
+def render_verdict(tiled: LessonOutcome, reference: LessonOutcome, chunked: LessonOutcome | None = None) -> str:
+    """Whether the tiled (and chunked) runs' tokens equal the untiled reference's, request by request."""
     if not (tiled.ok and reference.ok):
         why = tiled.message if not tiled.ok else reference.message
         return f'<div class="lesson-result oom">Tokens not compared: {html.escape(why)}</div>'
@@ -97,7 +120,7 @@ def render_verdict(tiled: LessonOutcome, reference: LessonOutcome) -> str:
         return (
             f'<div class="lesson-result same" data-outcome="identical"><b>Identical tokens.</b> All {n} requests '
             "committed the same token ids tiled as untiled (the untiled rerun had a budget large enough "
-            "for a single tile).</div>"
+            f"for a single tile).{html.escape(_chunked_note(chunked, reference))}</div>"
         )
     differ = sorted(set(tiled.tokens) - set(same))
     return (
@@ -120,16 +143,17 @@ def build(backend: Backend) -> LessonParts:
             info="The released model's vocabulary: the sampler's memory is real-size even with the small model. "
                  "On a CPU a real-scale step takes seconds: try 8 requests and 2-3 steps.",
         )
-    run = gr.Button("Run untiled, then tiled", variant="primary", elem_id="lesson-run")
+    run = gr.Button("Run untiled, then tiled, then chunked", variant="primary", elem_id="lesson-run")
     with gr.Row():
         untiled = gr.HTML(render_outcome(None, "Untiled (one tile)"), elem_id="lesson-untiled")
         tiled = gr.HTML(render_outcome(None, "Tiled (auto)"), elem_id="lesson-tiled")
+        chunked = gr.HTML(render_outcome(None, CHUNKED), elem_id="lesson-chunked")
     verdict = gr.HTML("", elem_id="lesson-verdict")
     with gr.Row():
         chart = gr.Plot(plot(tile_figure([])), label="tiled run", elem_id="lesson-plot", scale=2)
         gr.Markdown(CHART_TEXT, elem_classes="explain")
     gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
-    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, verdict, chart)
+    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart)
 
 
 def wire(backend: Backend, parts: LessonParts) -> None:
@@ -146,26 +170,34 @@ def wire(backend: Backend, parts: LessonParts) -> None:
         except (SettingsError, TypeError, ValueError) as err:
             raise gr.Error(str(err)) from None
         pending = '<div class="lesson-result">running…</div>'
-        yield pending, render_outcome(None, "Tiled (auto)"), "", gr.skip()
+        waiting = render_outcome(None, CHUNKED)
+        yield pending, render_outcome(None, "Tiled (auto)"), waiting, "", gr.skip()
         try:
             untiled = backend.lesson(n, budget, real, "off", settings)
-            yield render_outcome(untiled, "Untiled (one tile)"), pending, "", gr.skip()
+            yield render_outcome(untiled, "Untiled (one tile)"), pending, waiting, "", gr.skip()
             tiled = backend.lesson(n, budget, real, "auto", settings)
             chart = plot(tile_figure(tiled.plans))
+            yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), pending, \
+                "", chart
+            # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
+            # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
+            # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
+            chunked = backend.lesson(n, budget, real, "off", settings, impl="chunked") if real else None
             yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), \
+                render_chunked(chunked), \
                 '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>', chart
             reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
         except ValueError as err:
             raise gr.Error(str(err)) from None
         yield (render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"),
-               render_verdict(tiled, reference), chart)
+               render_chunked(chunked), render_verdict(tiled, reference, chunked), chart)
 
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.run.click(
         gpu(run_lesson),
         [parts.requests, parts.budget, parts.real_scale, parts.steps],
-        [parts.untiled, parts.tiled, parts.verdict, parts.chart],
+        [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart],
         api_name="lesson", api_visibility="undocumented",
         concurrency_limit=1,  # the lesson allocates on purpose: one at a time, whoever asks
     )

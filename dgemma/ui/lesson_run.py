@@ -24,7 +24,7 @@ from dgemma.memory import (
 )  # fmt: skip
 from dgemma.model import LoadedModel
 from dgemma.runner import Runner
-from dgemma.sampler import SamplingParams, TiledSampler
+from dgemma.sampler import SamplingParams, TiledSampler, build_sampler
 from dgemma.ui.backend import LessonOutcome
 from dgemma.ui.settings import Settings
 
@@ -46,9 +46,9 @@ def _embed(loaded: LoadedModel, vocab: int) -> torch.Tensor:
     return padded
 
 
-def _sampler(loaded: LoadedModel, n: int, vocab: int, memory: MemoryDevice, tiling: str) -> TiledSampler:
+def _sampler(loaded: LoadedModel, n: int, vocab: int, memory: MemoryDevice, tiling: str, impl: str) -> TiledSampler:
     embed = _embed(loaded, vocab)
-    return TiledSampler(n, loaded.canvas_length, vocab, embed, loaded.embed_scale, memory=memory, tiling=tiling)
+    return build_sampler(impl, n, loaded.canvas_length, vocab, embed, loaded.embed_scale, memory=memory, tiling=tiling)
 
 
 def _state_bytes(sampler: TiledSampler) -> int:
@@ -99,24 +99,24 @@ def _round_mib(nbytes: int) -> str:
 
 
 def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
-        settings: Settings) -> LessonOutcome:
+        settings: Settings, impl: str = "reference") -> LessonOutcome:
     """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened.
 
     On CUDA the budget is the process's allocator cap while the lesson runs (the serving engine
     shares it meanwhile); the cap the server had is put back afterwards.
     """
     if loaded.device.type != "cuda":
-        return _run(loaded, requests, budget, real_scale, tiling, settings)
+        return _run(loaded, requests, budget, real_scale, tiling, settings, impl)
     cap = torch.cuda.get_per_process_memory_fraction(loaded.device)
     try:
-        return _run(loaded, requests, budget, real_scale, tiling, settings)
+        return _run(loaded, requests, budget, real_scale, tiling, settings, impl)
     finally:
         torch.cuda.set_per_process_memory_fraction(cap, loaded.device)
         torch.cuda.empty_cache()
 
 
 def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
-         settings: Settings) -> LessonOutcome:
+         settings: Settings, impl: str) -> LessonOutcome:
     started = time.monotonic()
     try:
         budget_bytes = parse_size(budget) if budget not in (None, "") else None
@@ -134,7 +134,7 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
     try:
         if isinstance(memory, VirtualDevice):
             memory.reserve(loaded.weight_bytes, "the model weights")
-        sampler = _sampler(loaded, requests, vocab, memory, tiling)
+        sampler = _sampler(loaded, requests, vocab, memory, tiling, impl)
         if isinstance(memory, VirtualDevice):
             memory.reserve(_state_bytes(sampler), "the sampler's per-slot state")
     except torch.OutOfMemoryError as err:
