@@ -220,3 +220,24 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         assert not outputs[0].error and plans
     finally:
         backend.close()
+
+
+RAW = [
+    ('{"data": [["add \\ud800 1"], null]}', "not valid Unicode"),  # a lone surrogate, escaped in JSON
+    ('{"data": [["ok"], {"t_max": Infinity}]}', "must be a finite number"),
+    ('{"data": [["ok"], {"t_min": NaN}]}', "must be a finite number"),
+    ('{"data": [["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"], {"seed": -1}]}', "'seed' must be between"),
+]
+
+
+@pytest.mark.parametrize("body, words", RAW, ids=["lone-surrogate", "infinity", "nan", "negative-seed"])
+def test_raw_http_input_a_client_library_would_refuse_is_one_sentence(server, body, words):
+    """What gradio_client cannot even encode still reaches the server over plain HTTP: one sentence back."""
+    import httpx
+
+    started = httpx.post(f"{server.url}/gradio_api/call/generate", content=body,
+                         headers={"content-type": "application/json"}, timeout=30)
+    assert started.status_code == 200, started.text
+    stream = httpx.get(f"{server.url}/gradio_api/call/generate/{started.json()['event_id']}", timeout=60).text
+    assert "event: error" in stream and words in stream, stream
+    assert "Traceback" not in stream
