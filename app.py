@@ -17,19 +17,11 @@ ROOT = Path(__file__).resolve().parent
 # Gradio's usage analytics would phone home from a teaching laptop or a Space: off by default.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
-    return value
+from dgemma.cli import ArgumentParser, positive_int  # noqa: E402  (after the environment is set)
 
 
 def _port(text: str) -> int:
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port is at most 65535, got {value}")
     return value
@@ -45,26 +37,21 @@ def _size(text: str) -> str:
     return text
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not a usage dump
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = _Parser(prog="app.py", description="Watch a Diffusion-Gemma sampler denoise many canvases at once.")
+    p = ArgumentParser(prog="app.py", description="Watch a Diffusion-Gemma sampler denoise many canvases at once.")
     p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the embedded model in assets/model)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs (default: auto)")
     # A Space sets GRADIO_SERVER_NAME=0.0.0.0 for its proxy; everywhere else this machine only.
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="address to bind (default 127.0.0.1, this machine only; $GRADIO_SERVER_NAME on a Space)")
     p.add_argument("--port", type=_port, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
-    p.add_argument("--max-num-seqs", type=_positive_int, default=32, help="requests denoising at once (default 32)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=32, help="requests denoising at once (default 32)")
     p.add_argument("--memory-budget", type=_size, default=None,
                    help="device memory the app may use, e.g. 2GiB (CUDA: a per-process cap; CPU: a virtual device)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
-    p.add_argument("--max-prompts", type=_positive_int, default=64, help="prompts per call, UI or API (default 64)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
-    p.add_argument("--max-queued", type=_positive_int, default=64,
+    p.add_argument("--max-prompts", type=positive_int, default=64, help="prompts per call, UI or API (default 64)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
+    p.add_argument("--max-queued", type=positive_int, default=64,
                    help="requests one session may have waiting or running at once (default 64)")
     return p.parse_args(argv)
 

@@ -17,22 +17,9 @@ import sys
 import time
 from dataclasses import asdict
 
+from .cli import ArgumentParser, positive_int
+
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage dump
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
-    return value
 
 
 def _seed(text: str) -> int:
@@ -53,14 +40,14 @@ def _number(text: str) -> float:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="python -m dgemma.generate", description="Generate text with a DiffusionGemma model.")
+    p = ArgumentParser(prog="python -m dgemma.generate", description="Generate text with a DiffusionGemma model.")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     p.add_argument("--prompts-file", help="a file with one prompt per line (blank lines are skipped)")
     p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the embedded model)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--max-num-seqs", type=_positive_int, default=8, help="requests denoising at once (default 8)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=64, help="tokens per request (default 64)")
-    p.add_argument("--max-denoising-steps", type=_positive_int, default=None, help="default: the model's")
+    p.add_argument("--max-num-seqs", type=positive_int, default=8, help="requests denoising at once (default 8)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per request (default 64)")
+    p.add_argument("--max-denoising-steps", type=positive_int, default=None, help="default: the model's")
     p.add_argument("--t-min", type=_number, default=None)
     p.add_argument("--t-max", type=_number, default=None)
     p.add_argument("--entropy-bound", type=_number, default=None)
