@@ -97,7 +97,7 @@ def chunked_tile(
 
     soft_embeds = (acc / s[..., None] * normalizer).to(embed_weight.dtype)
     logprobs = best - log_z
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, confident, converged, history, soft_embeds, logprobs)
 
 
 def chunk_ladder(vocab_size: int) -> list[int]:

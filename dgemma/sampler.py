@@ -269,6 +269,7 @@ class TileResult:
     entropy: torch.Tensor  # [n, CL] float32
     accepted: torch.Tensor  # [n, CL] bool
     mean_entropy: torch.Tensor  # [n] float32
+    confident: torch.Tensor  # [n] bool: mean entropy below the threshold
     converged: torch.Tensor  # [n] bool
     history: torch.Tensor  # [n, MAX_STABILITY, CL] long
     soft_embeds: torch.Tensor  # [n, CL, hidden]
@@ -315,7 +316,7 @@ def reference_tile(
     soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
     logprobs = log_probs.gather(-1, draft[..., None]).squeeze(-1)
 
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, confident, converged, history, soft_embeds, logprobs)
 
 
 def settle(
@@ -522,7 +523,7 @@ class TiledSampler:
         self.history[idx] = result.history
         self.soft[idx] = result.soft_embeds.to(self.soft.dtype)
         self.logprobs[idx] = result.logprobs
-        self.confident[idx] = result.mean_entropy < self.confidence_threshold[idx]
+        self.confident[idx] = result.confident
         self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
         self.step_count[idx] += 1
         self.out_entropy[idx] = result.entropy
