@@ -2,7 +2,7 @@
 
 Click Run: canvases appear and change over at least 3 denoising steps, both charts hold data.
 Tiling vs OOM: the untiled run shows the out-of-memory message, the tiled run succeeds, the
-tokens are identical. Screenshots go to a temporary folder; to refresh the ones docs/app.md shows,
+tokens are identical. Screenshots go to a temporary folder; to refresh the ones README.md shows,
 run with DGEMMA_SCREENSHOTS=assets/screenshots (a plain test run never touches tracked files).
 """
 
