@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from dgemma.sampler import SamplingParams
+
 
 class SettingsError(ValueError):
     """One clear sentence about what is wrong with the input."""
@@ -27,17 +29,20 @@ class Limits:
     max_prompt_chars: int = 4000
 
 
+_SAMPLING = SamplingParams()  # the sampling defaults live in one place: the sampler's
+
+
 @dataclass(frozen=True)
 class Settings:
     max_new_tokens: int = 32
-    max_denoising_steps: int = 48
-    t_min: float = 0.4
-    t_max: float = 0.8
-    entropy_bound: float = 0.1
-    confidence_threshold: float = 0.005
-    stability_threshold: int = 1
-    seed: int = 0
-    greedy: bool = False
+    max_denoising_steps: int = _SAMPLING.max_denoising_steps
+    t_min: float = _SAMPLING.t_min
+    t_max: float = _SAMPLING.t_max
+    entropy_bound: float = _SAMPLING.entropy_bound
+    confidence_threshold: float = _SAMPLING.confidence_threshold
+    stability_threshold: int = _SAMPLING.stability_threshold
+    seed: int = _SAMPLING.seed
+    greedy: bool = _SAMPLING.greedy
     tiling: str = "auto"  # auto | off | N (requests per tile)
     memory_budget: str | None = None  # e.g. "512MiB"; None = the server's --memory-budget
     sampler: str = "reference"  # reference (eager, ~7 fp32 vocab copies per request) | chunked (streams the vocab)
