@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from .events import TilePlan, TileSplit
-from .memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles
+from .memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles, split_tiles
 
 MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
 
@@ -572,7 +572,7 @@ class TiledSampler:
         self.out_mean_entropy.zero_()
         self.out_converged.zero_()
 
-        pending = [(s, min(s + group, n)) for s in range(0, n, group)]
+        pending = split_tiles(n, group)
         ran: list[int] = []
         splits: list[TileSplit] = []
         with self.memory.measure() as measured:
