@@ -19,15 +19,20 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def positive_int(text: str) -> int:
-    """argparse type for counts (requests, tokens, ports): a whole number of at least 1."""
+def whole_number(text: str, minimum: int, too_small: str) -> int:
+    """An int of at least `minimum`; else argparse's one-line error, `too_small` naming the floor."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{too_small}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts (requests, tokens, ports): a whole number of at least 1."""
+    return whole_number(text, 1, "expected a number of at least 1")
 
 
 def size_arg(text: str) -> int:

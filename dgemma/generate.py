@@ -17,19 +17,13 @@ import sys
 import time
 from dataclasses import asdict
 
-from .cli import ArgumentParser, positive_int
+from .cli import ArgumentParser, positive_int, whole_number
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 
 
 def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is at least 0, got {value}")
-    return value
+    return whole_number(text, 0, "a seed is at least 0")
 
 
 def _number(text: str) -> float:
