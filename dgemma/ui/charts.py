@@ -38,11 +38,12 @@ Spec = dict[str, Any]
 def _layout(title: str, **extra: Any) -> dict:
     return dict(
         title=dict(text=title, font=dict(size=14)),
-        height=340,
-        margin=dict(l=60, r=60, t=64, b=44),
+        height=420,
+        margin=dict(l=60, r=60, t=48, b=140),
         paper_bgcolor="white",
         plot_bgcolor="white",
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=10)),
+        # Below the x-axis title: above the plot, a wrapped legend of five or more entries covers the title.
+        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, font=dict(size=10)),
         uirevision="keep",  # keep the user's zoom across live updates
         **extra,
     )
