@@ -5,7 +5,7 @@ any number of threads `submit`, `cancel` and read events through a thread-safe A
 step has named phases:
 
     1. schedule   apply cancellations (slots free at once); admit waiting requests FIFO into
-                  free slots, up to max_num_seqs
+                  free slots, up to max_num_seqs (fewer after a preemption, see below)
     2. encode     prefill admitted prompts (together: runner.prefill); append last step's
                   converged canvases to their request's KV cache (the commit) and start the
                   next canvas from noise
@@ -17,10 +17,19 @@ step has named phases:
     5. emit       per-request step frames and the tile plan; converged canvases commit next
                   step, or finish the request (EOS, max_new_tokens)
 
-Failures stay local: a request whose logits are NaN/inf, or that cannot fit in memory even
-alone, fails with one sentence while the others keep running. If the engine thread itself dies,
-its running requests fail with the reason, waiting ones stay queued, and the engine restarts
-itself on a fresh thread (see `restart`), so a server keeps serving.
+Out of memory is expected, and an accepted request is not lost to it. When a prefill, a commit,
+a decoder call or a sampler call does not fit even for one request, the engine preempts the
+newest-admitted running request (vLLM's recompute preemption): its KV cache and slot are freed, it
+goes back to the front of the queue, and it later restarts from its prompt. Its randomness is keyed
+by (seed, canvas, step), so the restart commits the very same tokens. After a preemption the engine
+admits at most as many requests as were left running, plus one for each request that ends, so it
+does not refill memory at once and preempt again. Only a request that does not fit even when it
+runs alone fails, with one sentence.
+
+Failures stay local: a request whose logits are NaN/inf fails with one sentence while the others
+keep running. If the engine thread itself dies, its running requests fail with the reason, waiting
+ones stay queued, and the engine restarts itself on a fresh thread (see `restart`), so a server
+keeps serving.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from .mailbox import Mailbox
 from .memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
 from .model import LoadedModel
 from .runner import Runner
-from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, TiledSampler, build_sampler, parse_tiling
+from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, StepOutput, TiledSampler, build_sampler, parse_tiling
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +101,8 @@ class _Request:
     handle: RequestHandle
     max_canvases: int = 1
     status: str = "queued"
+    admitted: int = 0  # admission order: the newest-admitted request is preempted first
+    preemptions: int = 0
     slot: int | None = None
     cache: object = None
     cache_bytes: int = 0
@@ -195,7 +206,9 @@ class Engine:
         self.last_error = ""
         self.deaths = 0
         self._deaths_in_a_row = 0
-        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0)
+        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0, preemptions=0)
+        self._admissions = itertools.count(1)
+        self._admit_cap: int | None = None  # running requests allowed after a preemption; None = max_num_seqs
         self._sampler: TiledSampler | None = None
         self._sampler_bytes = 0
 
@@ -440,6 +453,7 @@ class Engine:
         # A fresh sampler has no running requests (after a death they were failed already).
         self._running.clear()
         self._free_slots = list(range(self.config.max_num_seqs))
+        self._admit_cap = None
 
     def step(self) -> None:
         """One engine step: schedule, encode, decode, sample, emit."""
@@ -452,6 +466,7 @@ class Engine:
         if not rows:
             return
         rows, hidden = self._decode(rows)
+        rows, hidden = self._still_running(rows, hidden)  # a preemption may have taken a decoded row
         if rows:
             self._sample_and_emit(rows, hidden)
         self.stats["steps"] += 1
@@ -468,11 +483,12 @@ class Engine:
             self._finish(req, "cancelled")
 
     def _schedule(self) -> None:
-        while self._waiting and self._free_slots:
+        while self._waiting and self._free_slots and (self._admit_cap is None or len(self._running) < self._admit_cap):
             req = self._waiting.popleft()
             req.slot = self._free_slots.pop(0)
             self._running[req.slot] = req
             req.status = "running"
+            req.admitted = next(self._admissions)
             req.started = time.monotonic()
             req.pending_commit = req.prompt_ids  # phase 2 prefills it (no cache yet)
             self._emit(req, RequestEvent(req.id, "running", seed=req.params.seed, prompt=req.prompt))
@@ -492,19 +508,19 @@ class Engine:
                 if cache is not None:
                     prefilled.add(req.id)
         for req in list(self._running.values()):
-            if req.pending_commit is None:
-                continue
-            try:
-                if req.cache is None:
-                    req.cache = self.runner.prefill([req.prompt_ids], self.tokenizer.pad_token_id or 0)[0]
-                elif req.id not in prefilled:
-                    self.runner.encode(req.cache, torch.tensor(req.pending_commit))
-                self._account_cache(req)
-            except torch.OutOfMemoryError as err:
-                self._finish(req, "error", error=_oom_sentence(err, "its KV cache does not fit"))
-                continue
-            req.pending_commit = None
-            self._sampler.start_canvas(req.slot, req.params, req.canvas_index)
+            while self._is_running(req) and req.pending_commit is not None:
+                try:
+                    if req.cache is None:
+                        req.cache = self.runner.prefill([req.prompt_ids], self.tokenizer.pad_token_id or 0)[0]
+                    elif req.id not in prefilled:
+                        self.runner.encode(req.cache, torch.tensor(req.pending_commit))
+                    self._account_cache(req)
+                except torch.OutOfMemoryError as err:
+                    # A failed encode appended nothing (the cache grows only when the forward returns).
+                    self._relieve(req, str(err), "its KV cache does not fit")
+                    continue
+                req.pending_commit = None
+                self._sampler.start_canvas(req.slot, req.params, req.canvas_index)
 
     def _account_cache(self, req: _Request) -> None:
         if not isinstance(self.memory, VirtualDevice):
@@ -525,6 +541,9 @@ class Engine:
     def _decode(self, rows: list[_Request]) -> tuple[list[_Request], torch.Tensor | None]:
         """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
         Returns the surviving rows and their hidden states [n, CL, hidden]."""
+        rows, _ = self._still_running(rows)  # a preemption earlier in this split may have taken some
+        if not rows:
+            return [], None
         try:
             return rows, self._decode_once(rows)
         except torch.OutOfMemoryError as err:
@@ -532,7 +551,8 @@ class Engine:
             # forward's frames, and with them every activation it had allocated.
             message = str(err)
         if len(rows) == 1:
-            self._finish(rows[0], "error", error=_oom_sentence(message, "its decoder step does not fit even alone"))
+            if self._relieve(rows[0], message, "its decoder step does not fit"):
+                return self._decode(rows)
             return [], None
         self.stats["decoder_splits"] += 1
         log.info("decoder out of memory with %d requests; splitting: %s", len(rows), message)
@@ -564,15 +584,34 @@ class Engine:
 
     # -- phases 4 and 5: sample, emit
 
+    def _sample(self, rows: list[_Request], hidden: torch.Tensor) -> tuple[list[_Request], StepOutput | None]:
+        """The sampler step for `rows`; when even one request's tile does not fit, preempt and retry
+        the rows that have not stepped yet (tiles that ran have already advanced their requests)."""
+        stepped: list[_Request] = []
+        plan = None
+        while rows:
+            before = [self._sampler.steps_done(r.slot) for r in rows]
+            try:
+                plan = self._sampler.step(None, [r.slot for r in rows], hidden=hidden).plan
+                stepped += rows
+                break
+            except torch.OutOfMemoryError as err:
+                message = str(err)  # retry outside the except block: the traceback holds the failed tile
+            moved = [self._sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
+            stepped += [r for r, m in zip(rows, moved) if m]
+            left = [i for i, m in enumerate(moved) if not m]
+            self._relieve(rows[left[0]], message, "its sampler step does not fit")
+            rows, hidden = self._still_running([rows[i] for i in left], hidden[left])
+        stepped, _ = self._still_running(stepped)
+        if not stepped:
+            return [], None
+        return stepped, self._sampler.outputs([r.slot for r in stepped], plan)
+
     def _sample_and_emit(self, rows: list[_Request], hidden: torch.Tensor) -> None:
-        slots = [r.slot for r in rows]
-        try:
-            out = self._sampler.step(None, slots, hidden=hidden)
-        except torch.OutOfMemoryError as err:
-            for req in rows:
-                self._finish(req, "error", error=_oom_sentence(err, "the sampler step does not fit"))
-            return
+        rows, out = self._sample(rows, hidden)
         del hidden
+        if out is None:
+            return
         draft, entropy, accepted, mean, converged, finite = _to_host(out)
         want = [r.stream_steps for r in rows]
         self._emit_plan(out.plan, rows)
@@ -626,17 +665,11 @@ class Engine:
             return
         req.status = status
         req.finished = time.monotonic()
-        if req.slot is not None and self._running.get(req.slot) is req:
-            del self._running[req.slot]
-            if self._sampler is not None:
-                self._sampler.free(req.slot)
-            self._free_slots.append(req.slot)
-            self._free_slots.sort()
-        req.slot = None
-        req.cache = None
-        if req.cache_bytes and isinstance(self.memory, VirtualDevice):
-            self.memory.release(req.cache_bytes)
-        req.cache_bytes = 0
+        if self._release(req) and self._admit_cap is not None:
+            # Memory came back: admit one more than before (the cap lifts when it reaches max_num_seqs).
+            self._admit_cap += 1
+            if self._admit_cap >= self.config.max_num_seqs:
+                self._admit_cap = None
         if status == "done":
             self.stats["requests_done"] += 1
         latency = req.finished - req.submitted
@@ -648,6 +681,63 @@ class Engine:
         ))
         with self._lock:
             self._sessions.pop(req.id, None)
+
+    # -- memory pressure
+
+    def _is_running(self, req: _Request) -> bool:
+        return req.slot is not None and self._running.get(req.slot) is req
+
+    def _still_running(
+        self, rows: list[_Request], hidden: torch.Tensor | None = None
+    ) -> tuple[list[_Request], torch.Tensor | None]:
+        keep = [i for i, r in enumerate(rows) if self._is_running(r)]
+        if hidden is not None and len(keep) < len(rows):
+            hidden = hidden[keep]
+        return [rows[i] for i in keep], hidden
+
+    def _relieve(self, req: _Request, message: str, what: str) -> bool:
+        """`req` ran out of memory even on its own. Preempt the newest-admitted running request (`req`
+        itself if it is the newest) to make room; True when `req` still runs and should retry. With
+        no other request to preempt, `req` cannot fit at all and fails with one sentence."""
+        if len(self._running) == 1:
+            self._finish(req, "error", error=_oom_sentence(message, f"{what} even with no other request running"))
+            return False
+        victim = max(self._running.values(), key=lambda r: r.admitted)
+        self._preempt(victim, _oom_sentence(message, what))
+        return victim is not req
+
+    def _preempt(self, req: _Request, reason: str) -> None:
+        """Free a running request's memory and queue it first, to restart from its prompt later."""
+        self._release(req)
+        req.status = "queued"
+        req.preemptions += 1
+        req.canvas_index, req.steps, req.stop_reason = 0, 0, ""
+        req.tokens, req.logprobs, req.pending_commit = [], [], None
+        self._waiting.appendleft(req)
+        self._admit_cap = len(self._running)  # what fits now; each request that ends adds one
+        self.stats["preemptions"] += 1
+        log.info("preempted request %d (%d running): %s", req.id, len(self._running), reason)
+        self._emit(req, RequestEvent(
+            req.id, "queued", seed=req.params.seed, prompt=req.prompt,
+            extra=dict(preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "
+                                 "so its tokens will be the same"),
+        ))
+
+    def _release(self, req: _Request) -> bool:
+        """Give back `req`'s slot, sampler state and KV cache; True if it held a slot."""
+        held = self._is_running(req)
+        if held:
+            del self._running[req.slot]
+            if self._sampler is not None:
+                self._sampler.free(req.slot)
+            self._free_slots.append(req.slot)
+            self._free_slots.sort()
+        req.slot = None
+        req.cache = None
+        if req.cache_bytes and isinstance(self.memory, VirtualDevice):
+            self.memory.release(req.cache_bytes)
+        req.cache_bytes = 0
+        return held
 
     # -- events
 

@@ -566,11 +566,13 @@ class TiledSampler:
         else:
             group = max(1, min(n, self.tiling))
 
-        # Clear the outputs once: each tile below writes only its own rows.
-        self.out_entropy.zero_()
-        self.out_accepted.zero_()
-        self.out_mean_entropy.zero_()
-        self.out_converged.zero_()
+        # Clear this call's output rows once: each tile below writes only its own rows. Other
+        # slots keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran).
+        idx = self._index(slots)
+        self.out_entropy[idx] = 0
+        self.out_accepted[idx] = False
+        self.out_mean_entropy[idx] = 0
+        self.out_converged[idx] = False
 
         pending = split_tiles(n, group)
         ran: list[int] = []
@@ -589,7 +591,6 @@ class TiledSampler:
                     mid = start + (end - start) // 2
                     pending[:0] = [(start, mid), (mid, end)]
 
-        idx = self._index(slots)
         plan = TilePlan(
             time=started,
             impl=self.impl,
@@ -607,6 +608,12 @@ class TiledSampler:
             splits=tuple(splits),
             seconds=time.time() - started,
         )
+        return self.outputs(slots, plan)
+
+    def outputs(self, slots: Sequence[int], plan: TilePlan | None = None) -> StepOutput:
+        """Views of the last step's per-slot outputs for `slots` (row i = slots[i])."""
+        slots = [int(s) for s in slots]
+        idx = self._index(slots)
         mean = self.out_mean_entropy[idx]
         return StepOutput(
             slots=slots,

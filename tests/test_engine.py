@@ -194,6 +194,37 @@ def test_decoder_out_of_a_real_memory_budget_is_split_and_retried_with_the_same_
     assert [r.token_ids for r in retried] == [r.token_ids for r in reference]
 
 
+def test_requests_whose_kv_caches_fill_the_budget_are_preempted_and_restart_with_the_same_tokens(embedded_model):
+    from dgemma import corpus
+
+    prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]  # two canvases each: caches grow
+    settings = [SamplingParams(seed=i) for i in range(8)]
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8)) as eng:
+        reference = eng.generate(prompts, settings, max_new_tokens=32)
+    # Weights, the sampler's slots and about half a MiB: not enough for eight requests at once.
+    tight = embedded_model.weight_bytes + 2**19
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8, memory_budget=tight)) as eng:
+        watch = eng.subscribe(coalesce=False)
+        squeezed = eng.generate(prompts, settings, max_new_tokens=32)
+        preemptions = eng.stats["preemptions"]
+        requeued = [e for e in watch.poll(1.0) if isinstance(e, RequestEvent) and e.extra.get("preempted")]
+    assert preemptions > 0 and len(requeued) == preemptions
+    assert all(e.status == "queued" and "same seed" in e.extra["preempted"] for e in requeued)
+    assert [r.status for r in squeezed] == ["done"] * 8  # none lost to out of memory
+    assert [r.token_ids for r in squeezed] == [r.token_ids for r in reference]
+
+
+def test_a_request_that_cannot_fit_even_alone_fails_with_one_line_and_frees_the_queue(tiny_model):
+    with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
+        eng.faults.decoder_oom_above = 0  # every decoder call runs out of memory, even for one request
+        finals = eng.generate(["add 1+1", "add 2+2"], [params(seed=1), params(seed=2)], max_new_tokens=16)
+        eng.faults.decoder_oom_above = None
+        after = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(30)
+    assert [f.status for f in finals] == ["error", "error"]
+    assert all("even with no other request running" in f.error and "\n" not in f.error for f in finals)
+    assert after.status == "done"  # the engine was not left holding anything
+
+
 def test_budget_smaller_than_the_weights_refuses_to_start_with_one_line(tiny_model):
     with pytest.raises(EngineError, match="too small for the model weights") as err:
         Engine(tiny_model, EngineConfig(memory_budget="1MiB"))

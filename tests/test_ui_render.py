@@ -227,6 +227,20 @@ def test_status_text_for_every_state(engine_events):
     assert status_text(view) == "error: out of memory: the sampler step does not fit"
 
 
+def test_a_preempted_request_starts_its_card_over_and_says_why(engine_events):
+    events, _, _ = engine_events
+    commit = next(i for i, e in enumerate(events) if isinstance(e, RequestEvent) and e.status == "committed")
+    request_id = events[commit].request_id
+    # What the engine emits when it gives this request's memory back (tests/test_engine.py makes it happen).
+    preempted = RequestEvent(request_id, "queued", extra=dict(preempted="preempted to free memory (...)"))
+    board = fold([*events[: commit + 1], preempted])
+    view = board.requests[request_id]
+    assert (view.committed_text, view.canvases, view.steps, view.entropy_curve) == ("", 0, 0, [])
+    assert status_text(view) == "queued again: preempted to free memory"
+    later = fold([*events[: commit + 1], preempted, *events[commit + 1 :]])
+    assert later.requests[request_id].status == "done"  # it finishes like any other
+
+
 def test_special_and_invisible_pieces_take_one_visible_cell():
     from dgemma.ui.canvas import _piece
 

@@ -36,6 +36,7 @@ class RequestView:
     # x value is always the true step count and a canvas's converged frame is never merged away.
     entropy_curve: list[tuple[int, float]] = field(default_factory=list)
     error: str = ""
+    preemptions: int = 0  # times the engine sent it back to the queue to free memory (it restarts)
 
 
 @dataclass
@@ -80,6 +81,11 @@ def apply(board: Board, event: Event) -> Board:
         board.confidence_threshold = event.confidence_threshold
     elif isinstance(event, RequestEvent):
         view = _view(board, event.request_id)
+        if event.extra.get("preempted"):
+            # Back in the queue with nothing kept: it restarts from its prompt (same seed, same tokens).
+            view.committed_text, view.canvases, view.steps, view.steps_before_canvas = "", 0, 0, 0
+            view.last_step, view.entropy_curve = None, []
+            view.preemptions += 1
         if event.prompt:
             view.prompt = event.prompt
         if event.seed is not None:

@@ -32,6 +32,8 @@ def status_text(view: RequestView) -> str:
     step = view.last_step
     if view.status == "error":
         return f"error: {view.error}" if view.error else "error"
+    if view.status == "queued" and view.preemptions:
+        return "queued again: preempted to free memory"
     if view.status in ("queued", "done", "cancelled"):
         return view.status
     if view.status == "converged" and step is not None:
