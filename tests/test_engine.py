@@ -214,6 +214,24 @@ def test_requests_whose_kv_caches_fill_the_budget_are_preempted_and_restart_with
     assert [r.token_ids for r in squeezed] == [r.token_ids for r in reference]
 
 
+def test_an_untiled_sampler_step_that_runs_out_of_memory_preempts_and_keeps_the_tokens(embedded_model):
+    from dgemma import corpus
+
+    prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]
+    settings = [SamplingParams(seed=i) for i in range(8)]
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8)) as eng:
+        reference = eng.generate(prompts, settings, max_new_tokens=32)
+    # One tile of all eight requests does not fit in the last 3/4 MiB; fewer requests at once do.
+    tight = embedded_model.weight_bytes + 3 * 2**18
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8, tiling="off", memory_budget=tight)) as eng:
+        watch = eng.subscribe(coalesce=False)
+        squeezed = eng.generate(prompts, settings, max_new_tokens=32)
+        reasons = [e.extra["preempted"] for e in watch.poll(1.0) if isinstance(e, RequestEvent) and e.extra.get("preempted")]
+    assert any("its sampler step does not fit" in r for r in reasons)
+    assert [r.status for r in squeezed] == ["done"] * 8
+    assert [r.token_ids for r in squeezed] == [r.token_ids for r in reference]
+
+
 def test_a_request_that_cannot_fit_even_alone_fails_with_one_line_and_frees_the_queue(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
         eng.faults.decoder_oom_above = 0  # every decoder call runs out of memory, even for one request
