@@ -102,7 +102,6 @@ class _Request:
     max_canvases: int = 1
     status: str = "queued"
     admitted: int = 0  # admission order: the newest-admitted request is preempted first
-    preemptions: int = 0
     slot: int | None = None
     cache: object = None
     cache_bytes: int = 0
@@ -710,7 +709,6 @@ class Engine:
         """Free a running request's memory and queue it first, to restart from its prompt later."""
         self._release(req)
         req.status = "queued"
-        req.preemptions += 1
         req.canvas_index, req.steps, req.stop_reason = 0, 0, ""
         req.tokens, req.logprobs, req.pending_commit = [], [], None
         self._waiting.appendleft(req)
