@@ -128,6 +128,7 @@ def run(argv: list[str] | None = None) -> int:
         requests=len(finals), failed=failed, wall_seconds=round(wall, 4),
         canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
         max_num_seqs=args.max_num_seqs, tiling=str(args.tiling), sampler=args.sampler, memory_budget=args.memory_budget,
+        engine=dict(engine.stats),  # steps, decoder calls and splits, preemptions
         tile_plans=[plan_dict(p) for p in tile_plans],
     )
     if args.json:

@@ -31,6 +31,7 @@ def test_json_has_one_object_per_request_in_input_order_then_a_summary(capsys, t
     summary = last["summary"]
     assert summary["requests"] == 3 and summary["wall_seconds"] > 0 and summary["canvas_tokens_per_s"] > 0
     assert summary["tile_plans"] and summary["tile_plans"][0]["num_decode"] == 3
+    assert summary["engine"]["steps"] > 0 and summary["engine"]["preemptions"] == 0  # no budget: nothing preempted
 
 
 def test_seeded_output_does_not_depend_on_batch_size_or_tiling(capsys, tiny_model_dir):
