@@ -28,7 +28,7 @@ def _port(text: str) -> int:
 
 
 def _size(text: str) -> str:
-    from dgemma.memory import parse_size
+    from dgemma.memory.memory import parse_size
 
     try:
         parse_size(text)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("dgemma").addHandler(handler)
     logging.getLogger("dgemma").setLevel(logging.INFO)
     started = time.monotonic()
-    from dgemma.model import ModelLoadError, resolve_source
+    from dgemma.model.loading import ModelLoadError, resolve_source
 
     try:  # a missing checkpoint is one line now, not after the UI libraries have loaded
         resolve_source(args.model)

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import torch
 
-from .memory import parse_size
+from dgemma.memory.memory import parse_size
 
 
 class ArgumentParser(argparse.ArgumentParser):

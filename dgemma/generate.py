@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from .cli import ArgumentParser, positive_int, whole_number
+from dgemma.cli import ArgumentParser, positive_int, whole_number
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 
@@ -73,8 +73,8 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         prompts = read_prompts(args)
-        from .memory import parse_size
-        from .sampler import SamplingParams, parse_tiling
+        from dgemma.memory.memory import parse_size
+        from dgemma.sampling.sampler import SamplingParams, parse_tiling
 
         parse_tiling(args.tiling)
         budget = parse_size(args.memory_budget) if args.memory_budget is not None else None
@@ -83,9 +83,9 @@ def run(argv: list[str] | None = None) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from .engine import Engine, EngineConfig, EngineError, plan_dict
-    from .events import TilePlan
-    from .model import ModelLoadError, load_model
+    from dgemma.engine.engine import Engine, EngineConfig, EngineError, plan_dict
+    from dgemma.events import TilePlan
+    from dgemma.model.loading import ModelLoadError, load_model
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
     try:

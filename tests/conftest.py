@@ -4,7 +4,7 @@
   character tokenizer, written with `save_pretrained` to a temp dir (session-scoped);
 - `tiny_sliding_model_dir`: the same with a sliding-window first layer (window 8), so caches
   longer than the window are exercised;
-- `tiny_model`: `tiny_model_dir` loaded through `dgemma.model.load_model` (session-scoped:
+- `tiny_model`: `tiny_model_dir` loaded through `dgemma.model.loading.load_model` (session-scoped:
   treat it as read-only);
 - `embedded_model`: the shipped model in assets/model, loaded once (skips if it is missing).
 Random weights never converge, so tests keep `max_denoising_steps` small.
@@ -31,7 +31,7 @@ def save_tiny_model(path, canvas_length: int = 16, seed: int = 0, **text_overrid
     """Build a random tiny DiffusionGemma plus tokenizer and save both to `path`."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    from dgemma.tokenizer import build_tokenizer
+    from dgemma.embedded.tokenizer import build_tokenizer
 
     torch.manual_seed(seed)
     config = DiffusionGemmaConfig(
@@ -58,7 +58,7 @@ def tiny_sliding_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    from dgemma.model import load_model
+    from dgemma.model.loading import load_model
 
     return load_model(tiny_model_dir, device="cpu")
 
@@ -67,7 +67,7 @@ def tiny_model(tiny_model_dir):
 def embedded_model():
     from pathlib import Path
 
-    from dgemma.model import DEFAULT_MODEL, load_model
+    from dgemma.model.loading import DEFAULT_MODEL, load_model
 
     if not (Path(DEFAULT_MODEL) / "config.json").is_file():
         pytest.skip("the embedded model is not in assets/model yet")

@@ -9,9 +9,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dgemma.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
-from dgemma.memory import GiB, VirtualDevice
-from dgemma.sampler import LMHead, SamplingParams, build_sampler, calibrate_tile
+from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
+from dgemma.memory.memory import GiB, VirtualDevice
+from dgemma.sampling.sampler import LMHead, SamplingParams, build_sampler, calibrate_tile
 
 HIDDEN = 8
 

@@ -5,8 +5,8 @@ import random
 
 from transformers import AutoTokenizer
 
-from dgemma import corpus
-from dgemma.tokenizer import BOS_ID, EOS_ID, PAD_ID, save_tokenizer
+from dgemma.embedded import corpus
+from dgemma.embedded.tokenizer import BOS_ID, EOS_ID, PAD_ID, save_tokenizer
 
 
 def take(seed: int, n: int) -> list[corpus.Example]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
-from dgemma import corpus, eval as evaluation
+from dgemma.embedded import corpus, eval as evaluation
 
 MODEL = Path(__file__).resolve().parent.parent / "assets" / "model"
 

@@ -7,11 +7,11 @@ import threading
 import pytest
 import torch
 
-from dgemma.engine import Engine, EngineConfig, EngineError
+from dgemma.engine.engine import Engine, EngineConfig, EngineError
 from dgemma.events import RequestEvent, StepEvent, TilePlan
-from dgemma.mailbox import Mailbox
-from dgemma.model import load_model
-from dgemma.sampler import SamplingParams
+from dgemma.engine.mailbox import Mailbox
+from dgemma.model.loading import load_model
+from dgemma.sampling.sampler import SamplingParams
 
 STEPS = 3  # random weights never converge: every canvas takes max_denoising_steps
 
@@ -55,7 +55,7 @@ def test_request_gives_identical_tokens_alone_and_in_a_batch_of_32_with_arrivals
 
 
 def test_embedded_model_request_is_identical_alone_and_among_32_with_arrivals_and_departures(embedded_model):
-    from dgemma.bench_engine import bench_prompts
+    from dgemma.bench.engine import bench_prompts
 
     def settings(seed: int, greedy: bool = False) -> SamplingParams:
         return SamplingParams.from_generation_config(embedded_model.model.generation_config, seed=seed, greedy=greedy)
@@ -78,7 +78,7 @@ def test_embedded_model_request_is_identical_alone_and_among_32_with_arrivals_an
 def test_first_step_of_each_canvas_matches_transformers_forward_on_its_own_cache(tiny_model):
     from transformers import DynamicCache
 
-    from dgemma.sampler import TiledSampler
+    from dgemma.sampling.sampler import TiledSampler
 
     prompt, settings = "count 1 to 4", params(seed=11, greedy=True)
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
@@ -195,7 +195,7 @@ def test_decoder_out_of_a_real_memory_budget_is_split_and_retried_with_the_same_
 
 
 def test_requests_whose_kv_caches_fill_the_budget_are_preempted_and_restart_with_the_same_tokens(embedded_model):
-    from dgemma import corpus
+    from dgemma.embedded import corpus
 
     prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]  # two canvases each: caches grow
     settings = [SamplingParams(seed=i) for i in range(8)]
@@ -215,7 +215,7 @@ def test_requests_whose_kv_caches_fill_the_budget_are_preempted_and_restart_with
 
 
 def test_an_untiled_sampler_step_that_runs_out_of_memory_preempts_and_keeps_the_tokens(embedded_model):
-    from dgemma import corpus
+    from dgemma.embedded import corpus
 
     prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]
     settings = [SamplingParams(seed=i) for i in range(8)]

@@ -77,7 +77,7 @@ def test_bad_start_up_input_exits_2_with_one_line(capsys, tiny_model_dir, argv, 
 
 
 def test_bench_engine_prints_one_json_object_per_bench_with_the_issue_keys(capsys, tiny_model_dir):
-    from dgemma.bench_engine import main as bench_main
+    from dgemma.bench.engine import main as bench_main
 
     code = bench_main(["--model", tiny_model_dir, "--requests", "3", "--staggered", "3", "--repeat", "1",
                        "--staggered-repeat", "1", "--max-denoising-steps", "2", "--max-new-tokens", "16", "--json"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from app_server import MODEL
 
-from dgemma.bench_load import run_load
+from dgemma.bench.load import run_load
 
 
 def test_concurrent_clients_each_get_their_answers_exactly_once_and_equal_to_the_cli(tmp_path):

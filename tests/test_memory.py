@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dgemma.memory import (
+from dgemma.memory.memory import (
     GiB,
     MiB,
     Calibration,
@@ -18,7 +18,7 @@ from dgemma.memory import (
     plan_tiles,
     resolve_device,
 )
-from dgemma.sampler import RowKey, Scores, TileInputs, calibrate_tile, reference_tile
+from dgemma.sampling.sampler import RowKey, Scores, TileInputs, calibrate_tile, reference_tile
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dgemma.model import ModelLoadError, encode_prompt, estimate_weight_bytes, load_model
+from dgemma.model.loading import ModelLoadError, encode_prompt, estimate_weight_bytes, load_model
 
 
 def test_local_checkpoint_loads_in_fp32_on_cpu_with_its_facts(tiny_model):

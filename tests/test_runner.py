@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dgemma.model import load_model
-from dgemma.runner import Runner
+from dgemma.model.loading import load_model
+from dgemma.model.runner import Runner
 
 
 def make_caches(runner: Runner, lengths, seed: int = 1):

@@ -13,8 +13,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     StableAndConfidentStoppingCriteria,
 )
 
-from dgemma.memory import Calibration, VirtualDevice
-from dgemma.sampler import COMMITTING, SamplingParams, TiledSampler, parse_tiling
+from dgemma.memory.memory import Calibration, VirtualDevice
+from dgemma.sampling.sampler import COMMITTING, SamplingParams, TiledSampler, parse_tiling
 
 HIDDEN = 8
 

@@ -6,8 +6,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
-from dgemma import corpus, train
-from dgemma.tokenizer import build_tokenizer
+from dgemma.embedded import corpus, train
+from dgemma.embedded.tokenizer import build_tokenizer
 
 
 def test_a_few_training_steps_lower_the_loss():
@@ -62,4 +62,4 @@ def test_cli_rejects_a_bad_budget_with_exit_2_and_one_line(tmp_path, capsys, bad
     with pytest.raises(SystemExit) as exit_:
         train.parse_args(["--out", str(tmp_path), *bad])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("python -m dgemma.train: error:")
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("python -m dgemma.embedded.train: error:")

@@ -1,7 +1,7 @@
 """What the UI needs from the engine, in one small interface (the layout never imports torch).
 
 `Backend.start` submits one call's prompts and returns a `Run`: poll it for events, cancel it,
-or wait for its results. The real backend (dgemma/ui/engine_backend.py) wraps dgemma.engine;
+or wait for its results. The real backend (dgemma/ui/engine_backend.py) wraps dgemma.engine.engine;
 keeping the interface this small is what lets the layout and the API be tested and read alone.
 """
 

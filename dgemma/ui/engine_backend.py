@@ -1,4 +1,4 @@
-"""The real backend: the loaded model and dgemma.engine behind the UI's small interface.
+"""The real backend: the loaded model and dgemma.engine.engine behind the UI's small interface.
 
 One engine per (tiling, memory budget, sampler step), created when first asked for and sharing
 the loaded weights: the main one tiles "auto" under the server's --memory-budget with the
@@ -18,11 +18,11 @@ from dataclasses import replace
 
 import torch
 
-from dgemma.engine import Engine, EngineConfig, EngineError
+from dgemma.engine.engine import Engine, EngineConfig, EngineError
 from dgemma.events import Event, RequestEvent, TilePlan
-from dgemma.memory import format_bytes, parse_size, resolve_device
-from dgemma.model import LoadedModel, ModelLoadError, load_model
-from dgemma.sampler import SamplingParams
+from dgemma.memory.memory import format_bytes, parse_size, resolve_device
+from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
+from dgemma.sampling.sampler import SamplingParams
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings

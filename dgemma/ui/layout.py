@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # Seconds between redraws of one chart while a run streams (cards redraw every frame).
 CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
-# The embedded model's own task families (dgemma/corpus.py): it knows lowercase letters, digits
+# The embedded model's own task families (dgemma/embedded/corpus.py): it knows lowercase letters, digits
 # and " .+:," only, and these are the prompts it was trained to answer.
 EXAMPLES = [
     ["add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"],

@@ -19,12 +19,12 @@ import time
 
 import torch
 
-from dgemma.memory import (
+from dgemma.memory.memory import (
     CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
 )  # fmt: skip
-from dgemma.model import LoadedModel
-from dgemma.runner import Runner
-from dgemma.sampler import SamplingParams, TiledSampler, build_sampler
+from dgemma.model.loading import LoadedModel
+from dgemma.model.runner import Runner
+from dgemma.sampling.sampler import SamplingParams, TiledSampler, build_sampler
 from dgemma.ui.backend import LessonOutcome
 from dgemma.ui.settings import Settings
 

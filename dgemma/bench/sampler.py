@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from .cli import ArgumentParser, size_arg
-from .memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
-from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, TiledSampler, build_sampler
+from dgemma.cli import ArgumentParser, size_arg
+from dgemma.memory.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
+from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, SamplingParams, TiledSampler, build_sampler
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
 

@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from .cli import ArgumentParser
+from dgemma.cli import ArgumentParser
 
 
 def parse_args(argv: list[str] | None):
@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None):
 
 def bench_prompts(n: int) -> list[str]:
     """Held-out prompts of every task family, interleaved (mixed lengths and answer lengths)."""
-    from . import corpus
+    from dgemma.embedded import corpus
 
     pools = [corpus.heldout(family) for family in corpus.FAMILIES]
     return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
@@ -197,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
-    from .engine import Engine, EngineConfig
-    from .model import load_model
-    from .sampler import SamplingParams
+    from dgemma.engine.engine import Engine, EngineConfig
+    from dgemma.model.loading import load_model
+    from dgemma.sampling.sampler import SamplingParams
 
     hf_logging.disable_progress_bar()
     engine_model = load_model(args.model)
@@ -255,6 +255,6 @@ def _print(result: dict, as_json: bool) -> None:
 
 
 if __name__ == "__main__":
-    from .cli import run_cli
+    from dgemma.cli import run_cli
 
     run_cli(main)

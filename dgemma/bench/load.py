@@ -19,9 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .cli import ArgumentParser
-from .corpus import FAMILIES, heldout
-from .serve import launch
+from dgemma.cli import ArgumentParser
+from dgemma.embedded.corpus import FAMILIES, heldout
+from dgemma.serve import launch
 
 
 def load_prompts(count: int) -> list[str]:
@@ -152,6 +152,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .cli import run_cli
+    from dgemma.cli import run_cli
 
     run_cli(main)

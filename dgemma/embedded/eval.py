@@ -1,4 +1,4 @@
-"""`python -m dgemma.eval [--json]`: score a DiffusionGemma checkpoint on the held-out prompts.
+"""`python -m dgemma.embedded.eval [--json]`: score a DiffusionGemma checkpoint on the held-out prompts.
 
 Each implementation ("impl") is one function in `IMPLS` that turns a batch of prompts into
 `Generation`s: the text plus, per canvas, how many denoising steps it took and whether the stopping
@@ -30,10 +30,10 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     StableAndConfidentStoppingCriteria,
 )
 
-from dgemma import corpus
+from dgemma.embedded import corpus
 from dgemma.events import RequestEvent
 
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "model"
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "model"
 
 
 @dataclass(frozen=True)
@@ -127,9 +127,9 @@ def generate_engine(
     model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int, sampler: str = "reference"
 ) -> list[Generation]:
     # Imported here: the engine is another room, and the transformers impl must not depend on it.
-    from dgemma.engine import Engine, EngineConfig
-    from dgemma.model import load_model
-    from dgemma.sampler import SamplingParams
+    from dgemma.engine.engine import Engine, EngineConfig
+    from dgemma.model.loading import load_model
+    from dgemma.sampling.sampler import SamplingParams
 
     params = dict(
         max_denoising_steps=config.max_denoising_steps,
@@ -243,7 +243,7 @@ def evaluate(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m dgemma.eval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dgemma.embedded.eval", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded one)")
     parser.add_argument("--n", type=int, default=50, help=f"held-out prompts per family (1..{corpus.HELDOUT_POOL})")
     parser.add_argument("--impl", choices=[*IMPLS, "all"], default="transformers")
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = generation_config_for(model, args)
     except ValueError as error:
-        print(f"python -m dgemma.eval: error: {error}", file=sys.stderr)
+        print(f"python -m dgemma.embedded.eval: error: {error}", file=sys.stderr)
         return 2
     impls = list(IMPLS) if args.impl == "all" else [args.impl]
     texts = {}

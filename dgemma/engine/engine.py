@@ -44,12 +44,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .events import Event, RequestEvent, StepEvent, TilePlan
-from .mailbox import Mailbox
-from .memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
-from .model import LoadedModel
-from .runner import Runner
-from .sampler import SAMPLER_IMPLS, LMHead, SamplingParams, StepOutput, TiledSampler, build_sampler, parse_tiling
+from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.engine.mailbox import Mailbox
+from dgemma.memory.memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
+from dgemma.model.loading import LoadedModel
+from dgemma.model.runner import Runner
+from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, SamplingParams, StepOutput, TiledSampler, build_sampler, parse_tiling
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import functools
 
 import torch
 
-from .memory import plan_tiles
-from .sampler import GUMBEL, LMHead, Scores, TileInputs, TileResult, calibrate_tile, keyed_uniform, row_keys, settle
+from dgemma.memory.memory import plan_tiles
+from dgemma.sampling.sampler import GUMBEL, LMHead, Scores, TileInputs, TileResult, calibrate_tile, keyed_uniform, row_keys, settle
 
 MAX_CHUNK = 8192  # wider chunks buy no speed and cost memory
 MIN_CHUNK = 256

@@ -1,4 +1,4 @@
-"""`python -m dgemma.train`: train the embedded DiffusionGemma on the project's own corpus.
+"""`python -m dgemma.embedded.train`: train the embedded DiffusionGemma on the project's own corpus.
 
 Objective (uniform renoising, the one generate()'s sampler undoes): pick one canvas of an answer,
 draw a noise level t ~ U(0, 1), replace each canvas token by a uniform random token with
@@ -32,8 +32,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     EntropyBoundSamplerConfig,
 )
 
-from dgemma import corpus
-from dgemma.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
+from dgemma.embedded import corpus
+from dgemma.embedded.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
 
 CANVAS_LENGTH = 16
 
@@ -46,7 +46,7 @@ SIZES = {
 # Addition needs the most examples to learn carries; the multi-canvas families get a little extra.
 FAMILY_WEIGHTS = {"count": 1.5, "add": 2.5, "reverse": 1.0, "sort": 1.0, "repeat": 1.0, "prose": 1.5}
 
-# Diffusion defaults for this model, tuned with `python -m dgemma.eval` (see docs/model.md).
+# Diffusion defaults for this model, tuned with `python -m dgemma.embedded.eval` (see docs/model.md).
 GENERATION_DEFAULTS = dict(
     max_new_tokens=64,
     max_denoising_steps=32,
@@ -218,7 +218,7 @@ class TrainState:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m dgemma.train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dgemma.embedded.train", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
     parser.add_argument("--minutes", type=float, default=None, help="training budget in minutes (total)")
     parser.add_argument("--steps", type=int, default=None, help="training budget in optimizer steps (total)")

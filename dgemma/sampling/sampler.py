@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .events import TilePlan, TileSplit
-from .memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles, split_tiles
+from dgemma.events import TilePlan, TileSplit
+from dgemma.memory.memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles, split_tiles
 
 MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
 
@@ -704,7 +704,7 @@ def build_sampler(
     if impl == "reference":
         tile_fn = reference_tile
     elif impl == "chunked":
-        from .chunked import choose_chunk_size, chunked_tile
+        from dgemma.sampling.chunked import choose_chunk_size, chunked_tile
 
         if chunk_size is None:
             chunk_size = choose_chunk_size(

@@ -5,12 +5,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .cli import run_cli
-
 BENCHES = {
-    "sampler": "dgemma.bench_sampler",  # the step's transient memory and time, untiled vs tiled
-    "engine": "dgemma.bench_engine",  # engine throughput vs transformers' generate()
-    "load": "dgemma.bench_load",  # the app under many concurrent clients
+    "sampler": "dgemma.bench.sampler",  # the step's transient memory and time, untiled vs tiled
+    "engine": "dgemma.bench.engine",  # engine throughput vs transformers' generate()
+    "load": "dgemma.bench.load",  # the app under many concurrent clients
 }
 
 
@@ -22,6 +20,3 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(BENCHES[argv[0]])
     return module.main(argv[1:])
 
-
-if __name__ == "__main__":
-    run_cli(main)

@@ -13,7 +13,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from dgemma.corpus import ALPHABET
+from dgemma.embedded.corpus import ALPHABET
 
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
 SPECIALS = (PAD, EOS, BOS, UNK)  # ids 0..3, in this order

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 
-from .events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 
 
 class _Slot:

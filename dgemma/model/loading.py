@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-DEFAULT_MODEL = str(Path(__file__).resolve().parent.parent / "assets" / "model")
-"""The small DiffusionGemma this project trains and ships (dgemma/train.py writes it)."""
+DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
+"""The small DiffusionGemma this project trains and ships (dgemma/embedded/train.py writes it)."""
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -77,7 +77,7 @@ def resolve_source(name: str | None) -> tuple[str, bool]:
         raise ModelLoadError(f"{name} is a file, not a checkpoint directory")
     if name == DEFAULT_MODEL:
         raise ModelLoadError(
-            f"the embedded model is missing at {name}; train it with `python -m dgemma.train` or pass --model"
+            f"the embedded model is missing at {name}; train it with `python -m dgemma.embedded.train` or pass --model"
         )
     if name.startswith((".", "/", "~")) or name.count("/") != 1 or not HUB_ID.match(name):
         raise ModelLoadError(f"model path not found: {name}")

@@ -1,0 +1,1 @@
+"""The sampler: one denoising step over many requests' canvases, tiled against free memory."""
