@@ -74,7 +74,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         prompts = read_prompts(args)
         from dgemma.memory.memory import parse_size
-        from dgemma.sampling.sampler import SamplingParams, parse_tiling
+        from dgemma.sampling.params import SamplingParams, parse_tiling
 
         parse_tiling(args.tiling)
         budget = parse_size(args.memory_budget) if args.memory_budget is not None else None

@@ -11,7 +11,7 @@ from dgemma.engine.engine import Engine, EngineConfig, EngineError
 from dgemma.events import RequestEvent, StepEvent, TilePlan
 from dgemma.engine.mailbox import Mailbox
 from dgemma.model.loading import load_model
-from dgemma.sampling.sampler import SamplingParams
+from dgemma.sampling.params import SamplingParams
 
 STEPS = 3  # random weights never converge: every canvas takes max_denoising_steps
 

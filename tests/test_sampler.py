@@ -14,7 +14,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from dgemma.memory.memory import Calibration, VirtualDevice
-from dgemma.sampling.sampler import COMMITTING, SamplingParams, TiledSampler, parse_tiling
+from dgemma.sampling.sampler import COMMITTING, TiledSampler
+from dgemma.sampling.params import SamplingParams, parse_tiling
 
 HIDDEN = 8
 

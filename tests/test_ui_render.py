@@ -120,7 +120,7 @@ MAX_STEPS = 3
 def engine_events(tiny_model):
     """Every event one subscription saw: 6 prompts on 4 slots (so some wait), 2 canvases each."""
     from dgemma.engine.engine import Engine, EngineConfig
-    from dgemma.sampling.sampler import SamplingParams
+    from dgemma.sampling.params import SamplingParams
 
     engine = Engine(tiny_model, EngineConfig(max_num_seqs=4, tiling=2)).start()
     try:

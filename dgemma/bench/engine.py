@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dgemma.engine.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
-    from dgemma.sampling.sampler import SamplingParams
+    from dgemma.sampling.params import SamplingParams
 
     hf_logging.disable_progress_bar()
     engine_model = load_model(args.model)

@@ -129,7 +129,7 @@ def generate_engine(
     # Imported here: the engine is another room, and the transformers impl must not depend on it.
     from dgemma.engine.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
-    from dgemma.sampling.sampler import SamplingParams
+    from dgemma.sampling.params import SamplingParams
 
     params = dict(
         max_denoising_steps=config.max_denoising_steps,

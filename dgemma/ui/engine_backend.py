@@ -22,7 +22,7 @@ from dgemma.engine.engine import Engine, EngineConfig, EngineError
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
-from dgemma.sampling.sampler import SamplingParams
+from dgemma.sampling.params import SamplingParams
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from dgemma.sampling.sampler import SamplingParams
+from dgemma.sampling.params import SamplingParams
 
 
 class SettingsError(ValueError):
