@@ -28,7 +28,7 @@ def _port(text: str) -> int:
 
 
 def _size(text: str) -> str:
-    from dgemma.memory.memory import parse_size
+    from dgemma.memory import parse_size
 
     try:
         parse_size(text)

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import torch
 
-from dgemma.memory.memory import parse_size
+from dgemma.memory import parse_size
 
 
 class ArgumentParser(argparse.ArgumentParser):

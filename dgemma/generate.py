@@ -73,8 +73,8 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         prompts = read_prompts(args)
-        from dgemma.memory.memory import parse_size
-        from dgemma.sampling.params import SamplingParams, parse_tiling
+        from dgemma.memory import parse_size
+        from dgemma.sampling import SamplingParams, parse_tiling
 
         parse_tiling(args.tiling)
         budget = parse_size(args.memory_budget) if args.memory_budget is not None else None
@@ -83,7 +83,7 @@ def run(argv: list[str] | None = None) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from dgemma.engine.engine import Engine, EngineConfig, EngineError, plan_dict
+    from dgemma.engine import Engine, EngineConfig, EngineError, plan_dict
     from dgemma.events import TilePlan
     from dgemma.model.loading import ModelLoadError, load_model
 

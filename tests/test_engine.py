@@ -7,11 +7,11 @@ import threading
 import pytest
 import torch
 
-from dgemma.engine.engine import Engine, EngineConfig, EngineError
+from dgemma.engine import Engine, EngineConfig, EngineError
 from dgemma.events import RequestEvent, StepEvent, TilePlan
 from dgemma.engine.mailbox import Mailbox
 from dgemma.model.loading import load_model
-from dgemma.sampling.params import SamplingParams
+from dgemma.sampling import SamplingParams
 
 STEPS = 3  # random weights never converge: every canvas takes max_denoising_steps
 
@@ -78,7 +78,7 @@ def test_embedded_model_request_is_identical_alone_and_among_32_with_arrivals_an
 def test_first_step_of_each_canvas_matches_transformers_forward_on_its_own_cache(tiny_model):
     from transformers import DynamicCache
 
-    from dgemma.sampling.sampler import TiledSampler
+    from dgemma.sampling import TiledSampler
 
     prompt, settings = "count 1 to 4", params(seed=11, greedy=True)
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:

@@ -13,9 +13,9 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
     StableAndConfidentStoppingCriteria,
 )
 
-from dgemma.memory.memory import Calibration, VirtualDevice
+from dgemma.memory import Calibration, VirtualDevice
 from dgemma.sampling.sampler import COMMITTING, TiledSampler
-from dgemma.sampling.params import SamplingParams, parse_tiling
+from dgemma.sampling import SamplingParams, parse_tiling
 
 HIDDEN = 8
 

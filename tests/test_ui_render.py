@@ -119,8 +119,8 @@ MAX_STEPS = 3
 @pytest.fixture(scope="module")
 def engine_events(tiny_model):
     """Every event one subscription saw: 6 prompts on 4 slots (so some wait), 2 canvases each."""
-    from dgemma.engine.engine import Engine, EngineConfig
-    from dgemma.sampling.params import SamplingParams
+    from dgemma.engine import Engine, EngineConfig
+    from dgemma.sampling import SamplingParams
 
     engine = Engine(tiny_model, EngineConfig(max_num_seqs=4, tiling=2)).start()
     try:
@@ -251,7 +251,7 @@ def test_special_and_invisible_pieces_take_one_visible_cell():
 @pytest.mark.parametrize("real_scale", [False, True])
 def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
     """The suggested budget's arithmetic, measured on meta tensors (real scale costs no RAM here)."""
-    from dgemma.memory.memory import parse_size, plan_tiles
+    from dgemma.memory import parse_size, plan_tiles
     from dgemma.ui import lesson_run
 
     n = 16

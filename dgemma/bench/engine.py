@@ -197,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
-    from dgemma.engine.engine import Engine, EngineConfig
+    from dgemma.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
-    from dgemma.sampling.params import SamplingParams
+    from dgemma.sampling import SamplingParams
 
     hf_logging.disable_progress_bar()
     engine_model = load_model(args.model)

@@ -20,9 +20,9 @@ import psutil
 import torch
 
 from dgemma.cli import ArgumentParser, size_arg
-from dgemma.memory.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
+from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
 from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, TiledSampler, build_sampler
-from dgemma.sampling.params import SamplingParams
+from dgemma.sampling import SamplingParams
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
 

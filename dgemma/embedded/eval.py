@@ -127,9 +127,9 @@ def generate_engine(
     model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int, sampler: str = "reference"
 ) -> list[Generation]:
     # Imported here: the engine is another room, and the transformers impl must not depend on it.
-    from dgemma.engine.engine import Engine, EngineConfig
+    from dgemma.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
-    from dgemma.sampling.params import SamplingParams
+    from dgemma.sampling import SamplingParams
 
     params = dict(
         max_denoising_steps=config.max_denoising_steps,

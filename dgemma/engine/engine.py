@@ -46,11 +46,11 @@ import torch
 
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 from dgemma.engine.mailbox import Mailbox
-from dgemma.memory.memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
+from dgemma.memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, StepOutput, TiledSampler, build_sampler
-from dgemma.sampling.params import SamplingParams, parse_tiling
+from dgemma.sampling import SamplingParams, parse_tiling
 
 log = logging.getLogger(__name__)
 

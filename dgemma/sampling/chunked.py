@@ -21,7 +21,7 @@ import functools
 
 import torch
 
-from dgemma.memory.memory import plan_tiles
+from dgemma.memory import plan_tiles
 from dgemma.sampling.sampler import GUMBEL, LMHead, Scores, TileInputs, TileResult, calibrate_tile, keyed_uniform, row_keys, settle
 
 MAX_CHUNK = 8192  # wider chunks buy no speed and cost memory

@@ -31,7 +31,7 @@ import torch
 
 from dgemma.events import TilePlan, TileSplit
 from dgemma.sampling.params import MAX_STABILITY, SamplingParams, parse_tiling
-from dgemma.memory.memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles, split_tiles
+from dgemma.memory import Calibration, HostMemory, MemoryDevice, calibrate, plan_tiles, split_tiles
 
 # Slot phases.
 FREE, DENOISING, COMMITTING = 0, 1, 2

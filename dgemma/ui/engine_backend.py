@@ -18,11 +18,11 @@ from dataclasses import replace
 
 import torch
 
-from dgemma.engine.engine import Engine, EngineConfig, EngineError
+from dgemma.engine import Engine, EngineConfig, EngineError
 from dgemma.events import Event, RequestEvent, TilePlan
-from dgemma.memory.memory import format_bytes, parse_size, resolve_device
+from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
-from dgemma.sampling.params import SamplingParams
+from dgemma.sampling import SamplingParams
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings

@@ -24,8 +24,8 @@ from dgemma.memory.memory import (
 )  # fmt: skip
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
-from dgemma.sampling.sampler import TiledSampler, build_sampler
-from dgemma.sampling.params import SamplingParams
+from dgemma.sampling import TiledSampler, build_sampler
+from dgemma.sampling import SamplingParams
 from dgemma.ui.backend import LessonOutcome
 from dgemma.ui.settings import Settings
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from dgemma.sampling.params import SamplingParams
+from dgemma.sampling import SamplingParams
 
 
 class SettingsError(ValueError):
