@@ -8,6 +8,10 @@
   treat it as read-only);
 - `embedded_model`: the shipped model in assets/model, loaded once (skips if it is missing).
 Random weights never converge, so tests keep `max_denoising_steps` small.
+
+Tests are marked by kind (pytest.ini lists the markers): `embedded` (uses the shipped model),
+`server` (starts a real process), `browser` (drives chromium), `slow` (seconds each). The fast
+subset is `python -m pytest -m "not slow"`; the README's test command runs everything.
 """
 
 from __future__ import annotations
@@ -25,6 +29,29 @@ TINY_VISION = dict(
     model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
     num_attention_heads=2, num_key_value_heads=2, head_dim=8,
 )  # fmt: skip
+
+
+# A module whose every test starts a real process or a browser carries that kind.
+KIND_BY_MODULE = {
+    "test_app_api": "server",
+    "test_load": "server",
+    "test_bench_sampler": "server",
+    "test_zerogpu": "server",
+    "test_startup": "server",
+    "test_browser": "browser",
+}
+SLOW_KINDS = ("embedded", "server", "browser")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = KIND_BY_MODULE.get(item.module.__name__.rpartition(".")[2])
+        if kind:
+            item.add_marker(kind)
+        if "embedded_model" in getattr(item, "fixturenames", ()):
+            item.add_marker("embedded")
+        if any(item.get_closest_marker(k) for k in SLOW_KINDS):
+            item.add_marker("slow")
 
 
 def save_tiny_model(path, canvas_length: int = 16, seed: int = 0, **text_overrides) -> str:

@@ -1,0 +1,113 @@
+"""The code's shape, checked statically: sizes, import cycles, and who may import whom.
+
+Imports are read from the source (ast), function-level imports included, so a cycle hidden
+inside a function body still counts.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dgemma"
+
+MAX_FILE_LINES = 400
+MAX_CLASS_LINES = 250
+MAX_FUNCTION_LINES = 100
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@lru_cache(maxsize=None)
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The dgemma modules `path` imports anywhere in its body (a name imported from a package
+    counts as the submodule when one of that name exists, else as the package)."""
+    known = modules()
+    this = module_name(path)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "dgemma")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            if base.split(".")[0] != "dgemma":
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    return {m for m in found if m in known and m != this}
+
+
+@lru_cache(maxsize=None)
+def import_graph() -> dict[str, frozenset[str]]:
+    return {name: frozenset(imported_modules(path)) for name, path in modules().items()}
+
+
+def reachable(start: str) -> set[str]:
+    graph, seen, todo = import_graph(), set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_no_module_inside_dgemma_is_part_of_an_import_cycle():
+    cycles = sorted(m for m in modules() if m in reachable(m))
+    assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_no_file_is_longer_than_the_limit():
+    files = sorted(PACKAGE.rglob("*.py")) + [ROOT / "app.py"]
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
+    assert not long, f"files over {MAX_FILE_LINES} lines: {long}"
+
+
+def _definitions(kind: type) -> dict[str, int]:
+    sizes = {}
+    for path in sorted(PACKAGE.rglob("*.py")) + [ROOT / "app.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, kind):
+                sizes[f"{path.relative_to(ROOT)}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return sizes
+
+
+def test_no_class_is_longer_than_the_limit():
+    long = {k: n for k, n in _definitions(ast.ClassDef).items() if n > MAX_CLASS_LINES}
+    assert not long, f"classes over {MAX_CLASS_LINES} lines: {long}"
+
+
+def test_no_function_is_longer_than_the_limit():
+    sizes = _definitions(ast.FunctionDef) | _definitions(ast.AsyncFunctionDef)
+    long = {k: n for k, n in sizes.items() if n > MAX_FUNCTION_LINES}
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("core", ["dgemma.engine", "dgemma.sampling", "dgemma.memory", "dgemma.model"])
+def test_the_serving_core_never_reaches_the_embedded_models_training_code(core):
+    reached = {m for name in modules() if name == core or name.startswith(core + ".") for m in reachable(name)}
+    assert not {m for m in reached if m.startswith("dgemma.embedded")}, f"{core} reaches {sorted(reached)}"
+
+
+def test_every_design_md_the_project_cites_is_its_own():
+    assert (ROOT / "docs" / "design.md").is_file()
+    texts = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md") and ".git" not in p.parts and p != Path(__file__).resolve()]
+    outside = [str(p.relative_to(ROOT)) for p in texts if "../shared" in p.read_text(errors="ignore") or "seeds/" in p.read_text(errors="ignore")]
+    assert not outside, f"files citing material outside the repository: {outside}"
