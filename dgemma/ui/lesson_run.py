@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from dgemma.memory.memory import (
+from dgemma.memory import (
     CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
 )  # fmt: skip
 from dgemma.model.loading import LoadedModel

@@ -102,7 +102,7 @@ def _tiling(value: Any, max_num_seqs: int) -> str:
 
 
 def _budget(value: Any) -> str:
-    from dgemma.memory.memory import parse_size  # a size such as 512MiB, the CLI's --memory-budget syntax
+    from dgemma.memory import parse_size  # a size such as 512MiB, the CLI's --memory-budget syntax
 
     try:
         if isinstance(value, bool) or not isinstance(value, (str, int)):
