@@ -60,9 +60,9 @@ def test_empty_prompt_fails_with_one_line_and_nonzero_exit_while_others_finish(c
     "argv, expected",
     [
         (["--model", "/no/such/model"], "model path not found"),
-        (["--t-min", "0.9", "--t-max", "0.5"], "t_max must be >= t_min"),
-        (["--tiling", "sometimes"], "tiling must be auto, off or a positive integer"),
-        (["--memory-budget", "8 gigs"], "malformed size"),
+        (["--t-min", "0.9", "--t-max", "0.5"], "Setting 't_max' (0.5) must not be below 't_min' (0.9)"),
+        (["--tiling", "sometimes"], "Setting 'tiling' must be auto, off, or a tile size"),
+        (["--memory-budget", "8 gigs"], "Setting 'memory_budget' must be a size such as 512MiB"),
         (["--memory-budget", "64KiB"], "for its weights but only"),
         (["--max-num-seqs", "0"], "at least 1"),
     ],

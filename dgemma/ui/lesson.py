@@ -17,7 +17,8 @@ import gradio as gr
 
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
-from dgemma.ui.settings import SettingsError, parse_settings
+from dgemma.errors import SettingsError
+from dgemma.ui.settings import parse_call_settings
 from dgemma.ui.zerogpu import gpu
 
 REAL_VOCAB = 262_144
@@ -162,11 +163,11 @@ def wire(backend: Backend, parts: LessonParts) -> None:
 
     def run_lesson(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
         try:
-            settings = parse_settings({"max_denoising_steps": steps, "max_new_tokens": None}, backend.defaults,
-                                      backend.limits, backend.max_num_seqs)
             n = int(n)
             if not 1 <= n <= backend.max_num_seqs:
                 raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
+            settings = parse_call_settings({"max_denoising_steps": steps}, backend.defaults, backend.limits,
+                                           backend.max_num_seqs, prompts=n)
         except (SettingsError, TypeError, ValueError) as err:
             raise gr.Error(str(err)) from None
         pending = '<div class="lesson-result">running…</div>'

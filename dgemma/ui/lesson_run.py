@@ -25,9 +25,8 @@ from dgemma.memory import (
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling import TiledSampler, build_sampler
-from dgemma.sampling import SamplingParams
+from dgemma.settings import Settings
 from dgemma.ui.backend import LessonOutcome
-from dgemma.ui.settings import Settings
 
 REAL_VOCAB = 262_144
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
@@ -126,12 +125,7 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
     vocab = _vocab(loaded, real_scale)
     memory = _memory(loaded, budget_bytes)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(requests)]
-    params = [
-        SamplingParams(max_denoising_steps=settings.max_denoising_steps, t_min=settings.t_min, t_max=settings.t_max,
-                       entropy_bound=settings.entropy_bound, confidence_threshold=settings.confidence_threshold,
-                       stability_threshold=settings.stability_threshold, greedy=settings.greedy, seed=settings.seed + i)
-        for i in range(requests)
-    ]
+    params = [settings.request_params(i) for i in range(requests)]
     try:
         if isinstance(memory, VirtualDevice):
             memory.reserve(loaded.weight_bytes, "the model weights")
