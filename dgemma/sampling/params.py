@@ -33,8 +33,8 @@ BOUNDS: dict[str, Bound] = {
     "max_denoising_steps": Bound(int, 1, 512),
     "t_min": Bound(float, 1e-3, 10.0),
     "t_max": Bound(float, 1e-3, 10.0),
-    "entropy_bound": Bound(float, 0.0, 1e6, above=True),
-    "confidence_threshold": Bound(float, 0.0, 1e6, above=True),
+    "entropy_bound": Bound(float, 0.0, math.inf, above=True),
+    "confidence_threshold": Bound(float, 0.0, math.inf, above=True),
     "stability_threshold": Bound(int, 0, MAX_STABILITY),
     "seed": Bound(int, 0, MAX_SEED),
 }

@@ -19,6 +19,7 @@ from dataclasses import replace
 import torch
 
 from dgemma.engine import Engine, EngineConfig, EngineError
+from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
@@ -182,4 +183,4 @@ def make_backend(args: argparse.Namespace) -> EngineBackend:
         )
         return EngineBackend(loaded, config, limits, format_bytes(budget) if budget else None)
     except (ModelLoadError, EngineError, ValueError, torch.OutOfMemoryError) as err:
-        raise BackendError(str(err).strip().splitlines()[0]) from None
+        raise BackendError(first_line(err)) from None

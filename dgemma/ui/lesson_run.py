@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from dgemma.errors import first_line
 from dgemma.memory import (
     CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
 )  # fmt: skip
@@ -174,15 +175,10 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
             tiling, False,
             f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError.",
             needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens,
-            seconds=time.monotonic() - started, detail=_first_line(err),
+            seconds=time.monotonic() - started, detail=first_line(err, 300),
         )
     where = f"{memory.name} device" + (f", budget {format_bytes(budget_bytes)}" if budget_bytes else ", no budget")
     return LessonOutcome(
         tiling, True, f"{requests} requests denoised one canvas each ({where}, vocab {vocab:,}).",
         needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, seconds=time.monotonic() - started,
     )
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__
