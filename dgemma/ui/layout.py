@@ -1,7 +1,7 @@
 """The page, top to bottom: title, the Generate tab, the Tiling-vs-OOM tab, and the API.
 
 Reads like Gradio's own demos: components first, then the events that wire them. All work is
-delegated: settings are checked in settings.py, runs go through the Backend, frames come from
+delegated: settings are checked by dgemma/settings.py, runs go through the Backend, frames come from
 stream.py, HTML from canvas.py, figures from charts.py, the lesson from lesson.py.
 """
 
