@@ -17,6 +17,8 @@ import sys
 import time
 
 from dgemma.cli import ArgumentParser, positive_int
+from dgemma.sampling import SamplingParams
+from dgemma.settings import NAMES, Settings, parse_settings
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -63,8 +65,6 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
 
 def raw_settings(args: argparse.Namespace) -> dict[str, object]:
     """The settings flags by their setting names; None where a flag was not given."""
-    from dgemma.settings import NAMES
-
     return {name: getattr(args, name) for name in NAMES}
 
 
@@ -80,8 +80,6 @@ def early_check(raw: dict[str, object]) -> dict[str, object]:
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        from dgemma.settings import Settings, parse_settings
-
         prompts = read_prompts(args)
         raw = raw_settings(args)
         limits = dict(max_tile=args.max_num_seqs, prompts=len(prompts))
@@ -94,7 +92,6 @@ def run(argv: list[str] | None = None) -> int:
     from dgemma.engine import Engine, EngineConfig, EngineError, plan_dict
     from dgemma.events import TilePlan
     from dgemma.model.loading import ModelLoadError, load_model
-    from dgemma.sampling import SamplingParams
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
     try:
