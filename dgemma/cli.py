@@ -9,6 +9,7 @@ from typing import NoReturn
 
 import torch
 
+from dgemma.errors import first_line
 from dgemma.memory import parse_size
 
 
@@ -50,10 +51,10 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     try:
         code = main(argv)
     except (ValueError, FileNotFoundError, OSError) as err:
-        print(f"{prog}: error: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}", file=sys.stderr)
+        print(f"{prog}: error: {first_line(err)}", file=sys.stderr)
         sys.exit(2)
     except torch.OutOfMemoryError as err:
-        print(f"{prog}: error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
+        print(f"{prog}: error: {first_line(err)}", file=sys.stderr)
         sys.exit(3)
     except KeyboardInterrupt:
         sys.exit(130)

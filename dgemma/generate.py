@@ -15,42 +15,36 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict
 
-from dgemma.cli import ArgumentParser, positive_int, whole_number
+from dgemma.cli import ArgumentParser, positive_int
+from dgemma.sampling import SamplingParams
+from dgemma.settings import NAMES, Settings, parse_settings
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
-
-
-def _seed(text: str) -> int:
-    return whole_number(text, 0, "a seed is at least 0")
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+DEFAULT_MAX_NEW_TOKENS = 64
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    # Settings flags stay text (default None: the model's default); dgemma.settings judges them, as it
+    # does the API's and the UI's, so a mistake reads the same sentence everywhere.
     p = ArgumentParser(prog="python -m dgemma.generate", description="Generate text with a DiffusionGemma model.")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     p.add_argument("--prompts-file", help="a file with one prompt per line (blank lines are skipped)")
     p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the embedded model)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--max-num-seqs", type=positive_int, default=8, help="requests denoising at once (default 8)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per request (default 64)")
-    p.add_argument("--max-denoising-steps", type=positive_int, default=None, help="default: the model's")
-    p.add_argument("--t-min", type=_number, default=None)
-    p.add_argument("--t-max", type=_number, default=None)
-    p.add_argument("--entropy-bound", type=_number, default=None)
-    p.add_argument("--confidence-threshold", type=_number, default=None)
-    p.add_argument("--seed", type=_seed, default=0, help="request i gets seed SEED + i (default 0)")
-    p.add_argument("--greedy", action="store_true", help="argmax sampling, no noise")
-    p.add_argument("--tiling", default="auto", help="auto | off | N requests per sampler tile (default auto)")
-    p.add_argument("--sampler", default="reference", choices=["reference", "chunked"],
-                   help="sampler step: reference (eager, ~7 fp32 vocab copies per request) or chunked (streams the vocabulary)")
+    p.add_argument("--max-new-tokens", help=f"tokens per request (default {DEFAULT_MAX_NEW_TOKENS})")
+    p.add_argument("--max-denoising-steps", help="default: the model's")
+    p.add_argument("--t-min")
+    p.add_argument("--t-max")
+    p.add_argument("--entropy-bound")
+    p.add_argument("--confidence-threshold")
+    p.add_argument("--stability-threshold")
+    p.add_argument("--seed", help="request i gets seed SEED + i (default 0)")
+    p.add_argument("--greedy", action="store_true", default=None, help="argmax sampling, no noise")
+    p.add_argument("--tiling", help="auto | off | N requests per sampler tile (default auto)")
+    p.add_argument("--sampler", help="sampler step: reference (default; eager, ~7 fp32 vocab copies per request) "
+                                     "or chunked (streams the vocabulary)")
     p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
     return p.parse_args(argv)
@@ -69,15 +63,27 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
+def raw_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The settings flags by their setting names; None where a flag was not given."""
+    return {name: getattr(args, name) for name in NAMES}
+
+
+def early_check(raw: dict[str, object]) -> dict[str, object]:
+    """`raw` for a check before the (slow) model load: the model's defaults are not known yet, so a
+    lone --t-min or --t-max is paired with itself (always in order) instead of a default."""
+    t_min, t_max = raw["t_min"], raw["t_max"]
+    if (t_min is None) != (t_max is None):
+        return {**raw, "t_min": t_min if t_min is not None else t_max, "t_max": t_max if t_max is not None else t_min}
+    return raw
+
+
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         prompts = read_prompts(args)
-        from dgemma.memory import parse_size
-        from dgemma.sampling import SamplingParams, parse_tiling
-
-        parse_tiling(args.tiling)
-        budget = parse_size(args.memory_budget) if args.memory_budget is not None else None
+        raw = raw_settings(args)
+        limits = dict(max_tile=args.max_num_seqs, prompts=len(prompts))
+        early = parse_settings(early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), **limits)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
 
@@ -89,23 +95,20 @@ def run(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
     try:
-        loaded = load_model(args.model, device=args.device, memory_budget=budget)
-        engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=args.tiling, sampler=args.sampler, memory_budget=budget))
-        overrides = dict(
-            max_denoising_steps=args.max_denoising_steps, t_min=args.t_min, t_max=args.t_max,
-            entropy_bound=args.entropy_bound, confidence_threshold=args.confidence_threshold, greedy=args.greedy,
-        )
-        params = [
-            SamplingParams.from_generation_config(loaded.model.generation_config, seed=args.seed + i, **overrides)
-            for i in range(len(prompts))
-        ]
+        loaded = load_model(args.model, device=args.device, memory_budget=early.options.memory_budget)
+        model_defaults = SamplingParams.from_generation_config(loaded.model.generation_config)
+        settings = parse_settings(raw, Settings(model_defaults, early.options, DEFAULT_MAX_NEW_TOKENS), **limits)
+        options = settings.options
+        engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling,
+                                             sampler=options.sampler, memory_budget=options.memory_budget))
+        params = [settings.request_params(i) for i in range(len(prompts))]
     except (ModelLoadError, EngineError, ValueError) as err:
         return _fail(str(err), EXIT_USAGE)
 
     plans = engine.subscribe()
     started = time.monotonic()
     # Submit everything before the engine thread starts, so the first step admits a full batch.
-    handles = [engine.submit(p, q, args.max_new_tokens, stream_steps=False) for p, q in zip(prompts, params)]
+    handles = [engine.submit(p, q, settings.max_new_tokens, stream_steps=False) for p, q in zip(prompts, params)]
     with engine:
         finals = [h.result() for h in handles]
     wall = time.monotonic() - started
@@ -127,7 +130,7 @@ def run(argv: list[str] | None = None) -> int:
     summary = dict(
         requests=len(finals), failed=failed, wall_seconds=round(wall, 4),
         canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
-        max_num_seqs=args.max_num_seqs, tiling=str(args.tiling), sampler=args.sampler, memory_budget=args.memory_budget,
+        max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
         engine=dict(engine.stats),  # steps, decoder calls and splits, preemptions
         tile_plans=[plan_dict(p) for p in tile_plans],
     )

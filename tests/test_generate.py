@@ -60,13 +60,19 @@ def test_empty_prompt_fails_with_one_line_and_nonzero_exit_while_others_finish(c
     "argv, expected",
     [
         (["--model", "/no/such/model"], "model path not found"),
-        (["--t-min", "0.9", "--t-max", "0.5"], "t_max must be >= t_min"),
-        (["--tiling", "sometimes"], "tiling must be auto, off or a positive integer"),
-        (["--memory-budget", "8 gigs"], "malformed size"),
+        (["--t-min", "0.9", "--t-max", "0.5"], "Setting 't_max' (0.5) must not be below 't_min' (0.9)"),
+        (["--tiling", "sometimes"], "Setting 'tiling' must be auto, off, or a tile size"),
+        (["--memory-budget", "8 gigs"], "Setting 'memory_budget' must be a size such as 512MiB"),
         (["--memory-budget", "64KiB"], "for its weights but only"),
         (["--max-num-seqs", "0"], "at least 1"),
+        (["--seed", "abc"], "Setting 'seed' must be a number, got 'abc'."),
+        (["--stability-threshold", "9"], "Setting 'stability_threshold' must be between 0 and 8, got '9'."),
+        (["--tiling", "9"], "Setting 'tiling' must be auto, off, or a tile size from 1 to 8, got '9'."),
+        (["--sampler", "fast"], "Setting 'sampler' must be reference or chunked, got 'fast'."),
+        (["--seed", str(2**63 - 1), "--prompt", "add 2+2"], "Setting 'seed' must be at most 9223372036854775806 for 2 prompts"),
     ],
-    ids=["unknown-model", "t-max-below-t-min", "bad-tiling", "malformed-budget", "budget-below-weights", "zero-seqs"],
+    ids=["unknown-model", "t-max-below-t-min", "bad-tiling", "malformed-budget", "budget-below-weights", "zero-seqs",
+         "bad-seed", "stability-above-history", "tile-above-max-num-seqs", "unknown-sampler", "no-room-for-seed-plus-i"],
 )
 def test_bad_start_up_input_exits_2_with_one_line(capsys, tiny_model_dir, argv, expected):
     model = [] if "--model" in argv else ["--model", tiny_model_dir]
@@ -74,6 +80,25 @@ def test_bad_start_up_input_exits_2_with_one_line(capsys, tiny_model_dir, argv, 
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and expected in err and "Traceback" not in err
+
+
+def test_a_lone_t_min_is_judged_against_the_models_own_t_max(capsys, tiny_model_dir):
+    """The early check (before loading) cannot know the model's t_max; the model's own config decides."""
+    code, lines, _ = run_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--t-min", "0.6", *FAST)
+    assert code == 0 and lines[0]["status"] == "done"
+    code = main(["--model", tiny_model_dir, "--prompt", "add 1+2", "--t-min", "0.9", *FAST])
+    _, err = capsys.readouterr()
+    assert code == 2 and "Setting 't_max' (0.8) must not be below 't_min' (0.9)." in err  # the model's t_max is 0.8
+
+
+def test_the_cli_and_the_api_parser_say_the_same_sentence(capsys, tiny_model_dir):
+    from dgemma.settings import Settings, parse_settings
+
+    with pytest.raises(ValueError) as parsed:
+        parse_settings({"confidence_threshold": "-1"}, Settings())
+    code = main(["--model", tiny_model_dir, "--prompt", "add 1+2", "--confidence-threshold", "-1"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err == f"python -m dgemma.generate: error: {parsed.value}\n"
 
 
 def test_bench_engine_prints_one_json_object_per_bench_with_the_issue_keys(capsys, tiny_model_dir):

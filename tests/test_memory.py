@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dgemma.memory.memory import (
+from dgemma.memory import (
     GiB,
     MiB,
     Calibration,

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from dgemma.ui.settings import Limits, Settings, SettingsError, parse_prompts, parse_settings, prompts_from_text
+from dgemma.errors import SettingsError
+from dgemma.sampling import SamplingParams
+from dgemma.settings import Settings
+from dgemma.ui.settings import Limits, parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.ui.stream import frames
 
 LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_chars=100)
@@ -36,17 +39,18 @@ LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_char
 )
 def test_bad_settings_are_one_sentence(raw, words):
     with pytest.raises(SettingsError) as err:
-        parse_settings(raw, Settings(), LIMITS, max_num_seqs=8)
+        parse_call_settings(raw, Settings(), LIMITS, max_num_seqs=8)
     message = str(err.value)
     assert words in message
     assert "\n" not in message and message.endswith(".")
 
 
 def test_settings_use_cli_names_and_defaults():
-    s = parse_settings({"max-new-tokens": "16", "seed": 7, "greedy": "true", "tiling": "4", "t_min": None},
-                       Settings(), LIMITS, max_num_seqs=8)
-    assert (s.max_new_tokens, s.seed, s.greedy, s.tiling, s.t_min) == (16, 7, True, "4", Settings().t_min)
-    assert parse_settings(None, Settings(seed=3), LIMITS, 8).seed == 3
+    s = parse_call_settings({"max-new-tokens": "16", "seed": 7, "greedy": "true", "tiling": "4", "t_min": None},
+                            Settings(), LIMITS, max_num_seqs=8)
+    assert (s.max_new_tokens, s.params.seed, s.params.greedy, s.options.tiling, s.params.t_min) == \
+        (16, 7, True, 4, Settings().params.t_min)
+    assert parse_call_settings(None, Settings(SamplingParams(seed=3)), LIMITS, 8).params.seed == 3
 
 
 @pytest.mark.parametrize(
@@ -270,11 +274,10 @@ def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
 def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):
     """The lesson's third run (real scale): same batch, same budget, one tile, the chunked step fits."""
     from dgemma.ui import lesson_run
-    from dgemma.ui.settings import Settings
 
     n = 4
     budget = lesson_run.suggest_budget(tiny_model, n, real_scale=True)
-    settings = Settings(max_denoising_steps=1, seed=5)
+    settings = Settings(SamplingParams(max_denoising_steps=1, seed=5))
     reference = lesson_run.run(tiny_model, n, budget, True, "off", settings)
     chunked = lesson_run.run(tiny_model, n, budget, True, "off", settings, impl="chunked")
     roomy = lesson_run.run(tiny_model, n, None, True, "off", settings)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 
 BENCHES = {
@@ -10,6 +11,12 @@ BENCHES = {
     "engine": "dgemma.bench.engine",  # engine throughput vs transformers' generate()
     "load": "dgemma.bench.load",  # the app under many concurrent clients
 }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank `q` quantile (0 < q <= 1) of `values`: an observed value, never an interpolation."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def main(argv: list[str] | None = None) -> int:

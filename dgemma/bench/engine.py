@@ -26,6 +26,7 @@ import time
 
 import torch
 
+from dgemma.bench import percentile
 from dgemma.cli import ArgumentParser
 
 
@@ -60,11 +61,6 @@ def bench_prompts(n: int) -> list[str]:
 
     pools = [corpus.heldout(family) for family in corpus.FAMILIES]
     return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 class Baseline:

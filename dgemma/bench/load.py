@@ -19,8 +19,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dgemma.bench import percentile
 from dgemma.cli import ArgumentParser
 from dgemma.embedded.corpus import FAMILIES, heldout
+from dgemma.errors import first_line
 from dgemma.serve import launch
 
 
@@ -45,11 +47,6 @@ def cli_texts(prompts: list[str], max_new_tokens: int, model: str | None) -> lis
     return [row["text"] for row in rows if "summary" not in row]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def drive(url: str, prompts: list[str], per_client: int, max_new_tokens: int, timeout_s: float) -> dict:
     """All clients at once; returns what each got back, its latency, and any error."""
     from gradio_client import Client
@@ -68,7 +65,7 @@ def drive(url: str, prompts: list[str], per_client: int, max_new_tokens: int, ti
             answer = job.result(timeout=timeout_s)
             results[c] = {"outputs": answer["outputs"], "latency": time.monotonic() - started, "error": None}
         except Exception as err:  # noqa: BLE001 - a load test records every failure, whatever it is
-            results[c] = {"outputs": [], "latency": time.monotonic() - started, "error": str(err).splitlines()[0][:200]}
+            results[c] = {"outputs": [], "latency": time.monotonic() - started, "error": first_line(err, 200)}
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=clients) as pool:

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import torch
 
+from dgemma.errors import first_line
+from dgemma.memory import format_bytes, resolve_device
+
 DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
 """The small DiffusionGemma this project trains and ships (dgemma/embedded/train.py writes it)."""
 
@@ -54,10 +57,6 @@ class LoadedModel:
         return encode_prompt(self.tokenizer, prompt)
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
 def default_dtype(device: torch.device) -> torch.dtype:
     # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -92,7 +91,7 @@ def load_config(source: str, is_local: bool):
         return AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as err:
         if is_local:
-            raise ModelLoadError(f"cannot read the config in {source}: {_one_line(err)}") from None
+            raise ModelLoadError(f"cannot read the config in {source}: {first_line(err, 300)}") from None
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ModelLoadError(f"{source} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it")
     host = hub_reachable()
@@ -102,7 +101,7 @@ def load_config(source: str, is_local: bool):
         return AutoConfig.from_pretrained(source, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - network/hub errors come in many types; all mean the same to a user
         raise ModelLoadError(
-            f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {_one_line(err)}"
+            f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {first_line(err, 300)}"
         ) from None
 
 
@@ -163,15 +162,12 @@ def load_model(
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     source, is_local = resolve_source(name)
-    asked = device
     try:
-        device = torch.device(device) if device is not None else default_device()
-    except (RuntimeError, TypeError):
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise ModelLoadError(f"unknown device {str(asked)!r}: use cpu or cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device cuda was asked for but no CUDA GPU is available")
+        device = resolve_device("auto" if device is None else str(device))
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from None
+    if device.type not in ("cpu", "cuda"):
+        raise ModelLoadError(f"unknown device {str(device)!r}: use auto, cpu or cuda")
     dtype = dtype or default_dtype(device)
 
     config = load_config(source, is_local)
@@ -181,7 +177,7 @@ def load_model(
     room = free_device_bytes(device, memory_budget)
     if weight_bytes > room:
         raise ModelLoadError(
-            f"{source} needs {weight_bytes / 2**30:.2f} GiB for its weights but only {room / 2**30:.2f} GiB "
+            f"{source} needs {format_bytes(weight_bytes)} for its weights but only {format_bytes(room)} "
             f"is free on {device.type}{' under the memory budget' if memory_budget else ''}"
         )
 
@@ -192,7 +188,7 @@ def load_model(
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=is_local, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - surface any loader failure as one sentence
-        raise ModelLoadError(f"cannot load {source}: {_one_line(err)}") from None
+        raise ModelLoadError(f"cannot load {source}: {first_line(err, 300)}") from None
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval().requires_grad_(False)
@@ -225,8 +221,3 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
             ids = ids["input_ids"]
         return [int(i) for i in ids]
     return [int(i) for i in tokenizer(prompt, add_special_tokens=True)["input_ids"]]
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__

@@ -2,15 +2,91 @@
 
 `SamplingParams` are per request and decide its tokens; `RunOptions` (tiling, the step
 implementation, a memory budget) decide only how the work is laid out in memory, never the
-tokens. Both validate themselves with one clear sentence per mistake.
+tokens. Both check and normalise their fields on construction against ONE table of bounds
+(`BOUNDS`), so a value from the command line ("16"), JSON (16.0) or code (16) is accepted or
+refused the same way, with the same sentence (a `SettingsError`, which is a ValueError).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from dgemma.errors import SettingsError
 
 MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
+MAX_SEED = 2**63 - 1  # a request's seed is a signed 64-bit integer; seed S gives prompt i the seed S + i
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric setting: its kind and inclusive range (`above`: the low end itself is refused)."""
+
+    kind: type  # int or float
+    low: float
+    high: float
+    above: bool = False
+
+
+BOUNDS: dict[str, Bound] = {
+    "max_denoising_steps": Bound(int, 1, 512),
+    "t_min": Bound(float, 1e-3, 10.0),
+    "t_max": Bound(float, 1e-3, 10.0),
+    "entropy_bound": Bound(float, 0.0, math.inf, above=True),
+    "confidence_threshold": Bound(float, 0.0, math.inf, above=True),
+    "stability_threshold": Bound(int, 0, MAX_STABILITY),
+    "seed": Bound(int, 0, MAX_SEED),
+}
+
+
+def _shown(value: Any) -> str:
+    return repr(value if not isinstance(value, str) else value[:40])
+
+
+def _limit(value: float, kind: type) -> str:
+    return str(int(value)) if kind is int else f"{value:g}"
+
+
+def check_number(name: str, value: Any, bound: Bound) -> int | float:
+    """`value` (a number or its text) as `bound.kind`, or a SettingsError naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SettingsError(f"Setting '{name}' must be a number, got {type(value).__name__}.")
+    number: int | float
+    try:
+        number = int(value.strip()) if isinstance(value, str) and bound.kind is int else float(value)
+    except ValueError:
+        try:  # "16.0" for a whole number: judged below like 16.0
+            number = float(value)
+        except ValueError:
+            raise SettingsError(f"Setting '{name}' must be a number, got {_shown(value)}.") from None
+    if isinstance(number, float) and not math.isfinite(number):
+        raise SettingsError(f"Setting '{name}' must be a finite number, got {_shown(value)}.")
+    if bound.kind is int:
+        if number != int(number):
+            raise SettingsError(f"Setting '{name}' must be a whole number, got {_shown(value)}.")
+        number = int(value) if isinstance(value, int) else int(number)  # ints keep all 64 bits
+    if (bound.low < number if bound.above else bound.low <= number) and number <= bound.high:
+        return number
+    low = _limit(bound.low, bound.kind)
+    if math.isinf(bound.high):
+        floor = f"greater than {low}" if bound.above else f"at least {low}"
+        raise SettingsError(f"Setting '{name}' must be {floor}, got {_shown(value)}.")
+    high = _limit(bound.high, bound.kind)
+    if bound.above:
+        raise SettingsError(f"Setting '{name}' must be greater than {low} and at most {high}, got {_shown(value)}.")
+    raise SettingsError(f"Setting '{name}' must be between {low} and {high}, got {_shown(value)}.")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """true/false, 1/0, yes/no (any case) as a bool, or a SettingsError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise SettingsError(f"Setting '{name}' must be true or false, got {_shown(value)}.")
 
 
 @dataclass(frozen=True)
@@ -30,27 +106,17 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError with one clear line for any setting out of range."""
+        """Normalise each field ("16" -> 16) and check it against BOUNDS; a SettingsError on the first bad one."""
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{f.name} must be a finite number, got {value}")
-        _require_int(self, "max_denoising_steps", minimum=1)
-        _require_int(self, "stability_threshold", minimum=0, maximum=MAX_STABILITY)
-        _require_int(self, "seed", minimum=0, maximum=2**63 - 1)
-        if not isinstance(self.greedy, bool):
-            raise ValueError(f"greedy must be true or false, got {self.greedy!r}")
-        for name in ("t_min", "t_max", "entropy_bound", "confidence_threshold"):
-            if not isinstance(getattr(self, name), (int, float)) or isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a number, got {getattr(self, name)!r}")
-        if self.t_min <= 0:
-            raise ValueError(f"t_min must be > 0, got {self.t_min}")
+            checked = check_bool(f.name, value) if f.name == "greedy" else check_number(f.name, value, BOUNDS[f.name])
+            object.__setattr__(self, f.name, checked)
         if self.t_max < self.t_min:
-            raise ValueError(f"t_max must be >= t_min, got t_max={self.t_max} < t_min={self.t_min}")
-        if self.entropy_bound <= 0:
-            raise ValueError(f"entropy_bound must be > 0, got {self.entropy_bound}")
-        if self.confidence_threshold <= 0:
-            raise ValueError(f"confidence_threshold must be > 0, got {self.confidence_threshold}")
+            raise SettingsError(f"Setting 't_max' ({self.t_max:g}) must not be below 't_min' ({self.t_min:g}).")
+
+    def for_prompt(self, index: int) -> SamplingParams:
+        """The `index`-th prompt's params of a call seeded S: seed S + index, all else the same."""
+        return replace(self, seed=self.seed + index)
 
     @classmethod
     def from_generation_config(cls, config: object, **overrides: object) -> SamplingParams:
@@ -69,32 +135,32 @@ class SamplingParams:
         return cls(**values)
 
 
-def _require_int(params: SamplingParams, name: str, minimum: int, maximum: int | None = None) -> None:
-    value = getattr(params, name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        upper = f" and <= {maximum}" if maximum is not None else ""
-        raise ValueError(f"{name} must be >= {minimum}{upper}, got {value}")
-
-
-def parse_tiling(tiling: str | int) -> str | int:
-    """'auto' | 'off' | a positive int (or its string) -> the sampler's tiling mode."""
-    if isinstance(tiling, bool):
-        raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling!r}")
-    if isinstance(tiling, int):
-        if tiling < 1:
-            raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling}")
-        return tiling
-    text = str(tiling).strip().lower()
+def parse_tiling(tiling: Any, max_tile: int | None = None) -> str | int:
+    """'auto' | 'off' | a tile size N (an int or its text; at most `max_tile`) -> the sampler's tiling mode."""
+    text = str(tiling).strip().lower() if isinstance(tiling, (str, int)) and not isinstance(tiling, bool) else None
     if text in ("auto", "off"):
         return text
-    if text.isdigit() and int(text) >= 1:
+    if text is not None and text.isdigit() and 1 <= int(text) <= (max_tile or math.inf):
         return int(text)
-    raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling!r}")
+    sizes = f"from 1 to {max_tile}" if max_tile else "of at least 1"
+    raise SettingsError(f"Setting 'tiling' must be auto, off, or a tile size {sizes}, got {_shown(tiling)}.")
 
 
 SAMPLER_STEPS = ("reference", "chunked")  # the step implementations; sampling.sampler registers each
+
+
+def parse_budget(budget: Any) -> int | None:
+    """A memory budget in bytes from 512MiB-style text or an int (the CLI's --memory-budget syntax); None stays None."""
+    from dgemma.memory import parse_size  # sampling already depends on memory; kept local to the one use
+
+    if budget is None:
+        return None
+    try:
+        if isinstance(budget, bool) or not isinstance(budget, (str, int)):
+            raise ValueError
+        return parse_size(budget)
+    except ValueError:
+        raise SettingsError(f"Setting 'memory_budget' must be a size such as 512MiB or 2GiB, got {_shown(budget)}.") from None
 
 
 @dataclass(frozen=True)
@@ -103,7 +169,7 @@ class RunOptions:
 
     tiling: "auto" (the planner sizes tiles from free memory), "off" (one tile: the lesson's
     out-of-memory) or N requests per tile. sampler: the step implementation. memory_budget:
-    bytes, or None for the device's own free memory.
+    bytes (or 512MiB-style text, stored as bytes), or None for the device's own free memory.
     """
 
     tiling: str | int = "auto"
@@ -113,7 +179,5 @@ class RunOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiling", parse_tiling(self.tiling))
         if self.sampler not in SAMPLER_STEPS:
-            raise ValueError(f"sampler must be one of {', '.join(SAMPLER_STEPS)}, got {self.sampler!r}")
-        budget = self.memory_budget
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-            raise ValueError(f"memory_budget must be a number of bytes >= 1, got {budget!r}")
+            raise SettingsError(f"Setting 'sampler' must be {' or '.join(SAMPLER_STEPS)}, got {_shown(self.sampler)}.")
+        object.__setattr__(self, "memory_budget", parse_budget(self.memory_budget))

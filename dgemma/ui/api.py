@@ -13,7 +13,8 @@ import gradio as gr
 
 from dgemma.ui.backend import Backend
 from dgemma.ui.sessions import Sessions
-from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings
+from dgemma.errors import SettingsError
+from dgemma.ui.settings import parse_call_settings, parse_prompts
 from dgemma.ui.zerogpu import gpu
 
 
@@ -29,7 +30,7 @@ def register(backend: Backend, sessions: Sessions) -> None:
         "seed"}...], "tile_plans": [...]}."""
         try:
             batch = parse_prompts(prompts, limits)
-            checked = parse_settings(settings, backend.defaults, limits, backend.max_num_seqs)
+            checked = parse_call_settings(settings, backend.defaults, limits, backend.max_num_seqs, len(batch))
         except SettingsError as err:
             raise gr.Error(str(err)) from None
         session = (request.session_hash if request is not None else None) or "api"

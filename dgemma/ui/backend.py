@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dgemma.events import Event, TilePlan
-from dgemma.ui.settings import Limits, Settings
+from dgemma.settings import Settings
+from dgemma.ui.settings import Limits
 
 
 @dataclass

@@ -21,9 +21,9 @@ from typing import Any
 from gradio.data_classes import GradioModel
 
 from dgemma.events import TilePlan
+from dgemma.memory import MiB
 from dgemma.ui.board import Board
 
-MiB = 1024**2
 # Free memory (GiB) and a small model's peak transient (KiB) differ by 10^6: a log axis shows both.
 MEMORY_FLOOR_MIB = 1e-3
 # Entropy can be exactly 0 for a certain canvas; a log axis needs a floor to draw it.

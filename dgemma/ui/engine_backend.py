@@ -19,13 +19,15 @@ from dataclasses import replace
 import torch
 
 from dgemma.engine import Engine, EngineConfig, EngineError
+from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
-from dgemma.sampling import SamplingParams
+from dgemma.sampling import RunOptions
+from dgemma.settings import Settings
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
-from dgemma.ui.settings import Limits, Settings
+from dgemma.ui.settings import Limits
 
 log = logging.getLogger(__name__)
 
@@ -34,20 +36,6 @@ MAX_ENGINES = 4  # e.g. auto, off and two more: each engine is a thread, a sampl
 
 class BackendError(RuntimeError):
     """The app cannot start: one sentence for the terminal."""
-
-
-def sampling_params(settings: Settings, index: int) -> SamplingParams:
-    """The i-th prompt's sampler settings: seed S + i, as the CLI does."""
-    return SamplingParams(
-        max_denoising_steps=settings.max_denoising_steps,
-        t_min=settings.t_min,
-        t_max=settings.t_max,
-        entropy_bound=settings.entropy_bound,
-        confidence_threshold=settings.confidence_threshold,
-        stability_threshold=settings.stability_threshold,
-        greedy=settings.greedy,
-        seed=settings.seed + index,
-    )
 
 
 class EngineRun:
@@ -64,7 +52,7 @@ class EngineRun:
         # Subscribe first: the "queued" events of the submits below must not be missed.
         self.mailbox = engine.subscribe(self.key)
         self.handles = [
-            engine.submit(p, sampling_params(settings, i), settings.max_new_tokens, session=self.key, stream_steps=stream)
+            engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key, stream_steps=stream)
             for i, p in enumerate(prompts)
         ]
         self._closed = False
@@ -110,12 +98,10 @@ class EngineBackend:
         main = self.engine("auto", None)
         p = main.default_params
         self.defaults = Settings(
+            params=replace(p, seed=0, greedy=False),
+            options=RunOptions(tiling="auto", sampler=self.config.sampler),  # memory_budget None: the server's
             # Two canvases by default: enough to watch a commit, short enough for a laptop.
             max_new_tokens=min(limits.max_new_tokens, 64),  # the CLI's default: same call, same tokens
-            max_denoising_steps=p.max_denoising_steps, t_min=p.t_min, t_max=p.t_max,
-            entropy_bound=p.entropy_bound, confidence_threshold=p.confidence_threshold,
-            stability_threshold=p.stability_threshold, seed=0, greedy=False, tiling="auto",
-            sampler=self.config.sampler,
         )
         self.description = (
             f"Model: {loaded.name.rsplit('/', 1)[-1]} · {loaded.device.type} · canvas {loaded.canvas_length} "
@@ -123,7 +109,7 @@ class EngineBackend:
             f"memory budget {budget_text or 'none'}"
         )
 
-    def engine(self, tiling: str, budget: str | None, sampler: str = "reference") -> Engine:
+    def engine(self, tiling: str | int, budget: int | str | None, sampler: str = "reference") -> Engine:
         """The engine for a tiling mode, a memory budget (None: the server's) and a sampler step."""
         nbytes = parse_size(budget) if budget else self.config.memory_budget
         if nbytes != self.config.memory_budget and self.loaded.device.type == "cuda":
@@ -157,7 +143,7 @@ class EngineBackend:
                 return
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
-        engine = self.engine(settings.tiling, settings.memory_budget, settings.sampler)
+        engine = self.engine(settings.options.tiling, settings.options.memory_budget, settings.options.sampler)
         notice = ""
         if not engine.alive:
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.
@@ -197,4 +183,4 @@ def make_backend(args: argparse.Namespace) -> EngineBackend:
         )
         return EngineBackend(loaded, config, limits, format_bytes(budget) if budget else None)
     except (ModelLoadError, EngineError, ValueError, torch.OutOfMemoryError) as err:
-        raise BackendError(str(err).strip().splitlines()[0]) from None
+        raise BackendError(first_line(err)) from None

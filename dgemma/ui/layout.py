@@ -1,7 +1,7 @@
 """The page, top to bottom: title, the Generate tab, the Tiling-vs-OOM tab, and the API.
 
 Reads like Gradio's own demos: components first, then the events that wire them. All work is
-delegated: settings are checked in settings.py, runs go through the Backend, frames come from
+delegated: settings are checked by dgemma/settings.py, runs go through the Backend, frames come from
 stream.py, HTML from canvas.py, figures from charts.py, the lesson from lesson.py.
 """
 
@@ -20,7 +20,8 @@ from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.sessions import Sessions
-from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings, prompts_from_text
+from dgemma.errors import SettingsError
+from dgemma.ui.settings import parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.ui.stream import frames
 from dgemma.ui.zerogpu import gpu
 
@@ -97,20 +98,20 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 with gr.Row():
                     max_new_tokens = gr.Number(defaults.max_new_tokens, label="max new tokens", precision=0,
                                                minimum=1, maximum=limits.max_new_tokens)
-                    max_steps = gr.Number(defaults.max_denoising_steps, label="denoising steps", precision=0)
-                    seed = gr.Number(defaults.seed, label="seed (request i gets seed + i)", precision=0)
-                    greedy = gr.Checkbox(defaults.greedy, label="greedy")
+                    max_steps = gr.Number(defaults.params.max_denoising_steps, label="denoising steps", precision=0)
+                    seed = gr.Number(defaults.params.seed, label="seed (request i gets seed + i)", precision=0)
+                    greedy = gr.Checkbox(defaults.params.greedy, label="greedy")
                 with gr.Row():
-                    t_min = gr.Number(defaults.t_min, label="t_min")
-                    t_max = gr.Number(defaults.t_max, label="t_max")
-                    entropy_bound = gr.Number(defaults.entropy_bound, label="entropy bound")
-                    confidence = gr.Number(defaults.confidence_threshold, label="confidence threshold")
-                    stability = gr.Number(defaults.stability_threshold, label="stability threshold", precision=0)
+                    t_min = gr.Number(defaults.params.t_min, label="t_min")
+                    t_max = gr.Number(defaults.params.t_max, label="t_max")
+                    entropy_bound = gr.Number(defaults.params.entropy_bound, label="entropy bound")
+                    confidence = gr.Number(defaults.params.confidence_threshold, label="confidence threshold")
+                    stability = gr.Number(defaults.params.stability_threshold, label="stability threshold", precision=0)
                 with gr.Row():
                     tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
                                       info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
                     tile_size = gr.Number(4, label="fixed tile size N", precision=0)
-                    sampler = gr.Radio(["reference", "chunked"], value=defaults.sampler, label="sampler step",
+                    sampler = gr.Radio(["reference", "chunked"], value=defaults.options.sampler, label="sampler step",
                                        info="reference: eager, ~7 fp32 vocab copies per request; chunked: streams the vocabulary")
                     budget = gr.Textbox("", label="memory budget",
                                         placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
@@ -139,7 +140,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 raw["tiling"] = _tiling(mode, fixed)
                 raw["memory_budget"] = (budget_ or "").strip() or None
                 raw["sampler"] = sampler_
-                settings = parse_settings(raw, defaults, limits, backend.max_num_seqs)
+                settings = parse_call_settings(raw, defaults, limits, backend.max_num_seqs, len(batch))
             except SettingsError as err:
                 raise gr.Error(str(err)) from None
             session = request.session_hash or "anonymous"

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from dgemma.memory import format_bytes
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
-from dgemma.ui.settings import SettingsError, parse_settings
+from dgemma.ui.lesson_run import REAL_VOCAB
+from dgemma.errors import SettingsError
+from dgemma.ui.settings import parse_call_settings
 from dgemma.ui.zerogpu import gpu
 
-REAL_VOCAB = 262_144
-MiB = 1024**2
 
 CHUNKED = "Chunked sampler, untiled (one tile)"
 INTRO = (
@@ -53,15 +54,6 @@ class LessonParts:
     chart: gr.Plot
 
 
-def _mib(n: int) -> str:
-    """Bytes for people, at the scale the lesson runs: KiB for the tiny model, GiB at real scale."""
-    if n >= 1024**3:
-        return f"{n / 1024**3:,.2f} GiB"
-    if n >= MiB:
-        return f"{n / MiB:,.1f} MiB"
-    return f"{n / 1024:,.0f} KiB"
-
-
 def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
     """One run's result box: the OOM with its numbers, or the tiles it ran."""
     if outcome is None:
@@ -71,7 +63,7 @@ def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
         peak = max((p.peak_transient_bytes for p in outcome.plans), default=0)
         detail = (
             f"{len(outcome.plans)} sampler calls, up to {max(tiles, default=0)} tiles per call, "
-            f"peak transient {_mib(peak)}, {outcome.seconds:.1f} s."
+            f"peak transient {format_bytes(peak)}, {outcome.seconds:.1f} s."
         )
         return (
             f'<div class="lesson-result ok" data-outcome="ok"><b>{html.escape(title)}: completed.</b> '
@@ -79,8 +71,8 @@ def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
         )
     numbers = ""
     if outcome.needed_bytes or outcome.free_bytes:
-        numbers = (f" Needed {_mib(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
-                   f"free {_mib(outcome.free_bytes)}.")
+        numbers = (f" Needed {format_bytes(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
+                   f"free {format_bytes(outcome.free_bytes)}.")
     detail = f'<br><small>allocator: {html.escape(outcome.detail)}</small>' if outcome.detail else ""
     return (
         f'<div class="lesson-result oom" data-outcome="oom"><b>{html.escape(title)}: out of memory.</b> '
@@ -162,11 +154,11 @@ def wire(backend: Backend, parts: LessonParts) -> None:
 
     def run_lesson(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
         try:
-            settings = parse_settings({"max_denoising_steps": steps, "max_new_tokens": None}, backend.defaults,
-                                      backend.limits, backend.max_num_seqs)
             n = int(n)
             if not 1 <= n <= backend.max_num_seqs:
                 raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
+            settings = parse_call_settings({"max_denoising_steps": steps}, backend.defaults, backend.limits,
+                                           backend.max_num_seqs, prompts=n)
         except (SettingsError, TypeError, ValueError) as err:
             raise gr.Error(str(err)) from None
         pending = '<div class="lesson-result">running…</div>'

@@ -19,15 +19,15 @@ import time
 
 import torch
 
-from dgemma.memory.memory import (
+from dgemma.errors import first_line
+from dgemma.memory import (
     CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
 )  # fmt: skip
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling import TiledSampler, build_sampler
-from dgemma.sampling import SamplingParams
+from dgemma.settings import Settings
 from dgemma.ui.backend import LessonOutcome
-from dgemma.ui.settings import Settings
 
 REAL_VOCAB = 262_144
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
@@ -126,12 +126,7 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
     vocab = _vocab(loaded, real_scale)
     memory = _memory(loaded, budget_bytes)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(requests)]
-    params = [
-        SamplingParams(max_denoising_steps=settings.max_denoising_steps, t_min=settings.t_min, t_max=settings.t_max,
-                       entropy_bound=settings.entropy_bound, confidence_threshold=settings.confidence_threshold,
-                       stability_threshold=settings.stability_threshold, greedy=settings.greedy, seed=settings.seed + i)
-        for i in range(requests)
-    ]
+    params = [settings.request_params(i) for i in range(requests)]
     try:
         if isinstance(memory, VirtualDevice):
             memory.reserve(loaded.weight_bytes, "the model weights")
@@ -180,15 +175,10 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
             tiling, False,
             f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError.",
             needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens,
-            seconds=time.monotonic() - started, detail=_first_line(err),
+            seconds=time.monotonic() - started, detail=first_line(err, 300),
         )
     where = f"{memory.name} device" + (f", budget {format_bytes(budget_bytes)}" if budget_bytes else ", no budget")
     return LessonOutcome(
         tiling, True, f"{requests} requests denoised one canvas each ({where}, vocab {vocab:,}).",
         needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, seconds=time.monotonic() - started,
     )
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__

@@ -1,0 +1,77 @@
+"""One call's settings, parsed the same way by the CLI, the API and the UI.
+
+`Settings` = `SamplingParams` (what decides the tokens) + `RunOptions` (how the run is laid out in
+memory) + `max_new_tokens`. `parse_settings` takes name: value pairs as any front end has them
+(CLI names, dashes or underscores; text, JSON numbers or None for "the default") and lets the
+two types check them against their one table of bounds (dgemma/sampling/params.py), so a
+mistake reads the same sentence everywhere. `seed` S gives the i-th prompt the seed S + i.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from dgemma.errors import SettingsError
+from dgemma.sampling import MAX_SEED, Bound, RunOptions, SamplingParams, check_number, parse_tiling
+
+PARAM_NAMES = tuple(f.name for f in fields(SamplingParams))
+OPTION_NAMES = tuple(f.name for f in fields(RunOptions))
+NAMES = ("max_new_tokens", *PARAM_NAMES, *OPTION_NAMES)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one call asks for: its prompts' sampling params, its run options, its length."""
+
+    params: SamplingParams = field(default_factory=SamplingParams)
+    options: RunOptions = field(default_factory=RunOptions)
+    max_new_tokens: int = 32
+
+    def request_params(self, index: int) -> SamplingParams:
+        """The `index`-th prompt's params: seed S + index (parse_settings checked there is room)."""
+        return self.params.for_prompt(index)
+
+
+def parse_settings(
+    raw: Mapping[str, Any] | None,
+    defaults: Settings,
+    *,
+    max_new_tokens: int | None = None,
+    max_tile: int | None = None,
+    prompts: int = 1,
+) -> Settings:
+    """Checked settings: `defaults` overridden by `raw`; a SettingsError (one sentence) on any mistake.
+
+    `max_new_tokens` caps the length, `max_tile` a fixed tile size (the engine's max_num_seqs),
+    and `prompts` is how many prompts share the seed S (prompt i gets S + i, which must stay a seed).
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"Settings must be an object of name: value pairs, got {type(raw).__name__}.")
+    params: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    length = defaults.max_new_tokens
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        if name not in NAMES:
+            raise SettingsError(f"Unknown setting {str(key)[:40]!r}; known settings: {', '.join(NAMES)}.")
+        if value is None:
+            continue  # null means "the default", as an omitted key does
+        if name == "max_new_tokens":
+            length = check_number(name, value, Bound(int, 1, max_new_tokens or math.inf))
+        elif name == "tiling":
+            options[name] = parse_tiling(value, max_tile)
+        elif name in OPTION_NAMES:
+            options[name] = value
+        else:
+            params[name] = value
+    settings = Settings(replace(defaults.params, **params), replace(defaults.options, **options), int(length))
+    last = settings.params.seed + prompts - 1
+    if last > MAX_SEED:
+        raise SettingsError(f"Setting 'seed' must be at most {MAX_SEED - prompts + 1} for {prompts} prompts "
+                            f"(prompt i gets seed + i), got {settings.params.seed}.")
+    return settings

@@ -1,0 +1,67 @@
+"""One settings type: SamplingParams + RunOptions + max_new_tokens, one parser, one set of bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from dgemma.errors import SettingsError
+from dgemma.memory import MiB
+from dgemma.sampling import MAX_SEED, MAX_STABILITY, RunOptions, SamplingParams
+from dgemma.settings import Settings, parse_settings
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("stability_threshold", MAX_STABILITY + 1), ("seed", -1), ("max_denoising_steps", 0), ("entropy_bound", 0),
+     ("t_min", float("nan")), ("greedy", "maybe")],
+)
+def test_the_types_and_the_parser_refuse_with_the_same_sentence(name, value):
+    with pytest.raises(SettingsError) as direct:
+        SamplingParams(**{name: value})
+    with pytest.raises(SettingsError) as parsed:
+        parse_settings({name: value}, Settings())
+    assert str(direct.value) == str(parsed.value)
+    assert str(direct.value).startswith(f"Setting '{name}' ") and str(direct.value).endswith(".")
+
+
+def test_text_values_are_normalised_by_the_types_themselves():
+    params = SamplingParams(seed="7", greedy="yes", max_denoising_steps="16", t_min="0.5")
+    assert (params.seed, params.greedy, params.max_denoising_steps, params.t_min) == (7, True, 16, 0.5)
+    options = RunOptions(tiling=" 4 ", memory_budget="512MiB")
+    assert (options.tiling, options.memory_budget) == (4, 512 * MiB)
+
+
+def test_a_seed_as_text_keeps_all_64_bits():
+    assert parse_settings({"seed": str(MAX_SEED)}, Settings()).params.seed == MAX_SEED
+
+
+def test_seed_s_gives_prompt_i_the_seed_s_plus_i():
+    settings = parse_settings({"seed": 10}, Settings(), prompts=3)
+    assert [settings.request_params(i).seed for i in range(3)] == [10, 11, 12]
+    assert settings.request_params(2).t_min == settings.params.t_min
+
+
+def test_the_seed_must_leave_room_for_every_prompt():
+    assert parse_settings({"seed": MAX_SEED}, Settings(), prompts=1).params.seed == MAX_SEED
+    with pytest.raises(SettingsError, match=f"at most {MAX_SEED - 2} for 3 prompts"):
+        parse_settings({"seed": MAX_SEED - 1}, Settings(), prompts=3)
+
+
+def test_settings_split_into_params_options_and_length():
+    s = parse_settings({"max-new-tokens": 8, "t_max": 0.9, "tiling": "off", "sampler": "chunked",
+                        "memory_budget": "64MiB"}, Settings())
+    assert s == Settings(SamplingParams(t_max=0.9), RunOptions("off", "chunked", 64 * MiB), 8)
+
+
+def test_limits_bound_the_length_and_the_tile_size():
+    with pytest.raises(SettingsError, match="'max_new_tokens' must be between 1 and 16"):
+        parse_settings({"max_new_tokens": 17}, Settings(), max_new_tokens=16)
+    with pytest.raises(SettingsError, match="a tile size from 1 to 4"):
+        parse_settings({"tiling": 5}, Settings(), max_tile=4)
+    assert parse_settings({"tiling": 5}, Settings()).options.tiling == 5  # no engine limit given
+
+
+def test_null_means_the_default_and_the_defaults_are_kept():
+    defaults = Settings(SamplingParams(seed=3, greedy=True), RunOptions(sampler="chunked"), 12)
+    assert parse_settings({"seed": None, "tiling": None}, defaults) == defaults
+    assert parse_settings(None, defaults) == defaults
