@@ -79,7 +79,7 @@ class EngineCore:
         rid = next(self._ids)
         prompt_text = prompt if isinstance(prompt, str) else ""
         handle = RequestHandle(self.cancel, rid, prompt_text, session, getattr(params, "seed", 0))
-        error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self._encode)
+        error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
         req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
                       max_new_tokens if not error else 0, session, stream_steps, handle)
         with self.intake:
@@ -103,7 +103,8 @@ class EngineCore:
             return f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
         return ""
 
-    def _encode(self, prompt: str) -> list[int]:
+    def tokenize(self, prompt: str) -> list[int]:
+        """The prompt's token ids; safe from any thread."""
         with self.detok.lock:  # fast tokenizers are not safe under concurrent calls
             return self.loaded.encode(prompt)
 
