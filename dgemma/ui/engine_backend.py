@@ -135,6 +135,9 @@ class EngineBackend:
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
         options = self.run_options(settings)
         engine = self.engine
+        problem = engine.core.check_options(options)
+        if problem:
+            raise ValueError(f"{problem[:1].upper()}{problem[1:]}.")
         notice = ""
         if not engine.alive:
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.
