@@ -20,7 +20,7 @@ from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.output import step_event, to_host
 from dgemma.engine.requests import Request
 from dgemma.engine.resident import cache_bytes
-from dgemma.engine.samplers import SamplerPool, by_options, gather
+from dgemma.engine.samplers import SamplerPool, by_options, canvases, soft_embeds
 from dgemma.memory import HostMemory, MemoryDevice
 from dgemma.model.runner import Runner
 from dgemma.sampling import StepOutput
@@ -96,13 +96,13 @@ class ModelPhases:
 
     def _decode_once(self, rows: list[Request]) -> torch.Tensor:
         self.stats["decoder_calls"] += 1
-        canvases = gather(self.pool, rows, "canvas")
-        soft = gather(self.pool, rows, "soft")  # zeros on a canvas's first step
+        canvas = canvases(self.pool, rows)
+        soft = soft_embeds(self.pool, rows)
         caches = [r.cache for r in rows]
         if isinstance(self.memory, HostMemory):  # no budget: skip the tracker's per-op cost
-            return self.runner.decode(canvases, soft, None, caches, hidden_only=True)
+            return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
         with self.memory.measure():  # virtual budget or CUDA: the decoder's transient counts
-            return self.runner.decode(canvases, soft, None, caches, hidden_only=True)
+            return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
 
     # -- sample and emit
 
