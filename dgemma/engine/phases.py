@@ -108,15 +108,15 @@ class ModelPhases:
 
     def sample_and_emit(self, rows: list[Request], hidden: torch.Tensor) -> None:
         """One sampler step per distinct RunOptions among `rows`, then its events."""
-        for options, index in by_options(rows).items():
-            group_hidden = hidden if len(index) == len(rows) else hidden[index]
+        for index in by_options(rows).values():
+            same_hidden = hidden if len(index) == len(rows) else hidden[index]
             # A preemption in another options' step may have taken some of these rows.
-            group, group_hidden = self.lifecycle.still_running([rows[i] for i in index], group_hidden)
-            if not group:
+            same_rows, same_hidden = self.lifecycle.still_running([rows[i] for i in index], same_hidden)
+            if not same_rows:
                 continue
-            group, out = self._sample(group, group_hidden)
+            same_rows, out = self._sample(same_rows, same_hidden)
             if out is not None:
-                self._emit(group, out)
+                self._emit(same_rows, out)
 
     def _sample(self, rows: list[Request], hidden: torch.Tensor) -> tuple[list[Request], StepOutput | None]:
         """The sampler step for `rows` (all of one RunOptions); when even one request's tile does not
