@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from dgemma.engine import Engine, EngineConfig
+from dgemma.events import TilePlan
 from dgemma.model.runner import DENSE_MAX_EXPERTS, Runner
 from dgemma.sampling import SamplingParams
 
-STEPS = 2  # random weights never converge: every canvas takes max_denoising_steps
+STEPS = 2  # random weights never converge: every canvas takes max_denoising_steps (2: self-conditioning runs)
+NEW_TOKENS = 16  # two canvases: the second denoises over a committed one
 PROMPTS = [
     "hi",
     "What is the sky?",
@@ -46,11 +48,21 @@ def params(seed: int) -> SamplingParams:
     return SamplingParams(max_denoising_steps=STEPS, seed=seed)
 
 
-def run(twin, prompts, seeds, max_new_tokens=24, **config) -> list[tuple[int, ...]]:
-    with Engine(twin, EngineConfig(max_num_seqs=len(prompts), **config)) as eng:
-        finals = eng.generate(prompts, [params(s) for s in seeds], max_new_tokens=max_new_tokens)
+def run(twin, prompts, seeds=None, **config) -> tuple[list[tuple[int, ...]], list]:
+    """Final token ids of `prompts` (prompt i seeded i unless `seeds` says), and the engine's tile plans."""
+    seeds = range(len(prompts)) if seeds is None else seeds
+    with Engine(twin, EngineConfig(max_num_seqs=len(PROMPTS), **config)) as eng:
+        plans = eng.subscribe()
+        finals = eng.generate(prompts, [params(s) for s in seeds], max_new_tokens=NEW_TOKENS)
+        seen = [e for e in plans.poll(0.0) if isinstance(e, TilePlan)]
     assert all(f.status == "done" for f in finals), [f.error for f in finals]
-    return [f.token_ids for f in finals]
+    return [f.token_ids for f in finals], seen
+
+
+@pytest.fixture(scope="module")
+def untiled(twin):
+    """The six prompts of different lengths in one batch, one sampler tile: the baseline."""
+    return run(twin, PROMPTS, tiling="off")[0]
 
 
 def test_twin_has_the_released_structure(twin):
@@ -64,13 +76,40 @@ def test_twin_has_the_released_structure(twin):
     assert text.sliding_window < len(twin.encode(PROMPTS[1])) + twin.canvas_length
 
 
-def test_twin_loads_through_the_model_flag_and_info_describes_it(backend, twin_dir):
-    info = backend.info()
+def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examples(backend, twin_dir):
+    from dgemma.ui.api import model_info
+    from dgemma.ui.examples import CHAT_PROMPTS
+
+    info = model_info(backend)
     assert info["model"] == twin_dir
     assert (info["vocab_size"], info["canvas_length"], info["max_num_seqs"]) == (262_144, 8, 6)
     assert info["device"] == "cpu" and info["dtype"] == "float32"
     assert info["parameters"] == sum(p.numel() for p in backend.loaded.model.parameters())
-    assert info["examples"] and all("\n" not in e and not e.startswith(("add ", "count ")) for e in info["examples"])
+    assert info["examples"] == CHAT_PROMPTS  # chat questions, not the embedded model's "add 12+34"
+
+
+def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tmp_path, monkeypatch):
+    import httpx
+    from gradio_client import Client
+
+    from dgemma.serve import launch
+    from dgemma.ui.examples import CHAT_PROMPTS
+
+    monkeypatch.setenv("DGEMMA_MODEL", twin_dir)  # no --model flag: the variable chooses
+    server = launch(["--device", "cpu", "--max-num-seqs", "4"], tmp_path / "app.log")
+    try:
+        client = Client(server.url, verbose=False)
+        info = client.predict(api_name="/info")
+        assert (info["model"], info["vocab_size"], info["canvas_length"]) == (twin_dir, 262_144, 8)
+        assert info["examples"] == CHAT_PROMPTS
+        page = httpx.get(server.url, timeout=30).text  # the header's Markdown is in the page's config
+        assert "vocab 262,144 · canvas 8 tokens · up to 4 requests at once" in page
+        assert CHAT_PROMPTS[0] in page and "add 12+34" not in page
+        result = client.predict(["Why is the sky blue?"], {"seed": 0, "max_new_tokens": 8, "max_denoising_steps": 1},
+                                api_name="/generate")
+        assert result["outputs"][0]["steps"] == 1
+    finally:
+        server.stop()
 
 
 def test_chat_template_is_applied_to_prompts(twin):
@@ -79,25 +118,27 @@ def test_chat_template_is_applied_to_prompts(twin):
     assert text == "<bos><start_of_turn>user\nWhat is the sky?<end_of_turn>\n<start_of_turn>model\n"
 
 
-def test_seeded_request_gives_the_same_tokens_alone_and_among_6_prompts_of_different_lengths(twin):
-    lengths = {len(twin.encode(p)) for p in PROMPTS}
-    assert len(lengths) == len(PROMPTS)
-    batch = run(twin, PROMPTS, seeds=range(6))
-    for i in (1, 4):  # a prompt within the window, and one longer than it
-        (alone,) = run(twin, [PROMPTS[i]], seeds=[i])
-        assert batch[i] == alone, f"prompt {i} differs between its solo run and the batch"
-        assert len(alone) == 24  # three canvases: the windows slid over committed canvases
+def test_seeded_request_gives_the_same_tokens_alone_and_among_6_prompts_of_different_lengths(twin, untiled):
+    assert len({len(twin.encode(p)) for p in PROMPTS}) == len(PROMPTS)
+    for i in (0, 4):  # the shortest prompt and the longest
+        (alone,), _ = run(twin, [PROMPTS[i]], seeds=[i], tiling="off")
+        assert untiled[i] == alone, f"prompt {i} differs between its solo run and the batch"
+    assert all(len(tokens) == NEW_TOKENS for tokens in untiled)  # canvases were committed under the windows
 
 
-def test_tiling_off_gives_the_same_tokens_as_auto_and_as_tiles_of_two(twin):
-    auto = run(twin, PROMPTS, range(6), max_new_tokens=16, tiling="auto")
-    assert run(twin, PROMPTS, range(6), max_new_tokens=16, tiling="off") == auto
-    assert run(twin, PROMPTS, range(6), max_new_tokens=16, tiling=2) == auto
+def test_tiling_auto_under_a_budget_gives_the_same_tokens_as_tiling_off(twin, untiled):
+    from dgemma.model.loading import RESERVED_REQUESTS, sampler_reserve_bytes
+
+    per_request = sampler_reserve_bytes(twin.model.config) // RESERVED_REQUESTS
+    budget = twin.weight_bytes + 6 * per_request  # half of what is left: tiles of about 3
+    tiled, plans = run(twin, PROMPTS, tiling="auto", memory_budget=budget)
+    assert tiled == untiled
+    assert max(len(p.tiles) for p in plans) > 1  # auto really tiled
 
 
-def test_chunked_sampler_gives_the_same_tokens_as_the_reference(twin):
-    reference = run(twin, PROMPTS[:3], range(3), max_new_tokens=16)
-    assert run(twin, PROMPTS[:3], range(3), max_new_tokens=16, sampler="chunked") == reference
+def test_chunked_sampler_gives_the_same_tokens_as_the_reference(twin, untiled):
+    chunked, _ = run(twin, PROMPTS[:3], sampler="chunked")
+    assert chunked == untiled[:3]
 
 
 def test_runner_decoder_equals_the_models_forward_over_several_committed_canvases(twin):

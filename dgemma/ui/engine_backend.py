@@ -168,6 +168,7 @@ class EngineBackend:
 
     def info(self) -> dict:
         return {
+            **self.loaded.facts(), "max_num_seqs": self.max_num_seqs,
             "memory_budget": self.budget_text or "none",
             "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False),
         }
