@@ -657,6 +657,7 @@ class Engine:
         self._emit(req, RequestEvent(
             req.id, "committed", text=self._text(req.tokens), token_ids=tuple(req.tokens),
             canvases=req.canvas_index, steps=req.steps, seed=req.params.seed, prompt=req.prompt,
+            extra=dict(logprobs=list(req.logprobs)),  # the page shows them on the committed text
         ))
 
     def _finish(self, req: _Request, status: str, error: str = "") -> None:
