@@ -130,9 +130,9 @@ def test_tiling_auto_under_a_budget_gives_the_same_tokens_as_tiling_off(twin, un
     from dgemma.model.loading import RESERVED_REQUESTS, sampler_reserve_bytes
 
     per_request = sampler_reserve_bytes(twin.model.config) // RESERVED_REQUESTS
-    budget = twin.weight_bytes + 6 * per_request  # half of what is left: tiles of about 3
-    tiled, plans = run(twin, PROMPTS, tiling="auto", memory_budget=budget)
-    assert tiled == untiled
+    budget = twin.weight_bytes + 4 * per_request  # half of what is left: tiles of about 2
+    tiled, plans = run(twin, PROMPTS[2:], seeds=range(2, 6), tiling="auto", memory_budget=budget)
+    assert tiled == untiled[2:]  # batch-mates never change tokens: compare with the six-prompt batch
     assert max(len(p.tiles) for p in plans) > 1  # auto really tiled
 
 
