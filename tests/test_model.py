@@ -155,3 +155,11 @@ def test_a_bad_environment_value_is_one_line_naming_the_variable(monkeypatch, ca
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == "app.py: error: argument --max-num-seqs: expected a whole number, got 'many' (from $DGEMMA_MAX_NUM_SEQS)"
+
+
+def test_only_the_embedded_model_is_offered_its_task_prompts(embedded_model, tiny_model):
+    from dgemma.ui.examples import PLAIN_PROMPTS, TASK_PROMPTS, example_prompts
+
+    assert embedded_model.facts()["embedded"] is True
+    assert example_prompts(embedded_model.facts()) == TASK_PROMPTS
+    assert example_prompts(tiny_model.facts()) == PLAIN_PROMPTS  # another checkpoint, no chat template
