@@ -37,10 +37,34 @@ def _size(text: str) -> str:
     return text
 
 
+# On a Space nobody passes flags: these variables stand in for them (a flag given still wins).
+# HF_TOKEN is read by huggingface_hub itself, for gated checkpoints.
+ENV_FLAGS = {
+    "DGEMMA_MODEL": "--model", "DGEMMA_DEVICE": "--device", "DGEMMA_DTYPE": "--dtype",
+    "DGEMMA_MAX_NUM_SEQS": "--max-num-seqs", "DGEMMA_MEMORY_BUDGET": "--memory-budget",
+}  # fmt: skip
+
+
+def _env_args(argv: list[str]) -> dict[str, str]:
+    """`--flag=value` for each variable set whose flag is absent from argv, keyed by the variable."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    extra = {}
+    for name, flag in ENV_FLAGS.items():
+        value = os.environ.get(name, "").strip()
+        if value and flag not in given:
+            extra[name] = f"{flag}={value}"
+    return extra
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = ArgumentParser(prog="app.py", description="Watch a Diffusion-Gemma sampler denoise many canvases at once.")
-    p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the embedded model in assets/model)")
+    p = ArgumentParser(prog="app.py", description="Watch a Diffusion-Gemma sampler denoise many canvases at once.",
+                       epilog="Environment (when the flag is absent): " + ", ".join(f"{k} for {v}" for k, v in ENV_FLAGS.items())
+                       + "; HF_TOKEN for gated hub checkpoints.")
+    p.add_argument("--model", default=None,
+                   help="checkpoint directory or hub id (default: $DGEMMA_MODEL, else the embedded model in assets/model)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs (default: auto)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
+                   help="weights' dtype (default auto: bfloat16 on CUDA, float32 on CPU)")
     # A Space sets GRADIO_SERVER_NAME=0.0.0.0 for its proxy; everywhere else this machine only.
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="address to bind (default 127.0.0.1, this machine only; $GRADIO_SERVER_NAME on a Space)")
@@ -53,7 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
     p.add_argument("--max-queued", type=positive_int, default=64,
                    help="requests one session may have waiting or running at once (default 64)")
-    return p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = _env_args(argv)
+    if extra:
+        # The variables go through argparse exactly like typed flags; a bad one is named in the error.
+        p.parse_args(argv)  # the typed flags' own errors first
+        fail = p.error
+        p.error = lambda message: fail(f"{message} (from ${' $'.join(extra)})")  # type: ignore[method-assign]
+    return p.parse_args([*extra.values(), *argv])
 
 
 def main(argv: list[str] | None = None) -> int:

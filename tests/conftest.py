@@ -99,3 +99,11 @@ def embedded_model():
     if not (Path(DEFAULT_MODEL) / "config.json").is_file():
         pytest.skip("the embedded model is not in assets/model yet")
     return load_model(DEFAULT_MODEL, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def twin_dir(tmp_path_factory) -> str:
+    """The released checkpoint's structure twin (tests/twin.py), written with save_pretrained."""
+    from twin import save_twin
+
+    return save_twin(tmp_path_factory.mktemp("twin"))

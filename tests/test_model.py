@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dgemma.model.loading import ModelLoadError, encode_prompt, estimate_weight_bytes, load_model
+from dgemma.model.loading import (
+    RESERVED_REQUESTS, ModelLoadError, encode_prompt, estimate_weight_bytes, hub_error_sentence, load_model,
+    parse_dtype, placement, sampler_reserve_bytes,
+)  # fmt: skip
 
 
 def test_local_checkpoint_loads_in_fp32_on_cpu_with_its_facts(tiny_model):
@@ -57,3 +60,106 @@ def test_prompt_goes_through_the_chat_template_when_the_tokenizer_has_one(tiny_m
     tokenizer.chat_template = "{{ bos_token }}{% for m in messages %}user: {{ m['content'] }}.{% endfor %}"
     ids = encode_prompt(tokenizer, "add 1+2")
     assert tokenizer.decode(ids, skip_special_tokens=True) == "user: add 1+2."
+
+
+def test_dtype_flag_loads_the_weights_in_that_dtype(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
+    assert loaded.dtype == torch.bfloat16
+    assert {p.dtype for p in loaded.model.parameters() if p.is_floating_point()} == {torch.bfloat16}
+
+
+def test_auto_dtype_is_fp32_on_cpu_and_bf16_on_cuda():
+    assert parse_dtype("auto", torch.device("cpu")) == torch.float32
+    assert parse_dtype(None, torch.device("cuda")) == torch.bfloat16
+    assert parse_dtype("float16", torch.device("cpu")) == torch.float16
+    with pytest.raises(ModelLoadError, match="unknown dtype 'int8': use auto, bfloat16, float16, float32"):
+        parse_dtype("int8", torch.device("cpu"))
+
+
+def test_cpu_placement_keeps_loading_in_host_memory(tiny_model):
+    kwargs, room = placement(torch.device("cpu"), tiny_model.model.config, memory_budget=2**30)
+    assert kwargs == {} and room == 2**30
+
+
+def test_sharded_gpus_keep_room_for_the_calibrated_sampler_transient_of_the_release():
+    from transformers import DiffusionGemmaConfig
+
+    release = DiffusionGemmaConfig()  # the released widths: vocab 262,144, canvas 256
+    per_request = 256 * 262_144 * 4  # one fp32 [CL, vocab] copy
+    copies = sampler_reserve_bytes(release) / (RESERVED_REQUESTS * per_request)
+    assert 5 < copies < 9  # design.md: about 7 fp32 copies per request for the eager step
+
+
+def hub_failure(status: int, gated: bool = True) -> OSError:
+    """What transformers raises for a refused hub download: an OSError caused by the hub's error."""
+    import httpx
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    response = httpx.Response(status, request=httpx.Request("GET", "https://huggingface.co/api/models/google/m"))
+    cls = GatedRepoError if gated else RepositoryNotFoundError
+    try:
+        try:
+            raise cls("Access to model google/m is restricted.", response=response)
+        except cls as hub_error:
+            raise OSError("You are trying to access a gated repo.\nMake sure to have access to it.") from hub_error
+    except OSError as err:
+        return err
+
+
+def test_gated_checkpoint_without_a_token_says_to_accept_the_license_and_set_hf_token(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    sentence = hub_error_sentence("google/m", hub_failure(401))
+    assert sentence.startswith("google/m is gated: accept its license at https://huggingface.co/google/m")
+    assert "set HF_TOKEN" in sentence and "\n" not in sentence
+
+
+def test_gated_checkpoint_with_a_token_lacking_access_says_to_accept_the_license(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token_without_access")
+    sentence = hub_error_sentence("google/m", hub_failure(403))
+    assert "has not been granted access: accept the license at https://huggingface.co/google/m" in sentence
+
+
+def test_unknown_or_private_hub_id_says_to_check_it_or_set_hf_token():
+    assert "is not on the Hugging Face hub: check the id, or set HF_TOKEN" in hub_error_sentence(
+        "google/m", hub_failure(404, gated=False)
+    )
+    assert hub_error_sentence("google/m", OSError("disk full")) is None  # not the hub's refusal
+
+
+def test_facts_describe_the_model_for_the_page_and_info(tiny_model):
+    facts = tiny_model.facts()
+    assert facts["parameters"] == sum(p.numel() for p in tiny_model.model.parameters())
+    assert (facts["dtype"], facts["device"], facts["vocab_size"], facts["canvas_length"]) == ("float32", "cpu", 64, 16)
+    assert facts["chat_template"] is False and facts["embedded"] is False
+
+
+def test_environment_chooses_the_model_and_limits_when_the_flags_are_absent(monkeypatch, tiny_model_dir):
+    import app
+
+    monkeypatch.setenv("DGEMMA_MODEL", tiny_model_dir)
+    monkeypatch.setenv("DGEMMA_DEVICE", "cpu")
+    monkeypatch.setenv("DGEMMA_MAX_NUM_SEQS", "5")
+    monkeypatch.setenv("DGEMMA_MEMORY_BUDGET", "3GiB")
+    args = app.parse_args([])
+    assert (args.model, args.device, args.max_num_seqs, args.memory_budget) == (tiny_model_dir, "cpu", 5, "3GiB")
+    flagged = app.parse_args(["--model", "/elsewhere", "--max-num-seqs=7"])
+    assert (flagged.model, flagged.max_num_seqs) == ("/elsewhere", 7)  # a flag wins over its variable
+
+
+def test_a_bad_environment_value_is_one_line_naming_the_variable(monkeypatch, capsys):
+    import app
+
+    monkeypatch.setenv("DGEMMA_MAX_NUM_SEQS", "many")
+    with pytest.raises(SystemExit) as exit_:
+        app.parse_args([])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == "app.py: error: argument --max-num-seqs: expected a whole number, got 'many' (from $DGEMMA_MAX_NUM_SEQS)"
+
+
+def test_only_the_embedded_model_is_offered_its_task_prompts(embedded_model, tiny_model):
+    from dgemma.ui.examples import PLAIN_PROMPTS, TASK_PROMPTS, example_prompts
+
+    assert embedded_model.facts()["embedded"] is True
+    assert example_prompts(embedded_model.facts()) == TASK_PROMPTS
+    assert example_prompts(tiny_model.facts()) == PLAIN_PROMPTS  # another checkpoint, no chat template

@@ -145,6 +145,14 @@ def engine_events(tiny_model):
     return events, [h.result() for h in handles], tiny_model.canvas_length
 
 
+def committed_text_of(card: str) -> str:
+    """The text a reader sees in a card's committed box (tags stripped, entities decoded)."""
+    import re
+
+    box = card.split('<div class="committed">', 1)[1].split("</div>", 1)[0]
+    return _html.unescape(re.sub(r"<[^>]+>", "", box))
+
+
 def test_fold_keeps_every_request_and_plan(engine_events):
     events, finals, _ = engine_events
     board = fold(events)
@@ -179,7 +187,7 @@ def test_cards_show_queued_live_and_committed_states(engine_events):
     board = fold(events[:commit + 1])
     view = board.requests[events[commit].request_id]
     assert view.committed_text == events[commit].text and view.last_step is None
-    assert _html.escape(view.committed_text) in render_card(view)
+    assert committed_text_of(render_card(view)) == view.committed_text
 
     page = render_board(fold(events))
     assert page.count('class="card status-done"') == len(finals)
@@ -243,6 +251,38 @@ def test_a_preempted_request_starts_its_card_over_and_says_why(engine_events):
     assert status_text(view) == "queued again: preempted to free memory"
     later = fold([*events[: commit + 1], preempted, *events[commit + 1 :]])
     assert later.requests[request_id].status == "done"  # it finishes like any other
+
+
+def test_committed_text_shows_each_tokens_logprob_on_hover(engine_events):
+    from dgemma.ui.canvas import is_special
+
+    events, finals, _ = engine_events
+    board = fold(events)
+    for final in finals:
+        view = board.requests[final.request_id]
+        card = render_card(view)
+        assert committed_text_of(card) == final.text
+        logprobs = final.extra["logprobs"]
+        assert view.committed_logprobs == logprobs and len(view.committed_pieces) == len(final.token_ids)
+        shown = [lp for lp, piece in zip(logprobs, view.committed_pieces) if not is_special(piece)]
+        assert card.count('class="ctok"') == len(shown)
+        for lp in shown:
+            assert f"logprob {lp:.3f}" in card
+
+
+def test_word_pieces_show_spaces_mark_special_tokens_and_clip_long_pieces():
+    from dgemma.ui.canvas import MAX_CELL, _piece, render_canvas
+
+    assert _piece("▁the") == " the"
+    long = "▁" + "supercalifragilistic"
+    assert _piece(long) == " supercalif…" and len(_piece(long)) == MAX_CELL
+    step = StepEvent(request_id=1, canvas_index=0, step=1, max_steps=2, token_ids=(5, 6, 7),
+                     pieces=("▁Hello", "<start_of_turn>", long), entropy=(0.1, 0.2, 0.3),
+                     accepted=(True, False, True), mean_entropy=0.2, confidence_threshold=0.005, converged=False)
+    html_ = render_canvas(step)
+    assert html_.count("data-special") == 1 and ">◆</span>" in html_
+    assert "&#x27;&lt;start_of_turn&gt;&#x27;" in html_  # the special token's name on hover
+    assert "supercalifragilistic" in html_ and "> supercalif…</span>" in html_  # clipped, in full on hover
 
 
 def test_special_and_invisible_pieces_take_one_visible_cell():

@@ -70,7 +70,8 @@ class Lifecycle:
             self.finish(req, "done")
             return
         req.pending_commit = canvas  # phase 2 of the next step appends it to the cache
-        self.emit(req, request_event(req, "committed", self.detok))
+        # The page shows each committed token's logprob on hover.
+        self.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
 
     def finish(self, req: Request, status: str, error: str = "") -> None:
         """Final event for `req` (a cancel's reason goes in `error`); frees its slot and cache at once."""

@@ -4,6 +4,12 @@ Everything goes through transformers' `from_pretrained` with safetensors only an
 `trust_remote_code`. Before the weights are read, the model's size is estimated from its config
 (accelerate's empty-weights init, no memory touched) and a checkpoint that cannot fit is refused
 with one sentence instead of an allocator crash half-way through loading.
+
+On CUDA the weights go straight to the GPU through accelerate's `device_map` (never a full host
+copy first: the released checkpoint is ~52 GB in bf16); with several GPUs and no index given
+they are sharded with `device_map="auto"`, each GPU keeping room for the sampler's transient.
+A gated hub checkpoint reads the token from `HF_TOKEN` (huggingface_hub's own variable); a
+missing token or an unaccepted license is one sentence saying what to do.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
 """The small DiffusionGemma this project trains and ships (dgemma/embedded/train.py writes it)."""
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+"""What `--dtype` accepts besides "auto" (bf16 on CUDA, fp32 on CPU)."""
+
+RESERVED_REQUESTS = 4
+"""Sharded over several GPUs, each keeps room for the eager sampler step of this many requests
+(its calibrated transient; at vocab 262,144 and canvas 256 about 1.9 GB each). The planner tiles
+larger batches into what is free, so this is a floor, not the batch size."""
 
 
 class ModelLoadError(RuntimeError):
@@ -56,10 +70,39 @@ class LoadedModel:
     def encode(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)
 
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def facts(self) -> dict:
+        """What the page header and the `/info` endpoint say about the model (JSON-ready)."""
+        params = {id(p): p.numel() for p in self.model.parameters()}  # tied weights counted once
+        return {
+            "model": self.name,
+            "embedded": Path(self.name).expanduser().resolve() == Path(DEFAULT_MODEL),
+            "parameters": sum(params.values()),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "vocab_size": self.vocab_size,
+            "canvas_length": self.canvas_length,
+            "chat_template": self.has_chat_template,
+        }
+
 
 def default_dtype(device: torch.device) -> torch.dtype:
     # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
     return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def parse_dtype(text: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """`--dtype`: auto (None) is bf16 on CUDA and fp32 on CPU; else bfloat16, float16 or float32."""
+    if isinstance(text, torch.dtype):
+        return text
+    if text is None or text == "auto":
+        return default_dtype(device)
+    if text not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {text!r}: use auto, {', '.join(DTYPES)}")
+    return DTYPES[text]
 
 
 def resolve_source(name: str | None) -> tuple[str, bool]:
@@ -101,8 +144,31 @@ def load_config(source: str, is_local: bool):
         return AutoConfig.from_pretrained(source, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - network/hub errors come in many types; all mean the same to a user
         raise ModelLoadError(
-            f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {first_line(err, 300)}"
+            hub_error_sentence(source, err)
+            or f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {first_line(err, 300)}"
         ) from None
+
+
+def hub_error_sentence(source: str, err: BaseException) -> str | None:
+    """One sentence naming what to do when the hub refused `source` (gated, or not found), else
+    None. transformers wraps the hub's errors in OSError: the cause chain is searched for
+    huggingface_hub's own classes."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, RepositoryNotFoundError):
+        cause = cause.__cause__ or cause.__context__
+    page = f"https://huggingface.co/{source}"
+    if isinstance(cause, GatedRepoError):
+        status = getattr(getattr(cause, "response", None), "status_code", None)
+        if status == 401 or not os.environ.get("HF_TOKEN"):  # 401: no token, or an invalid one
+            return (f"{source} is gated: accept its license at {page} while logged in, then set HF_TOKEN "
+                    "to an access token of that account (on a Space: a secret named HF_TOKEN)")
+        return (f"{source} is gated and the account of HF_TOKEN has not been granted access: "
+                f"accept the license at {page} with that account and wait for the approval")
+    if isinstance(cause, RepositoryNotFoundError):
+        return f"{source} is not on the Hugging Face hub: check the id, or set HF_TOKEN if it is a private model you can read"
+    return None
 
 
 def hub_reachable(timeout: float = 3.0) -> bool | str:
@@ -152,10 +218,38 @@ def free_device_bytes(device: torch.device, memory_budget: int | None = None) ->
     return int(psutil.virtual_memory().available)
 
 
+def sampler_reserve_bytes(config) -> int:
+    """The eager sampler step's calibrated transient for RESERVED_REQUESTS requests, measured on
+    meta tensors at this checkpoint's canvas and vocabulary (no memory touched)."""
+    from dgemma.sampling import build_sampler
+
+    text = config.text_config
+    embed = torch.empty(text.vocab_size, text.hidden_size, device="meta")
+    sampler = build_sampler("reference", 1, int(config.canvas_length), int(text.vocab_size), embed, 1.0)
+    return int(sampler.calibration().tile_bytes(RESERVED_REQUESTS))
+
+
+def placement(device: torch.device, config, memory_budget: int | None) -> tuple[dict, int]:
+    """from_pretrained's placement kwargs and the bytes the weights may take there.
+
+    CPU: none (the weights load in host memory, as they always did). One CUDA device (or an index
+    given): `device_map` onto it, so the weights stream from disk to the GPU. Several GPUs and no
+    index: `device_map="auto"` with `max_memory` leaving each GPU the sampler's reserve.
+    """
+    if device.type != "cuda":
+        return {}, free_device_bytes(device, memory_budget)
+    if device.index is None and torch.cuda.device_count() > 1 and memory_budget is None:
+        reserve = sampler_reserve_bytes(config)
+        room = {i: max(0, int(torch.cuda.mem_get_info(i)[0]) - reserve) for i in range(torch.cuda.device_count())}
+        return {"device_map": "auto", "max_memory": room}, sum(room.values())
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return {"device_map": {"": index}}, free_device_bytes(torch.device("cuda", index), memory_budget)
+
+
 def load_model(
     name: str | None = None,
     device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     memory_budget: int | None = None,
 ) -> LoadedModel:
     """Load a DiffusionGemma checkpoint for serving; raise ModelLoadError with one sentence on failure."""
@@ -168,29 +262,25 @@ def load_model(
         raise ModelLoadError(str(err)) from None
     if device.type not in ("cpu", "cuda"):
         raise ModelLoadError(f"unknown device {str(device)!r}: use auto, cpu or cuda")
-    dtype = dtype or default_dtype(device)
+    dtype = parse_dtype(dtype, device)
 
     config = load_config(source, is_local)
     if config.model_type != "diffusion_gemma":
         raise ModelLoadError(f"{source} is a {config.model_type!r} checkpoint, not a DiffusionGemma one")
     weight_bytes = estimate_weight_bytes(config, dtype)
-    room = free_device_bytes(device, memory_budget)
+    where, room = placement(device, config, memory_budget)
     if weight_bytes > room:
         raise ModelLoadError(
             f"{source} needs {format_bytes(weight_bytes)} for its weights but only {format_bytes(room)} "
             f"is free on {device.type}{' under the memory budget' if memory_budget else ''}"
         )
 
-    kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=is_local)
-    if device.type == "cuda" and torch.cuda.device_count() > 1:
-        kwargs["device_map"] = "auto"  # shard across GPUs with accelerate
+    kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=is_local, **where)
     try:
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=is_local, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - surface any loader failure as one sentence
-        raise ModelLoadError(f"cannot load {source}: {first_line(err, 300)}") from None
-    if "device_map" not in kwargs:
-        model = model.to(device)
+        raise ModelLoadError(hub_error_sentence(source, err) or f"cannot load {source}: {first_line(err, 300)}") from None
     model.eval().requires_grad_(False)
 
     text = config.text_config

@@ -1,4 +1,4 @@
-"""The `generate` API endpoint: prompts and settings in, texts and tile plans out.
+"""The API endpoints: `generate` (prompts and settings in, texts and tile plans out) and `info`.
 
 Listed on the app's API page (gr.api derives its schema from the type hints). Settings use the
 CLI's names and meanings (`seed` S gives the i-th prompt the seed S + i), so one call gives the
@@ -12,14 +12,28 @@ import dataclasses
 import gradio as gr
 
 from dgemma.ui.backend import Backend
+from dgemma.ui.examples import example_prompts
 from dgemma.ui.sessions import Sessions
 from dgemma.errors import SettingsError
 from dgemma.ui.settings import parse_call_settings, parse_prompts
 from dgemma.ui.zerogpu import gpu
 
 
+INFO_KEYS = ("model", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+
+
+def model_info(backend: Backend) -> dict:
+    """What `/info` returns and the page header shows: the model's facts, the batch limit and
+    example prompts that fit it."""
+    facts = backend.info()
+    info = {key: facts.get(key) for key in INFO_KEYS}
+    info["max_num_seqs"] = backend.max_num_seqs
+    info["examples"] = example_prompts(facts)
+    return info
+
+
 def register(backend: Backend, sessions: Sessions) -> None:
-    """Add the endpoint to the Blocks being built (call inside `with gr.Blocks()`)."""
+    """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`)."""
     limits = backend.limits
 
     def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
@@ -59,3 +73,10 @@ def register(backend: Backend, sessions: Sessions) -> None:
         }
 
     gr.api(gpu(generate), api_name="generate", concurrency_limit=None)
+
+    def info() -> dict:
+        """The served model: {"model" (name or path), "parameters", "dtype", "device",
+        "vocab_size", "canvas_length", "max_num_seqs", "examples" (prompts that fit it)}."""
+        return model_info(backend)
+
+    gr.api(info, api_name="info", concurrency_limit=None)

@@ -27,6 +27,8 @@ class RequestView:
     seed: int | None = None
     status: str = "queued"  # queued | running | converged | done | cancelled | error
     committed_text: str = ""
+    committed_pieces: list[str] = field(default_factory=list)  # one per committed token, from the step frames
+    committed_logprobs: list[float] = field(default_factory=list)  # log p of each committed token
     canvases: int = 0  # canvases committed so far
     steps: int = 0  # denoising steps taken so far, all canvases
     steps_before_canvas: int = 0  # steps of the canvases already committed
@@ -63,6 +65,17 @@ def _view(board: Board, request_id: int) -> RequestView:
     return view
 
 
+def _commit_pieces(view: RequestView, event: RequestEvent) -> None:
+    """The committed canvas is the last step frame's draft (a converged frame is never merged
+    away): keep its pieces, cut where the engine cut the canvas (at EOS or max_new_tokens)."""
+    new = len(event.token_ids) - len(view.committed_pieces)
+    step = view.last_step
+    if new > 0 and step is not None and tuple(step.token_ids[:new]) == tuple(event.token_ids[-new:]):
+        view.committed_pieces.extend(step.pieces[:new])
+    if "logprobs" in event.extra:
+        view.committed_logprobs = list(event.extra["logprobs"])
+
+
 def apply(board: Board, event: Event) -> Board:
     """Fold one event into `board` (in place, for speed) and return it."""
     board.events += 1
@@ -84,6 +97,7 @@ def apply(board: Board, event: Event) -> Board:
         if event.extra.get("preempted"):
             # Back in the queue with nothing kept: it restarts from its prompt (same seed, same tokens).
             view.committed_text, view.canvases, view.steps, view.steps_before_canvas = "", 0, 0, 0
+            view.committed_pieces, view.committed_logprobs = [], []
             view.last_step, view.entropy_curve = None, []
             view.preemptions += 1
         if event.prompt:
@@ -93,6 +107,7 @@ def apply(board: Board, event: Event) -> Board:
         if event.status in ("committed", "done") or event.text:
             view.committed_text = event.text
             view.canvases = event.canvases
+            _commit_pieces(view, event)
         if event.steps:
             view.steps = max(view.steps, event.steps)
         if event.status == "committed":

@@ -6,6 +6,11 @@ token is shaded by its confidence, exp(-entropy): dark = the model is sure of th
 Accepted positions (kept the sampled token) are green; re-noised ones (replaced by uniform
 random tokens for the next step) are grey and dashed. Colours come from CSS variables set in
 assets/style.css, so the HTML carries one number per token, not a style sheet.
+
+Tokens of a real checkpoint are word pieces, not characters: SentencePiece's '▁' shows as the
+space it stands for, special tokens are marked (a symbol in a cell with `data-special`), pieces
+longer than MAX_CELL characters are clipped with the full text on hover, and every committed
+token shows its log-probability on hover.
 """
 
 from __future__ import annotations
@@ -45,16 +50,21 @@ def status_text(view: RequestView) -> str:
 
 # Special tokens would take five cells each on a canvas of characters: one symbol instead.
 _SPECIAL = {"<pad>": "▫", "<eos>": "■", "<bos>": "▸", "<unk>": "?"}
+MAX_CELL = 12  # characters a canvas cell shows; a longer piece is clipped, in full on hover
+
+
+def is_special(text: str) -> bool:
+    return text in _SPECIAL or (len(text) > 2 and text.startswith("<") and text.endswith(">"))
 
 
 def _piece(text: str) -> str:
-    # Tokens of the embedded model are single characters: a space keeps its cell (white-space: pre)
-    # and its shading; only line breaks and tabs become visible marks, and an empty piece a dot.
-    if text in _SPECIAL:
-        return _SPECIAL[text]
-    if len(text) > 2 and text.startswith("<") and text.endswith(">"):
-        return "◆"
-    shown = text.translate(_VISIBLE) or "∅"
+    # A space keeps its cell (white-space: pre) and its shading, as does SentencePiece's '▁' (a
+    # space in the text); line breaks and tabs become visible marks, an empty piece a dot.
+    if is_special(text):
+        return _SPECIAL.get(text, "◆")
+    shown = text.replace("▁", " ").translate(_VISIBLE) or "∅"
+    if len(shown) > MAX_CELL:
+        shown = shown[: MAX_CELL - 1] + "…"
     return html.escape(shown)
 
 
@@ -63,11 +73,32 @@ def render_canvas(step: StepEvent) -> str:
     parts = []
     for piece, entropy, accepted in zip(step.pieces, step.entropy, step.accepted, strict=False):
         cls = "tok acc" if accepted else "tok noise"
+        mark = " data-special" if is_special(piece) else ""  # an attribute: the classes stay two
         parts.append(
-            f'<span class="{cls}" style="--c:{confidence(entropy):.2f}" '
-            f'title="{html.escape(piece)} · entropy {entropy:.3g}">{_piece(piece)}</span>'
+            f'<span class="{cls}"{mark} style="--c:{confidence(entropy):.2f}" '
+            f'title="{html.escape(repr(piece))} · entropy {entropy:.3g}">{_piece(piece)}</span>'
         )
     return "".join(parts)
+
+
+def render_committed(view: RequestView) -> str:
+    """The committed text, one <span> per token with its log-probability on hover.
+
+    Falls back to the plain text when the pieces seen do not spell it (a reader that joined
+    late, or a tokenizer whose single-token decodes differ from its text, e.g. byte pieces).
+    """
+    pieces = [p.replace("▁", " ") for p in view.committed_pieces]
+    shown = [(i, p) for i, p in enumerate(pieces) if not is_special(view.committed_pieces[i])]
+    if not pieces or "".join(p for _, p in shown) != view.committed_text:
+        return html.escape(view.committed_text)
+    logprobs = view.committed_logprobs if len(view.committed_logprobs) == len(pieces) else []
+    spans = []
+    for i, piece in shown:
+        hover = repr(piece)
+        if logprobs:
+            hover += f" · logprob {logprobs[i]:.3f} (p {math.exp(logprobs[i]):.2f})"
+        spans.append(f'<span class="ctok" title="{html.escape(hover)}">{html.escape(piece)}</span>')
+    return "".join(spans)
 
 
 def render_card(view: RequestView) -> str:
@@ -75,7 +106,7 @@ def render_card(view: RequestView) -> str:
     seed = f" · seed {view.seed}" if view.seed is not None else ""
     prompt = html.escape(view.prompt[:80] + ("…" if len(view.prompt) > 80 else ""))
     if view.committed_text:
-        committed = html.escape(view.committed_text)
+        committed = render_committed(view)
     elif view.status == "done":
         committed = '<span class="empty">empty: the model ended the text at once</span>'
     else:
@@ -105,7 +136,8 @@ LEGEND = (
     '<span class="tok acc" style="--c:0.3">unsure</span> accepted · '
     '<span class="tok noise" style="--c:0.5">re-noised</span> replaced by random tokens next step · '
     "darker = lower entropy (confidence = e<sup>−entropy</sup>) · "
-    "grey box above the canvas = committed text · ■ end of text, ▫ padding</div>"
+    "grey box above the canvas = committed text (hover a token for its log-probability) · "
+    "■ end of text, ▫ padding, ◆ other special tokens · long pieces are clipped (hover for all)</div>"
 )
 
 

@@ -136,6 +136,7 @@ class EngineBackend:
 
     def info(self) -> dict:
         return {
+            **self.loaded.facts(), "max_num_seqs": self.max_num_seqs,
             "memory_budget": self.budget_text or "none",
             "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False),
         }
@@ -156,7 +157,7 @@ def make_backend(args: argparse.Namespace) -> EngineBackend:
     try:
         device = resolve_device(args.device)
         budget = parse_size(args.memory_budget) if args.memory_budget else None
-        loaded = load_model(args.model, device=device, memory_budget=budget)
+        loaded = load_model(args.model, device=device, dtype=getattr(args, "dtype", None), memory_budget=budget)
         limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
         config = EngineConfig(
             max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,

@@ -7,6 +7,7 @@ stream.py, HTML from canvas.py, figures from charts.py, the lesson from lesson.p
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import time
@@ -19,6 +20,7 @@ from dgemma.ui.backend import Backend
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
+from dgemma.ui.examples import example_sets
 from dgemma.ui.sessions import Sessions
 from dgemma.errors import SettingsError
 from dgemma.ui.settings import parse_call_settings, parse_prompts, prompts_from_text
@@ -30,12 +32,6 @@ log = logging.getLogger(__name__)
 # Seconds between redraws of one chart while a run streams (cards redraw every frame).
 CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
-# The embedded model's own task families (dgemma/embedded/corpus.py): it knows lowercase letters, digits
-# and " .+:," only, and these are the prompts it was trained to answer.
-EXAMPLES = [
-    ["add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"],
-    ["sort 3 1 4 1 5\nrepeat ab 4\nadd 57+68\nstory: red fox, river"],
-]
 
 ENTROPY_TEXT = (
     "**Confidence per step.** Each line is one request's mean token entropy after each denoising "
@@ -70,30 +66,54 @@ def _status(board: Board, started: float) -> str:
     return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
 
 
+def _count(n: int | None) -> str:
+    if not n:
+        return "?"
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return str(n)
+
+
+def header_facts(info: dict, memory_budget: str) -> str:
+    """The facts line under the title: the same facts `/info` returns."""
+    path = html.escape(str(info.get("model") or "?"))
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    vocab = info.get("vocab_size")
+    return (
+        f'<span title="{path}">Model: <b>{name}</b></span> · {_count(info.get("parameters"))} parameters · '
+        f'{info.get("dtype")} on {info.get("device")} · vocab {vocab:,} · canvas {info.get("canvas_length")} tokens · '
+        f"up to {info.get('max_num_seqs')} requests at once · memory budget {memory_budget}"
+        if isinstance(vocab, int) else f"Model: {name}"
+    )
+
+
 def build_demo(backend: Backend) -> gr.Blocks:
     """The whole app for one backend (one engine, one model)."""
     defaults, limits = backend.defaults, backend.limits
     sessions = Sessions(limits.max_queued)
+    info = api.model_info(backend)
+    examples = example_sets(info["examples"])
 
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
         gr.Markdown(
             "# dgemma · watch a Diffusion-Gemma sampler at work\n"
             "Many prompts denoise at once: every card is one request's canvas turning from random "
             "tokens into text. The sampler tiles its work so it fits in memory. "
-            f"<small>{backend.description}</small>"
+            f"<small>{header_facts(info, backend.info().get('memory_budget', 'none'))}</small>"
         )
 
         with gr.Tab("Generate"):
             with gr.Row():
                 prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3,
-                                     value=EXAMPLES[0][0])
+                                     value=examples[0][0])
                 with gr.Column(scale=1, min_width=220):
                     concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
                                            label="Concurrent requests",
                                            info="Fills the batch by cycling the prompts (seed S + i each).")
                     run = gr.Button("Run", variant="primary", elem_id="run")
                     stop = gr.Button("Stop", variant="stop", elem_id="stop")
-            gr.Examples(EXAMPLES, inputs=[prompts], label="Example prompts")
+            gr.Examples(examples, inputs=[prompts], label="Example prompts")
             with gr.Accordion("Settings (the model's defaults)", open=False):
                 with gr.Row():
                     max_new_tokens = gr.Number(defaults.max_new_tokens, label="max new tokens", precision=0,

@@ -1,0 +1,35 @@
+"""Example prompts that fit the loaded checkpoint.
+
+The embedded model only knows its task families (dgemma/embedded/corpus.py: lowercase letters,
+digits and " .+:,"), so it gets those prompts. A checkpoint with a chat template (the released
+instruction-tuned model) gets short chat questions; any other checkpoint gets plain openings.
+"""
+
+from __future__ import annotations
+
+TASK_PROMPTS = [
+    "add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
+    "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river",
+]  # fmt: skip
+CHAT_PROMPTS = [
+    "Why is the sky blue?", "Write a haiku about autumn rain.", "What is a diffusion language model?",
+    "Give three tips for learning to cook.", "Explain recursion to a ten-year-old.",
+    "Name five animals that live in the Arctic.", "What is the capital of Australia?", "Suggest a name for a cat.",
+]  # fmt: skip
+PLAIN_PROMPTS = [
+    "The sky is blue because", "Once upon a time, in a small village,", "The three primary colours are",
+    "A recipe for pancakes:", "The first law of thermodynamics states", "Here is a short poem about the sea:",
+    "The capital of Australia is", "My favourite animal is",
+]  # fmt: skip
+
+
+def example_prompts(info: dict) -> list[str]:
+    """One prompt per entry, chosen from the model's facts (`LoadedModel.facts()`)."""
+    if info.get("embedded"):
+        return list(TASK_PROMPTS)
+    return list(CHAT_PROMPTS if info.get("chat_template") else PLAIN_PROMPTS)
+
+
+def example_sets(prompts: list[str], per_set: int = 4) -> list[list[str]]:
+    """gr.Examples rows for the prompts box: `per_set` prompts, one per line, in each."""
+    return [["\n".join(prompts[i : i + per_set])] for i in range(0, len(prompts), per_set)]
