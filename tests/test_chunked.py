@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
 from dgemma.memory.memory import GiB, VirtualDevice
-from dgemma.sampling.sampler import LMHead, build_sampler, calibrate_tile
+from dgemma.sampling import LMHead, build_sampler, calibrate_tile
 from dgemma.sampling import SamplingParams
 
 HIDDEN = 8

@@ -18,7 +18,7 @@ from dgemma.memory.memory import (
     plan_tiles,
     resolve_device,
 )
-from dgemma.sampling.sampler import RowKey, Scores, TileInputs, calibrate_tile, reference_tile
+from dgemma.sampling import RowKey, Scores, TileInputs, calibrate_tile, reference_tile
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,6 @@ def test_calibration_on_meta_matches_the_real_step():
     inputs = TileInputs(
         rows=[RowKey(seed=i, canvas_index=0, step=0) for i in range(3)],
         temperature=torch.ones(3),
-        sample=torch.ones(3),
         entropy_bound=torch.full((3,), 0.1),
         confidence_threshold=torch.full((3,), 0.005),
         last_step=torch.zeros(3, dtype=torch.bool),

@@ -14,7 +14,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from dgemma.memory import Calibration, VirtualDevice
-from dgemma.sampling.sampler import COMMITTING, TiledSampler
+from dgemma.sampling import TiledSampler
+from dgemma.sampling.tiled import COMMITTING
 from dgemma.sampling import SamplingParams, parse_tiling
 
 HIDDEN = 8
