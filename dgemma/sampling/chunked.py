@@ -2,8 +2,9 @@
 
 docs/design.md (chunking): the softmax statistics, the entropy, the soft embedding, the draft
 and the Gumbel-max sample are accumulated chunk by chunk with online-softmax rescaling, and the
-LM head (with its softcap) is applied per chunk, so no [n, CL, vocab] tensor exists. Chunks
-never straddle a noise block (keyed.NOISE_BLOCK): the noise of a block is drawn once.
+LM head (with its softcap) is applied per chunk, so no [n, CL, vocab] tensor exists. A chunk
+narrower than a noise block (keyed.NOISE_BLOCK) draws the whole block and keeps its slice: more
+random numbers, no more memory; the default chunk is one block.
 """
 
 from __future__ import annotations
@@ -79,20 +80,16 @@ def chunked_tile(
     softmax = _OnlineSoftmax(n, canvas_length, embed_weight.shape[1], device)
     best = _RunningArgmax((n, canvas_length), device)
     noisy_best = _RunningArgmax((len(stochastic), canvas_length), device)
-    region = -(-chunk_size // NOISE_BLOCK) * NOISE_BLOCK  # whole noise blocks, drawn once each
-    for lo in range(0, vocab_size, region):
-        hi = min(lo + region, vocab_size)
-        noise = gumbel_noise(noise_keys, canvas_length, vocab_size, lo, hi, device) if stochastic else None
-        for start in range(lo, hi, chunk_size):
-            stop = min(start + chunk_size, hi)
-            scaled = scores.chunk(start, stop) / temp
-            chunk_max = best.update(scaled, start)
-            if noise is not None:  # Gumbel-max on the same keyed noise the reference draws
-                noisy = noise[..., start - lo : stop - lo]
-                noisy_best.update(noisy.add_(scaled if rows is None else scaled[rows]), start)
-            softmax.update(scaled, chunk_max, embed_weight[start:stop])
-            del scaled
-        del noise
+    for start in range(0, vocab_size, chunk_size):
+        stop = min(start + chunk_size, vocab_size)
+        scaled = scores.chunk(start, stop) / temp
+        chunk_max = best.update(scaled, start)
+        if stochastic:  # Gumbel-max on the same keyed noise the reference draws, sliced to this chunk
+            noisy = gumbel_noise(noise_keys, canvas_length, vocab_size, start, stop, device)
+            noisy_best.update(noisy.add_(scaled if rows is None else scaled[rows]), start)
+            del noisy
+        softmax.update(scaled, chunk_max, embed_weight[start:stop])
+        del scaled
 
     log_s = torch.log(softmax.s)
     entropy = log_s - softmax.t / softmax.s

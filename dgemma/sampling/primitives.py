@@ -23,9 +23,9 @@ class LMHead:
     def project(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
         """fp32 logits of vocab entries [start, stop) for hidden states [..., hidden]."""
         weight = self.weight if start == 0 and stop in (None, self.weight.shape[0]) else self.weight[start:stop]
-        logits = torch.nn.functional.linear(hidden, weight).float()
+        logits = torch.nn.functional.linear(hidden, weight).float()  # a fresh tensor: capped in place
         if self.softcap is not None:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
+            logits.div_(self.softcap).tanh_().mul_(self.softcap)
         return logits
 
 
