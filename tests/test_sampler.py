@@ -342,21 +342,21 @@ def test_bad_tiling_is_rejected(value):
 @settings(max_examples=25, deadline=None)
 @given(start=st.integers(0, 3 * 8192 + 4), width=st.integers(1, 9000), keys=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=3))
 def test_gumbel_noise_of_a_vocab_slice_equals_that_slice_of_the_whole_draw(start, width, keys):
-    from dgemma.sampling.keyed import NOISE_BLOCK, gumbel_noise
+    from dgemma.sampling.keyed import NOISE_BLOCK, gumbel_perturbed
 
     vocab = 3 * NOISE_BLOCK + 5  # blocks, and a short last one
     stop = min(vocab, start + width)
     start = min(start, stop - 1)
-    cpu = torch.device("cpu")
-    whole = gumbel_noise(keys, 2, vocab, 0, vocab, cpu)
-    assert torch.equal(gumbel_noise(keys, 2, vocab, start, stop, cpu), whole[:, :, start:stop])
+    scores = torch.randn(len(keys), 2, vocab, generator=torch.Generator().manual_seed(start))
+    whole = gumbel_perturbed(scores, keys, vocab, 0)
+    assert torch.equal(gumbel_perturbed(scores[:, :, start:stop], keys, vocab, start), whole[:, :, start:stop])
 
 
 def test_gumbel_noise_is_standard_gumbel_and_keyed():
-    from dgemma.sampling.keyed import gumbel_noise
+    from dgemma.sampling.keyed import gumbel_perturbed
 
-    noise = gumbel_noise([1, 2], 64, 20_000, 0, 20_000, torch.device("cpu"))
+    noise = gumbel_perturbed(torch.zeros(2, 64, 20_000), [1, 2], 20_000, 0)
     assert abs(float(noise.mean()) - 0.5772) < 0.01  # Euler-Mascheroni
     assert abs(float(noise.std()) - torch.pi / 6**0.5) < 0.01
     assert not torch.equal(noise[0], noise[1])
-    assert torch.equal(noise, gumbel_noise([1, 2], 64, 20_000, 0, 20_000, torch.device("cpu")))
+    assert torch.equal(noise, gumbel_perturbed(torch.zeros(2, 64, 20_000), [1, 2], 20_000, 0))

@@ -15,10 +15,10 @@ import torch
 
 from dgemma.memory import plan_tiles
 from dgemma.sampling.calibration import calibrate_tile
-from dgemma.sampling.keyed import GUMBEL, NOISE_BLOCK, RENOISE, gumbel_noise, keyed_tokens, row_keys
+from dgemma.sampling.keyed import GUMBEL, NOISE_BLOCK, RENOISE, gumbel_perturbed, keyed_tokens, row_keys
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, settle
 
-MAX_CHUNK = NOISE_BLOCK  # wider chunks buy no speed and cost memory
+MAX_CHUNK = 4 * NOISE_BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
 MIN_CHUNK = 256
 
 
@@ -53,9 +53,11 @@ class _OnlineSoftmax:
         m_new = torch.maximum(self.m, chunk_max)
         alpha = torch.exp(self.m - m_new)  # 0 on the first chunk (m = -inf)
         shift = torch.nan_to_num(self.m - m_new, neginf=0.0)  # m_old - m_new; 0 where nothing yet
-        scaled -= m_new[..., None]
-        e = torch.exp(scaled)
-        self.t = alpha * (self.t + shift * self.s) + (e * scaled).sum(dim=-1)
+        shifted = scaled.sub_(m_new[..., None])
+        e = torch.exp(shifted)
+        width = e.shape[-1]
+        weighted = torch.matmul(e.view(-1, 1, width), shifted.view(-1, width, 1)).view(self.t.shape)  # sum e (x - m)
+        self.t = alpha * (self.t + shift * self.s) + weighted
         self.s = alpha * self.s + e.sum(dim=-1)
         self.acc = self.acc * alpha[..., None] + torch.matmul(e.to(embed.dtype), embed).float()
         self.m = m_new
@@ -82,11 +84,12 @@ def chunked_tile(
     noisy_best = _RunningArgmax((len(stochastic), canvas_length), device)
     for start in range(0, vocab_size, chunk_size):
         stop = min(start + chunk_size, vocab_size)
-        scaled = scores.chunk(start, stop) / temp
+        logits, owned = scores.chunk(start, stop)
+        scaled = logits.div_(temp) if owned else logits / temp
         chunk_max = best.update(scaled, start)
         if stochastic:  # Gumbel-max on the same keyed noise the reference draws, sliced to this chunk
-            noisy = gumbel_noise(noise_keys, canvas_length, vocab_size, start, stop, device)
-            noisy_best.update(noisy.add_(scaled if rows is None else scaled[rows]), start)
+            noisy = gumbel_perturbed(scaled if rows is None else scaled[rows], noise_keys, vocab_size, start)
+            noisy_best.update(noisy, start)
             del noisy
         softmax.update(scaled, chunk_max, embed_weight[start:stop])
         del scaled

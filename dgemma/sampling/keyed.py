@@ -103,16 +103,18 @@ def _generator(device: torch.device) -> torch.Generator:
     return _generators[device]
 
 
-def gumbel_noise(keys: Sequence[int], canvas_length: int, vocab_size: int, start: int, stop: int, device: torch.device) -> torch.Tensor:
-    """Gumbel(0, 1) noise [len(keys), CL, stop - start] float32 for vocab entries [start, stop).
+def gumbel_perturbed(scores: torch.Tensor, keys: Sequence[int], vocab_size: int, start: int) -> torch.Tensor:
+    """scores [len(keys), CL, width] (vocab entries start..) plus keyed Gumbel(0, 1) noise, new tensor.
 
-    Entry (i, p, v) depends only on (keys[i], p, v): block b = v // NOISE_BLOCK is one generator
-    stream seeded from (keys[i], b), drawn in [CL, block width] order, so any slice equals the
-    same slice of the whole draw. -log(-log u) with u in [0, 1): u = 0 gives -inf (never wins).
+    Noise entry (i, p, v) depends only on (keys[i], p, v): block b = v // NOISE_BLOCK is one
+    generator stream seeded from (keys[i], b), drawn in [CL, block width] order, so any vocab slice
+    gets the same slice of the whole draw. Gumbel = -log(-log u) with u in [0, 1) (u = 0 gives
+    -inf: never wins); added as scores - log(-log u), which saves a pass and is exact.
     """
-    noise = torch.empty(len(keys), canvas_length, stop - start, device=device)
-    if device.type != "meta":  # meta: shapes only (calibration), nothing to draw
-        gen = _generator(device)
+    canvas_length, stop = scores.shape[1], start + scores.shape[2]
+    noise = torch.empty_like(scores)
+    if scores.device.type != "meta":  # meta: shapes only (calibration), nothing to draw
+        gen = _generator(scores.device)
         for i, key in enumerate(keys):
             for block in range(start // NOISE_BLOCK, -(-stop // NOISE_BLOCK)):
                 lo, hi = block * NOISE_BLOCK, min((block + 1) * NOISE_BLOCK, vocab_size)
@@ -121,6 +123,6 @@ def gumbel_noise(keys: Sequence[int], canvas_length: int, vocab_size: int, start
                 if (a, b) == (lo, hi):
                     noise[i, :, a - start : b - start].uniform_(generator=gen)
                 else:  # the slice cuts this block: draw all of it, keep the slice
-                    whole = torch.empty(canvas_length, hi - lo, device=device).uniform_(generator=gen)
+                    whole = torch.empty(canvas_length, hi - lo, device=scores.device).uniform_(generator=gen)
                     noise[i, :, a - start : b - start] = whole[:, a - lo : b - lo]
-    return noise.log_().neg_().log_().neg_()
+    return torch.sub(scores, noise.log_().neg_().log_(), out=noise)

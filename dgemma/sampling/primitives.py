@@ -56,14 +56,13 @@ class Scores:
         projection or a dtype cast it may overwrite) rather than borrowing the caller's tensor."""
         if self.logits is None:
             return self.head.project(self.hidden), True
-        logits = self.logits.float()
-        return logits, logits is not self.logits
+        return self.logits.float(), self.logits.dtype != torch.float32  # .float() copies only a cast
 
-    def chunk(self, start: int, stop: int) -> torch.Tensor:
-        """fp32 logits of vocab entries [start, stop) only."""
-        if self.logits is not None:
-            return self.logits[..., start:stop].float()
-        return self.head.project(self.hidden, start, stop)
+    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, bool]:
+        """fp32 logits of vocab entries [start, stop) only, and whether the tile owns them (as `full`)."""
+        if self.logits is None:
+            return self.head.project(self.hidden, start, stop), True
+        return self.logits[..., start:stop].float(), self.logits.dtype != torch.float32
 
 
 @dataclass

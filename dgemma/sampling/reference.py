@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from dgemma.sampling.keyed import GUMBEL, RENOISE, gumbel_noise, keyed_tokens, row_keys
+from dgemma.sampling.keyed import GUMBEL, RENOISE, gumbel_perturbed, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
 
 
@@ -28,9 +28,7 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     sampled = draft.clone()
     for i, row in enumerate(inputs.rows):
         if not row.greedy:
-            noisy = gumbel_noise([row.key(GUMBEL)], canvas_length, vocab_size, 0, vocab_size, device)[0]
-            sampled[i] = noisy.add_(scaled[i]).argmax(dim=-1)
-            del noisy
+            sampled[i] = gumbel_perturbed(scaled[i : i + 1], [row.key(GUMBEL)], vocab_size, 0)[0].argmax(dim=-1)
 
     # ---- Phase 3: one softmax. x - max in place, e = exp(x - max), s = sum e:
     # entropy = log s - sum e (x - max) / s, and log p(draft) = -log s (the draft is the max)
@@ -45,7 +43,6 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
     next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
 
-    # ---- Phase 7: self-conditioning soft embedding (probs @ embed, [CL, hidden]) and logprobs
-    probs = exp.div_(total[..., None])
-    soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
+    # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden])
+    soft_embeds = torch.matmul(exp.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, -log_total)
