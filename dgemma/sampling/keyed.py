@@ -94,15 +94,6 @@ def keyed_tokens(keys: torch.Tensor, canvas_length: int, vocab_size: int) -> tor
     return _shift_right(_fmix64(z), 1) % vocab_size
 
 
-_generators: dict[torch.device, torch.Generator] = {}  # one per device, reseeded for every block
-
-
-def _generator(device: torch.device) -> torch.Generator:
-    if device not in _generators:
-        _generators[device] = torch.Generator(device=device)
-    return _generators[device]
-
-
 def gumbel_perturbed(scores: torch.Tensor, keys: Sequence[int], vocab_size: int, start: int) -> torch.Tensor:
     """scores [len(keys), CL, width] (vocab entries start..) plus keyed Gumbel(0, 1) noise, new tensor.
 
@@ -114,7 +105,7 @@ def gumbel_perturbed(scores: torch.Tensor, keys: Sequence[int], vocab_size: int,
     canvas_length, stop = scores.shape[1], start + scores.shape[2]
     noise = torch.empty_like(scores)
     if scores.device.type != "meta":  # meta: shapes only (calibration), nothing to draw
-        gen = _generator(scores.device)
+        gen = torch.Generator(device=scores.device)  # per call: no state shared across threads
         for i, key in enumerate(keys):
             for block in range(start // NOISE_BLOCK, -(-stop // NOISE_BLOCK)):
                 lo, hi = block * NOISE_BLOCK, min((block + 1) * NOISE_BLOCK, vocab_size)
