@@ -45,7 +45,7 @@ class Settings:
     greedy: bool = _SAMPLING.greedy
     tiling: str = "auto"  # auto | off | N (requests per tile)
     memory_budget: str | None = None  # e.g. "512MiB"; None = the server's --memory-budget
-    sampler: str = "reference"  # reference (eager, ~7 fp32 vocab copies per request) | chunked (streams the vocab)
+    sampler: str = "reference"  # reference (eager, ~2 fp32 vocab copies per request) | chunked (streams the vocab)
 
 
 # name -> (kind, low, high): inclusive bounds that keep a run sane on a laptop and a Space.
