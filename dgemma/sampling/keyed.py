@@ -8,6 +8,7 @@ Two generators, each the cheapest for its size:
 - the Gumbel noise over [n, CL, vocab] comes in noise blocks of `NOISE_BLOCK` vocab entries, one
   torch generator stream per (request key, block): mt19937 on a CPU, Philox on CUDA, one bulk
   draw per block. A vocab slice that cuts a block draws the whole block and keeps its slice.
+  (mt19937 takes only the low 32 bits of a seed: two blocks share noise with probability 2^-32.)
 """
 
 from __future__ import annotations
