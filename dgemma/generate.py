@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", help="request i gets seed SEED + i (default 0)")
     p.add_argument("--greedy", action="store_true", default=None, help="argmax sampling, no noise")
     p.add_argument("--tiling", help="auto | off | N requests per sampler tile (default auto)")
-    p.add_argument("--sampler", help="sampler step: reference (default; eager, ~7 fp32 vocab copies per request) "
+    p.add_argument("--sampler", help="sampler step: reference (default; eager, ~2 fp32 vocab copies per request) "
                                      "or chunked (streams the vocabulary)")
     p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")

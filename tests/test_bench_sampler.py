@@ -17,16 +17,30 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_meta_run_reproduces_the_source_figure_and_tiles_under_the_budget():
-    result = bench("sampler", "--meta", "--num-decode", "16", "--budget", "8GiB", "--json")
+    result = bench("sampler", "--meta", "--num-decode", "16", "--budget", "8GiB", "--baseline", "seed", "--json")
     assert result.returncode == 0, result.stderr
-    rows = {row["mode"]: row for row in map(json.loads, result.stdout.splitlines())}
+    rows = {(row["impl"], row["mode"]): row for row in map(json.loads, result.stdout.splitlines())}
     keys = {"impl", "mode", "num_decode", "canvas_length", "vocab", "group", "tiles", "peak_transient_bytes",
-            "copies_per_request", "seconds", "identical_to_untiled"}  # fmt: skip
-    assert keys <= set(rows["untiled"]) and keys <= set(rows["tiled"])
-    assert rows["untiled"]["peak_transient_bytes"] / MiB == pytest.approx(28_672, rel=0.10)
-    assert rows["tiled"]["peak_transient_bytes"] <= 4 * GiB
-    assert rows["tiled"]["tiles"] > 1
-    assert rows["untiled"]["seconds"] is None and rows["tiled"]["identical_to_untiled"] is None
+            "copies_per_request", "seconds", "identical_to_untiled", "floor_seconds"}  # fmt: skip
+    untiled, tiled, seed = rows["reference", "untiled"], rows["reference", "tiled"], rows["seed", "untiled"]
+    assert keys <= set(untiled) and keys <= set(tiled) and keys <= set(seed)
+    assert seed["peak_transient_bytes"] / MiB == pytest.approx(28_672, rel=0.10)  # the source's figure
+    assert untiled["peak_transient_bytes"] < seed["peak_transient_bytes"] / 3
+    assert tiled["peak_transient_bytes"] <= 4 * GiB
+    assert tiled["tiles"] > 1
+    assert untiled["seconds"] is None and tiled["identical_to_untiled"] is None
+
+
+def test_seed_baseline_prints_time_ratios_and_the_floor():
+    result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "3", "--hidden", "16",
+                   "--impl", "reference", "chunked", "--baseline", "seed", "--repeats", "1", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {(row["impl"], row["mode"]): row for row in map(json.loads, result.stdout.splitlines())}
+    assert set(rows) == {("seed", "untiled")} | {(i, m) for i in ("reference", "chunked") for m in ("untiled", "tiled")}
+    for key, row in rows.items():
+        assert row["floor_seconds"] > 0
+        assert (row.get("time_ratio_vs_seed", 0) > 0) == (key[0] != "seed")
+    assert rows["chunked", "tiled"]["identical_to_reference"] is True
 
 
 def test_real_run_reports_time_and_identical_tokens():
@@ -47,6 +61,7 @@ def test_real_run_reports_time_and_identical_tokens():
         (["sampler", "--device", "tpu"], "unknown device 'tpu'"),
         (["sampler", "--num-decode", "0"], "--num-decode values must be >= 1"),
         (["sampler", "--impl", "magic"], "unknown --impl 'magic'"),
+        (["sampler", "--baseline", "vllm"], "invalid choice: 'vllm'"),
         (["teleport"], "choose a benchmark"),
     ],
 )

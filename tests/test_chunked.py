@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
 from dgemma.memory import GiB, VirtualDevice
-from dgemma.sampling.sampler import LMHead, build_sampler, calibrate_tile
+from dgemma.sampling import LMHead, build_sampler, calibrate_tile, reference_tile
 from dgemma.sampling import SamplingParams
 
 HIDDEN = 8
@@ -95,7 +95,8 @@ def test_chunk_size_narrows_as_free_memory_shrinks():
 
 def test_chunked_untiled_fits_where_reference_untiled_runs_out_of_memory():
     n, CL, V = 6, 16, 8192
-    budget = VirtualDevice(3 * 7 * CL * V * 4)  # room for three reference requests
+    reference_cost = calibrate_tile(reference_tile, CL, V, embed_for(V))
+    budget = VirtualDevice(reference_cost.tile_bytes(3))  # room for three reference requests
     params = [SamplingParams(seed=i) for i in range(n)]
     logits = torch.randn(n, CL, V, generator=torch.Generator().manual_seed(0))
     reference = build_sampler("reference", n, CL, V, embed_for(V), 2.0, memory=budget, tiling="off")
@@ -112,3 +113,15 @@ def test_chunked_untiled_fits_where_reference_untiled_runs_out_of_memory():
 def test_unknown_sampler_is_rejected():
     with pytest.raises(ValueError, match="unknown sampler 'fast'"):
         build_sampler("fast", 1, 4, 10, torch.zeros(10, 2), 1.0)
+
+
+def test_chunked_matches_reference_when_greedy_and_stochastic_rows_share_a_tile():
+    n, CL, V = 5, 4, 20_000  # three noise blocks, chunks that cut them
+    gen = torch.Generator().manual_seed(5)
+    logits_seq = [torch.randn(n, CL, V, generator=gen) * 4 for _ in range(2)]
+    params = [SamplingParams(seed=40 + i, greedy=i % 2 == 1, entropy_bound=0.3, max_denoising_steps=2) for i in range(n)]
+    reference = run("reference", logits_seq, params, list(range(n)), V)
+    chunked = run("chunked", logits_seq, params, list(range(n)), V, tiling=2, chunk_size=3000)
+    for ref, got in zip(reference, chunked):
+        for name in ("canvas", "draft", "out_accepted", "out_converged"):
+            assert torch.equal(ref[name], got[name]), name

@@ -5,6 +5,11 @@ requests: once as a single tile (the baseline: what runs out of memory), once ti
 memory budget. It prints the measured peak transient, copies per request, the tile plan, the
 time ratio tiled/untiled, and whether tiling changed any token (it must not).
 
+--baseline seed adds the seed's eager step (one global-RNG Gumbel draw, all seven copies:
+dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_vs_seed` for each
+of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
+pays) plus one softmax and the self-conditioning matmul, the least any step can do.
+
 --meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
 of transient) cost no memory, and the tracker still counts every byte the step allocates.
 """
@@ -21,7 +26,7 @@ import torch
 
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
-from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, TiledSampler, build_sampler
+from dgemma.sampling import SAMPLER_STEPS, LMHead, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
@@ -69,6 +74,9 @@ def _budget_memory(case: Case) -> MemoryDevice:
 def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
     # The chunked sampler takes hidden states and projects them itself (its transient counts the
     # projection's output); the reference takes the logits as input (they do not count).
+    if impl == "seed":
+        return TiledSampler(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
+                            memory=memory, tiling="off", tile_fn=seed_tile, impl="seed")  # fmt: skip
     head = LMHead(embed, SOFTCAP) if impl == "chunked" else None
     return build_sampler(
         impl, case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
@@ -168,29 +176,57 @@ def _inputs(case: Case) -> dict[str, torch.Tensor]:
     return {"embed": embed, "hidden": hidden, "logits": logits}
 
 
-def run_case(case: Case, impls: list[str]) -> list[dict]:
-    """Rows for one num_decode: (impl, untiled) and (impl, tiled) for each implementation."""
+class _Floor:
+    """The least a step can do on these tensors: project, one softmax, the self-conditioning matmul."""
+
+    def __init__(self, case: Case, inputs: dict[str, torch.Tensor]):
+        self.case, self.inputs = case, inputs
+        self.head = LMHead(inputs["embed"], SOFTCAP)
+        self.times: list[float] = []
+
+    def run_once(self) -> None:
+        t0 = time.perf_counter()
+        probs = self.head.project(self.inputs["hidden"]).softmax(dim=-1)
+        torch.matmul(probs.to(self.inputs["embed"].dtype), self.inputs["embed"])
+        if self.case.device.type == "cuda":
+            torch.cuda.synchronize(self.case.device)
+        self.times.append(time.perf_counter() - t0)
+
+
+def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[dict]:
+    """Rows for one num_decode: (impl, untiled) and (impl, tiled) for each implementation, after
+    the seed's step (untiled only) when `baseline` is "seed"."""
     inputs = _inputs(case)
+    seed = [_Config(case, "seed", "untiled", inputs)] if baseline == "seed" else []
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
+    floor = _Floor(case, inputs)
     # Interleave the repeats (ABCD ABCD ...) so drift on a noisy machine hits every config alike.
     for _ in range(1 if case.meta else case.repeats):
-        for config in configs:
+        for config in seed + configs:
             config.run_once()
+        if not case.meta:
+            floor.run_once()
     rows = [config.row() for config in configs]
-    baseline = rows[0]
+    baseline_row = rows[0]
     for untiled, tiled in zip(rows[::2], rows[1::2]):
         untiled["identical_to_untiled"] = None if case.meta else True
         tiled["identical_to_untiled"] = _identical(untiled["_state"], tiled["_state"])
         if untiled["impl"] != "reference":
             for row in (untiled, tiled):
-                row["identical_to_reference"] = _identical(baseline["_state"], row["_state"])
-                row["entropy_max_rel_diff_vs_reference"] = _entropy_rel_diff(baseline["_state"], row["_state"])
-            if baseline["seconds"] and untiled["seconds"]:
-                untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline["seconds"], 3)
+                row["identical_to_reference"] = _identical(baseline_row["_state"], row["_state"])
+                row["entropy_max_rel_diff_vs_reference"] = _entropy_rel_diff(baseline_row["_state"], row["_state"])
+            if baseline_row["seconds"] and untiled["seconds"]:
+                untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline_row["seconds"], 3)
         if untiled["seconds"] and tiled["seconds"]:
             tiled["time_ratio_tiled_vs_untiled"] = round(tiled["seconds"] / untiled["seconds"], 3)
+    seed_rows = [config.row() for config in seed]
+    for row in rows:
+        if seed_rows and seed_rows[0]["seconds"] and row["seconds"]:
+            row["time_ratio_vs_seed"] = round(row["seconds"] / seed_rows[0]["seconds"], 3)
+    rows = seed_rows + rows
     for row in rows:
         row.pop("_state")
+        row["floor_seconds"] = statistics.median(floor.times) if floor.times else None
     return rows
 
 
@@ -211,14 +247,15 @@ def _table(rows: list[dict]) -> str:
         return "-" if value is None else format(value, spec) if spec else str(value)
 
     head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
-            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5}")  # fmt: skip
+            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
             f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
             f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r['identical_to_untiled'], ''):>8} "
-            f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5}"
+            f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
+            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6}"
         )
     return "\n".join(lines)
 
@@ -232,7 +269,8 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--budget", type=size_arg, default=None, help="memory budget for the tiled run, e.g. 8GiB")
     p.add_argument("--meta", action="store_true", help="measure on meta tensors: real-scale shapes need no RAM")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    p.add_argument("--impl", nargs="+", default=["reference"], help="step implementations: reference, chunked")
+    p.add_argument("--impl", nargs="+", default=["reference"], help=f"step implementations: {', '.join(SAMPLER_STEPS)}")
+    p.add_argument("--baseline", choices=["seed"], default=None, help="also time the seed's eager step (global RNG, 7 copies)")
     p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
@@ -249,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--vocab must be >= 2, got {args.vocab}")
     if any(n < 1 for n in args.num_decode):
         raise ValueError("--num-decode values must be >= 1")
-    unknown = [i for i in args.impl if i not in SAMPLER_IMPLS]
+    unknown = [i for i in args.impl if i not in SAMPLER_STEPS]
     if unknown:
-        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_IMPLS)}")
+        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_STEPS)}")
     if args.chunk_size is not None and args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     device = resolve_device(args.device)
@@ -259,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.num_decode:
         case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size)
         _check_fits_in_ram(case)
-        for row in run_case(case, args.impl):
+        for row in run_case(case, args.impl, args.baseline):
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)
@@ -267,4 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         budget = "free memory" if args.budget is None else format_bytes(args.budget)
         print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}")
         print(_table(rows))
+        floors = sorted({(r["num_decode"], r["floor_seconds"]) for r in rows if r["floor_seconds"] is not None})
+        for n, seconds in floors:
+            print(f"floor_seconds (n={n}: projection + one softmax + the self-conditioning matmul): {seconds:.4f}")
     return 0

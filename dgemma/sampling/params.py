@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
+from dgemma.sampling.primitives import MAX_STABILITY
+from dgemma.sampling.steps import SAMPLER_STEPS
 
-MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
 MAX_SEED = 2**63 - 1  # a request's seed is a signed 64-bit integer; seed S gives prompt i the seed S + i
 
 
@@ -144,9 +145,6 @@ def parse_tiling(tiling: Any, max_tile: int | None = None) -> str | int:
         return int(text)
     sizes = f"from 1 to {max_tile}" if max_tile else "of at least 1"
     raise SettingsError(f"Setting 'tiling' must be auto, off, or a tile size {sizes}, got {_shown(tiling)}.")
-
-
-SAMPLER_STEPS = ("reference", "chunked")  # the step implementations; sampling.sampler registers each
 
 
 def parse_budget(budget: Any) -> int | None:

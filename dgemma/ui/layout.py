@@ -132,7 +132,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                                       info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
                     tile_size = gr.Number(4, label="fixed tile size N", precision=0)
                     sampler = gr.Radio(["reference", "chunked"], value=defaults.options.sampler, label="sampler step",
-                                       info="reference: eager, ~7 fp32 vocab copies per request; chunked: streams the vocabulary")
+                                       info="reference: eager, ~2 fp32 vocab copies per request; chunked: streams the vocabulary")
                     budget = gr.Textbox("", label="memory budget",
                                         placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
                                         info="empty: the server's --memory-budget; e.g. 64MiB runs on a budgeted engine of its own")
