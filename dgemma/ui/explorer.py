@@ -45,6 +45,12 @@ def _gib(n: int | None) -> str:
     return "—" if n is None else f"{n / GiB:,.2f} GiB"
 
 
+def _short(name: str) -> str:
+    """A model's name for the page: a local directory by its last two parts (assets/model), a hub id as is."""
+    parts = name.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if name.startswith(("/", ".", "~")) else name
+
+
 def _article(gpu: str) -> str:
     return "an" if gpu[:1] in "AEFHILMNORSX" else "a"
 
@@ -101,7 +107,7 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str,
         raise gr.Error(f"Unknown GPU {gpu_key!r}: choose one from the list.")
     loaded = getattr(backend, "loaded", None)
     model = plan.model_from_loaded(loaded) if which == "loaded" and loaded is not None else plan.RELEASED
-    name = "the released model" if model is plan.RELEASED else f"the loaded model ({model.name})"
+    name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None)
     return plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
 
@@ -110,18 +116,19 @@ def section(backend) -> ExplorerParts:
     """The explorer's components and events (call inside the lesson's tab)."""
     from dgemma.plan import GPUS, RELEASED_ID
 
-    gr.Markdown(INTRO)
     loaded = getattr(backend, "loaded", None)
     models = [(f"released: {RELEASED_ID} (26 B, bf16)", "released")]
     if loaded is not None:
-        models.append((f"loaded: {loaded.name}", "loaded"))
-    with gr.Row():
-        gpu = gr.Dropdown([(g.label, g.key) for g in GPUS], value=DEFAULT_GPU, label="GPU", elem_id="explorer-gpu")
-        model = gr.Radio(models, value="released", label="model", elem_id="explorer-model")
-        canvas = gr.Dropdown(CANVAS_CHOICES, value=0, label="canvas length", elem_id="explorer-canvas")
-    sentence = gr.Markdown("", elem_id="explorer-sentence")
-    chart = gr.Plot(label="sampler peak vs requests", elem_id="explorer-plot")
-    table = gr.HTML("", elem_id="explorer-table")
+        models.append((f"loaded: {_short(loaded.name)}", "loaded"))
+    with gr.Column(elem_id="explorer"):
+        gr.Markdown(INTRO)
+        with gr.Row():
+            gpu = gr.Dropdown([(g.label, g.key) for g in GPUS], value=DEFAULT_GPU, label="GPU", elem_id="explorer-gpu")
+            model = gr.Radio(models, value="released", label="model", elem_id="explorer-model")
+            canvas = gr.Dropdown(CANVAS_CHOICES, value=0, label="canvas length", elem_id="explorer-canvas")
+        sentence = gr.Markdown("", elem_id="explorer-sentence")
+        chart = gr.Plot(label="sampler peak vs requests", elem_id="explorer-plot")
+        table = gr.HTML("", elem_id="explorer-table")
     gr.on(None, lambda g, m, c: explore(backend, g, m, c), [gpu, model, canvas], [sentence, chart, table],
           api_visibility="private")  # fmt: skip
     return ExplorerParts(gpu, model, canvas, sentence, chart, table)
