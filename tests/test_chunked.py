@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
 from dgemma.memory.memory import GiB, VirtualDevice
-from dgemma.sampling.sampler import LMHead, build_sampler, calibrate_tile
+from dgemma.sampling import LMHead, build_sampler, calibrate_tile, reference_tile
 from dgemma.sampling import SamplingParams
 
 HIDDEN = 8
@@ -95,7 +95,8 @@ def test_chunk_size_narrows_as_free_memory_shrinks():
 
 def test_chunked_untiled_fits_where_reference_untiled_runs_out_of_memory():
     n, CL, V = 6, 16, 8192
-    budget = VirtualDevice(3 * 7 * CL * V * 4)  # room for three reference requests
+    reference_cost = calibrate_tile(reference_tile, CL, V, embed_for(V))
+    budget = VirtualDevice(reference_cost.tile_bytes(3))  # room for three reference requests
     params = [SamplingParams(seed=i) for i in range(n)]
     logits = torch.randn(n, CL, V, generator=torch.Generator().manual_seed(0))
     reference = build_sampler("reference", n, CL, V, embed_for(V), 2.0, memory=budget, tiling="off")

@@ -18,7 +18,7 @@ from dgemma.memory.memory import (
     plan_tiles,
     resolve_device,
 )
-from dgemma.sampling.sampler import RowKey, Scores, TileInputs, calibrate_tile, reference_tile
+from dgemma.sampling import RowKey, Scores, TileInputs, calibrate_tile, reference_tile, seed_tile
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,6 @@ def test_calibration_on_meta_matches_the_real_step():
     inputs = TileInputs(
         rows=[RowKey(seed=i, canvas_index=0, step=0) for i in range(3)],
         temperature=torch.ones(3),
-        sample=torch.ones(3),
         entropy_bound=torch.full((3,), 0.1),
         confidence_threshold=torch.full((3,), 0.005),
         last_step=torch.zeros(3, dtype=torch.bool),
@@ -122,11 +121,17 @@ def test_calibration_on_meta_matches_the_real_step():
     assert real == pytest.approx(calibration.tile_bytes(3), rel=0.02)
 
 
-def test_reference_step_holds_seven_fp32_copies_per_request_at_real_scale():
-    calibration = calibrate_tile(reference_tile, 256, 262_144, torch.empty(262_144, 2816, dtype=torch.bfloat16, device="meta"))
+def test_seed_step_holds_seven_fp32_copies_per_request_at_real_scale():
+    calibration = calibrate_tile(seed_tile, 256, 262_144, torch.empty(262_144, 2816, dtype=torch.bfloat16, device="meta"))
     assert calibration.copies_per_request == pytest.approx(7.0, abs=0.05)
     # The source's figure: 16 requests need 28,672 MiB of transient memory.
     assert calibration.tile_bytes(16) / MiB == pytest.approx(28_672, rel=0.01)
+
+
+def test_reference_step_holds_two_and_a_half_fp32_copies_per_request_at_real_scale():
+    calibration = calibrate_tile(reference_tile, 256, 262_144, torch.empty(262_144, 2816, dtype=torch.bfloat16, device="meta"))
+    # the tempered logits, their exponentials, and the probabilities cast to bf16 for the matmul
+    assert calibration.copies_per_request == pytest.approx(2.5, abs=0.05)
 
 
 CAL = Calibration(bytes_per_request=100, fixed_bytes=20, canvas_length=1, vocab_size=25)

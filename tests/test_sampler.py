@@ -14,7 +14,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from dgemma.memory import Calibration, VirtualDevice
-from dgemma.sampling.sampler import COMMITTING, TiledSampler
+from dgemma.sampling import TiledSampler, calibrate_tile, reference_tile
+from dgemma.sampling.tiled import COMMITTING
 from dgemma.sampling import SamplingParams, parse_tiling
 
 HIDDEN = 8
@@ -23,6 +24,11 @@ HIDDEN = 8
 def make_sampler(num_slots: int, canvas_length: int, vocab: int, tiling="off", **kwargs) -> TiledSampler:
     embed = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(7))
     return TiledSampler(num_slots, canvas_length, vocab, embed, HIDDEN**0.5, tiling=tiling, **kwargs)
+
+
+def reference_cost(canvas_length: int, vocab: int) -> Calibration:
+    """The reference step's transient at these shapes, as the planner measures it."""
+    return calibrate_tile(reference_tile, canvas_length, vocab, torch.empty(vocab, HIDDEN))
 
 
 def logits_for(n: int, canvas_length: int, vocab: int, seed: int, scale: float = 3.0) -> torch.Tensor:
@@ -263,7 +269,8 @@ def test_an_injected_oom_is_split_and_retried_with_identical_results():
     # The planner is told a tile costs almost nothing, so it plans one tile of six; the virtual
     # device (room for about two requests' transient) then raises a real out-of-memory.
     lying = Calibration(bytes_per_request=1, fixed_bytes=0, canvas_length=CL, vocab_size=V)
-    sampler = make_sampler(n, CL, V, tiling="auto", memory=VirtualDevice(2 * 7 * CL * V * 4 + 65536), calibration=lying)
+    room = VirtualDevice(reference_cost(CL, V).tile_bytes(2) + 65536)
+    sampler = make_sampler(n, CL, V, tiling="auto", memory=room, calibration=lying)
     got = run_steps(sampler, params, list(range(n)), logits_seq)
     assert_same(expected, got)
     plan = sampler.step(logits_seq[0], list(range(n))).plan
@@ -273,7 +280,7 @@ def test_an_injected_oom_is_split_and_retried_with_identical_results():
 
 def test_untiled_mode_lets_the_out_of_memory_through():
     n, CL, V = 4, 8, 2000
-    sampler = make_sampler(n, CL, V, tiling="off", memory=VirtualDevice(2 * 7 * CL * V * 4))
+    sampler = make_sampler(n, CL, V, tiling="off", memory=VirtualDevice(reference_cost(CL, V).tile_bytes(2)))
     for i in range(n):
         sampler.start_canvas(i, SamplingParams(seed=i), 0)
     with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
@@ -282,8 +289,8 @@ def test_untiled_mode_lets_the_out_of_memory_through():
 
 def test_auto_tiling_fits_the_step_inside_the_budget():
     n, CL, V = 8, 8, 4000
-    per_request = 7 * CL * V * 4
-    device = VirtualDevice(int(6.5 * per_request))
+    cost = reference_cost(CL, V)
+    device = VirtualDevice(2 * cost.tile_bytes(3) + cost.bytes_per_request // 2)  # half of it: 3.25 requests
     sampler = make_sampler(n, CL, V, tiling="auto", memory=device)
     for i in range(n):
         sampler.start_canvas(i, SamplingParams(seed=i), 0)
@@ -327,3 +334,29 @@ def test_bad_sampler_shapes_raise(kwargs):
 def test_bad_tiling_is_rejected(value):
     with pytest.raises(ValueError, match="tiling must be auto, off or a positive integer"):
         parse_tiling(value)
+
+
+# --------------------------------------------------------------------------- the noise generator
+
+
+@settings(max_examples=25, deadline=None)
+@given(start=st.integers(0, 3 * 8192 + 4), width=st.integers(1, 9000), keys=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=3))
+def test_gumbel_noise_of_a_vocab_slice_equals_that_slice_of_the_whole_draw(start, width, keys):
+    from dgemma.sampling.keyed import NOISE_BLOCK, gumbel_noise
+
+    vocab = 3 * NOISE_BLOCK + 5  # blocks, and a short last one
+    stop = min(vocab, start + width)
+    start = min(start, stop - 1)
+    cpu = torch.device("cpu")
+    whole = gumbel_noise(keys, 2, vocab, 0, vocab, cpu)
+    assert torch.equal(gumbel_noise(keys, 2, vocab, start, stop, cpu), whole[:, :, start:stop])
+
+
+def test_gumbel_noise_is_standard_gumbel_and_keyed():
+    from dgemma.sampling.keyed import gumbel_noise
+
+    noise = gumbel_noise([1, 2], 64, 20_000, 0, 20_000, torch.device("cpu"))
+    assert abs(float(noise.mean()) - 0.5772) < 0.01  # Euler-Mascheroni
+    assert abs(float(noise.std()) - torch.pi / 6**0.5) < 0.01
+    assert not torch.equal(noise[0], noise[1])
+    assert torch.equal(noise, gumbel_noise([1, 2], 64, 20_000, 0, 20_000, torch.device("cpu")))

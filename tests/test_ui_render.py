@@ -264,7 +264,7 @@ def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
     group = plan_tiles(n, free, calibration)
     assert 2 <= group < n and calibration.tile_bytes(group) <= free / 2  # tiles do
     if real_scale:
-        assert calibration.copies_per_request == pytest.approx(7.0, abs=0.05)  # design.md's 7 copies
+        assert calibration.copies_per_request == pytest.approx(2.0, abs=0.05)  # the reference step's 2 fp32 copies
 
 
 def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):

@@ -21,7 +21,7 @@ import torch
 
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
-from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, TiledSampler, build_sampler
+from dgemma.sampling import SAMPLER_STEPS, LMHead, TiledSampler, build_sampler
 from dgemma.sampling import SamplingParams
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
@@ -249,9 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--vocab must be >= 2, got {args.vocab}")
     if any(n < 1 for n in args.num_decode):
         raise ValueError("--num-decode values must be >= 1")
-    unknown = [i for i in args.impl if i not in SAMPLER_IMPLS]
+    unknown = [i for i in args.impl if i not in SAMPLER_STEPS]
     if unknown:
-        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_IMPLS)}")
+        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_STEPS)}")
     if args.chunk_size is not None and args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     device = resolve_device(args.device)

@@ -49,7 +49,7 @@ from dgemma.engine.mailbox import Mailbox
 from dgemma.memory import HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
-from dgemma.sampling.sampler import SAMPLER_IMPLS, LMHead, StepOutput, TiledSampler, build_sampler
+from dgemma.sampling import SAMPLER_STEPS, LMHead, StepOutput, TiledSampler, build_sampler
 from dgemma.sampling import SamplingParams, parse_tiling
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,8 @@ class Engine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig()):
         if not isinstance(config.max_num_seqs, int) or config.max_num_seqs < 1:
             raise EngineError(f"max_num_seqs must be a whole number >= 1, got {config.max_num_seqs!r}")
-        if config.sampler not in SAMPLER_IMPLS:
-            raise EngineError(f"unknown sampler {config.sampler!r}: choose from {', '.join(SAMPLER_IMPLS)}")
+        if config.sampler not in SAMPLER_STEPS:
+            raise EngineError(f"unknown sampler {config.sampler!r}: choose from {', '.join(SAMPLER_STEPS)}")
         try:
             self.tiling = parse_tiling(config.tiling)
             budget = parse_size(config.memory_budget) if config.memory_budget is not None else None

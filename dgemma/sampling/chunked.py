@@ -1,18 +1,10 @@
-"""The vocab-chunked step: the same outputs as `reference_tile`, streaming over vocabulary chunks.
+"""The vocab-chunked step: the reference step's outputs, streaming the vocabulary in chunks.
 
-Tiling bounds the sampler's memory by running fewer requests at once; it does not shrink the ~7
-fp32 copies of [CL, vocab] each request needs. Every quantity the step needs can instead be
-accumulated chunk by chunk with online-softmax rescaling (the trick flash attention uses):
-
-    running max m and sum s = sum exp(x - m)     -> log Z = m + log s
-    t = sum exp(x - m) * (x - m)                 -> entropy = log s - t / s (no cancellation)
-    acc = sum exp(x - m) * embed[v]              -> soft embedding = acc / s * normalizer
-    running argmax, first index on ties          -> the draft, and log p(draft) = x_draft - log Z
-    running argmax of x + gumbel                 -> the sample (the same keyed noise, sliced)
-
-and when m grows, s, t and acc are rescaled by exp(m_old - m_new). Given hidden states, the LM
-head (with its softcap) is applied per chunk too, so a [n, CL, vocab] logits tensor never exists:
-the transient per request is a few chunks, not the vocabulary.
+docs/design.md (chunking): the softmax statistics, the entropy, the soft embedding, the draft
+and the Gumbel-max sample are accumulated chunk by chunk with online-softmax rescaling, and the
+LM head (with its softcap) is applied per chunk, so no [n, CL, vocab] tensor exists. A chunk
+narrower than a noise block (keyed.NOISE_BLOCK) draws the whole block and keeps its slice: more
+random numbers, no more memory; the default chunk is one block.
 """
 
 from __future__ import annotations
@@ -22,10 +14,51 @@ import functools
 import torch
 
 from dgemma.memory import plan_tiles
-from dgemma.sampling.sampler import GUMBEL, LMHead, Scores, TileInputs, TileResult, calibrate_tile, keyed_uniform, row_keys, settle
+from dgemma.sampling.calibration import calibrate_tile
+from dgemma.sampling.keyed import GUMBEL, NOISE_BLOCK, RENOISE, gumbel_noise, keyed_tokens, row_keys
+from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, settle
 
-MAX_CHUNK = 8192  # wider chunks buy no speed and cost memory
+MAX_CHUNK = NOISE_BLOCK  # wider chunks buy no speed and cost memory
 MIN_CHUNK = 256
+
+
+class _RunningArgmax:
+    """Max and first index of the max over chunks: a later chunk wins only when strictly greater."""
+
+    def __init__(self, shape: tuple[int, ...], device: torch.device):
+        self.value = torch.full(shape, float("-inf"), device=device)
+        self.index = torch.zeros(shape, dtype=torch.long, device=device)
+
+    def update(self, chunk: torch.Tensor, start: int) -> torch.Tensor:
+        """Fold in `chunk` [..., width] (vocab entries start..); returns the chunk's own max."""
+        chunk_max, chunk_idx = chunk.max(dim=-1)
+        better = chunk_max > self.value
+        self.value = torch.where(better, chunk_max, self.value)
+        self.index = torch.where(better, chunk_idx + start, self.index)
+        return chunk_max
+
+
+class _OnlineSoftmax:
+    """Running max m, s = sum exp(x - m), t = sum exp(x - m) (x - m), acc = sum exp(x - m) embed[v];
+    rescaled by exp(m_old - m_new) when the max grows."""
+
+    def __init__(self, n: int, canvas_length: int, hidden: int, device: torch.device):
+        self.m = torch.full((n, canvas_length), float("-inf"), device=device)
+        self.s = torch.zeros(n, canvas_length, device=device)
+        self.t = torch.zeros(n, canvas_length, device=device)
+        self.acc = torch.zeros(n, canvas_length, hidden, device=device)
+
+    def update(self, scaled: torch.Tensor, chunk_max: torch.Tensor, embed: torch.Tensor) -> None:
+        """Fold in a chunk of tempered logits (overwritten: they become x - m_new)."""
+        m_new = torch.maximum(self.m, chunk_max)
+        alpha = torch.exp(self.m - m_new)  # 0 on the first chunk (m = -inf)
+        shift = torch.nan_to_num(self.m - m_new, neginf=0.0)  # m_old - m_new; 0 where nothing yet
+        scaled -= m_new[..., None]
+        e = torch.exp(scaled)
+        self.t = alpha * (self.t + shift * self.s) + (e * scaled).sum(dim=-1)
+        self.s = alpha * self.s + e.sum(dim=-1)
+        self.acc = self.acc * alpha[..., None] + torch.matmul(e.to(embed.dtype), embed).float()
+        self.m = m_new
 
 
 def chunked_tile(
@@ -40,64 +73,36 @@ def chunked_tile(
     vocab_size = scores.vocab_size
     device = inputs.temperature.device
     temp = inputs.temperature[:, None, None]
-    sample = inputs.sample[:, None, None]
-    gumbel_keys = row_keys(inputs.rows, GUMBEL, device)
+    stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
+    noise_keys = [inputs.rows[i].key(GUMBEL) for i in stochastic]
+    rows = None if len(stochastic) == n else torch.tensor(stochastic, dtype=torch.long, device=device)
 
-    shape = (n, canvas_length)
-    m = torch.full(shape, float("-inf"), device=device)
-    s = torch.zeros(shape, device=device)
-    t = torch.zeros(shape, device=device)
-    acc = torch.zeros(n, canvas_length, embed_weight.shape[1], dtype=torch.float32, device=device)
-    best = torch.full(shape, float("-inf"), device=device)
-    best_idx = torch.zeros(shape, dtype=torch.long, device=device)
-    noisy_best = torch.full(shape, float("-inf"), device=device)
-    noisy_idx = torch.zeros(shape, dtype=torch.long, device=device)
-
+    softmax = _OnlineSoftmax(n, canvas_length, embed_weight.shape[1], device)
+    best = _RunningArgmax((n, canvas_length), device)
+    noisy_best = _RunningArgmax((len(stochastic), canvas_length), device)
     for start in range(0, vocab_size, chunk_size):
         stop = min(start + chunk_size, vocab_size)
         scaled = scores.chunk(start, stop) / temp
+        chunk_max = best.update(scaled, start)
+        if stochastic:  # Gumbel-max on the same keyed noise the reference draws, sliced to this chunk
+            noisy = gumbel_noise(noise_keys, canvas_length, vocab_size, start, stop, device)
+            noisy_best.update(noisy.add_(scaled if rows is None else scaled[rows]), start)
+            del noisy
+        softmax.update(scaled, chunk_max, embed_weight[start:stop])
+        del scaled
 
-        # Running argmax: a later chunk wins only when strictly greater (first index on ties).
-        chunk_idx = scaled.argmax(dim=-1, keepdim=True)
-        chunk_max = scaled.gather(-1, chunk_idx).squeeze(-1)
-        better = chunk_max > best
-        best = torch.where(better, chunk_max, best)
-        best_idx = torch.where(better, chunk_idx.squeeze(-1) + start, best_idx)
+    log_s = torch.log(softmax.s)
+    entropy = log_s - softmax.t / softmax.s
+    draft = best.index
+    sampled = draft.clone()
+    if stochastic:
+        sampled[stochastic] = noisy_best.index
+    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
+    next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
 
-        # Gumbel-max on the same keyed noise the reference draws, sliced to this chunk.
-        u = keyed_uniform(gumbel_keys, canvas_length, vocab_size, start, stop)
-        noisy = scaled + -torch.log(-torch.log(u)) * sample
-        del u
-        noisy_chunk_idx = noisy.argmax(dim=-1, keepdim=True)
-        noisy_chunk_max = noisy.gather(-1, noisy_chunk_idx).squeeze(-1)
-        del noisy
-        better = noisy_chunk_max > noisy_best
-        noisy_best = torch.where(better, noisy_chunk_max, noisy_best)
-        noisy_idx = torch.where(better, noisy_chunk_idx.squeeze(-1) + start, noisy_idx)
-
-        # Online softmax statistics, rescaled to the new running max.
-        m_new = torch.maximum(m, chunk_max)
-        alpha = torch.exp(m - m_new)  # 0 on the first chunk (m = -inf)
-        shift = torch.nan_to_num(m - m_new, neginf=0.0)  # m_old - m_new; 0 where nothing yet
-        scaled -= m_new[..., None]  # now x - m_new, in place
-        e = torch.exp(scaled)
-        t = alpha * (t + shift * s) + (e * scaled).sum(dim=-1)
-        s = alpha * s + e.sum(dim=-1)
-        acc = acc * alpha[..., None] + torch.matmul(e.to(embed_weight.dtype), embed_weight[start:stop]).float()
-        m = m_new
-        del scaled, e
-
-    log_z = m + torch.log(s)
-    entropy = torch.log(s) - t / s
-    mean_entropy = entropy.mean(dim=-1)
-    confident = mean_entropy < inputs.confidence_threshold
-    draft, sampled = best_idx, noisy_idx
-
-    next_canvas, accepted, history, converged = settle(sampled, draft, entropy, confident, inputs, vocab_size)
-
-    soft_embeds = (acc / s[..., None] * normalizer).to(embed_weight.dtype)
-    logprobs = best - log_z
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, confident, converged, history, soft_embeds, logprobs)
+    soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype)
+    logprobs = best.value - (softmax.m + log_s)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
 
 
 def chunk_ladder(vocab_size: int) -> list[int]:

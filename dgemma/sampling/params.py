@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
+from dgemma.sampling.primitives import MAX_STABILITY
+from dgemma.sampling.steps import SAMPLER_STEPS
+
+__all__ = ["MAX_STABILITY", "SAMPLER_STEPS", "RunOptions", "SamplingParams", "parse_tiling"]
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,6 @@ def parse_tiling(tiling: str | int) -> str | int:
     if text.isdigit() and int(text) >= 1:
         return int(text)
     raise ValueError(f"tiling must be auto, off or a positive integer, got {tiling!r}")
-
-
-SAMPLER_STEPS = ("reference", "chunked")  # the step implementations; sampling.sampler registers each
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,317 @@
+"""The tiled sampler: preallocated per-slot state for `max_num_seqs` requests, and one step
+over any of them in tiles sized from free memory, split and retried on out-of-memory
+(docs/design.md, tiling)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dgemma.events import TilePlan, TileSplit
+from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, split_tiles
+from dgemma.sampling.calibration import calibrate_tile
+from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
+from dgemma.sampling.params import SamplingParams, parse_tiling
+from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs
+from dgemma.sampling.reference import reference_tile
+from dgemma.sampling.steps import StepLayout, step_for
+
+# Slot phases.
+FREE, DENOISING, COMMITTING = 0, 1, 2
+
+
+@dataclass
+class StepOutput:
+    """What one sampler call produced, as views of the per-slot output buffers (row i = slots[i])."""
+
+    slots: list[int]
+    next_canvas: torch.Tensor  # [n, CL] the canvas the decoder reads next step
+    draft: torch.Tensor  # [n, CL] argmax canvas (what commits)
+    entropy: torch.Tensor  # [n, CL]
+    accepted: torch.Tensor  # [n, CL]
+    mean_entropy: torch.Tensor  # [n]
+    converged: torch.Tensor  # [n]
+    finite: torch.Tensor  # [n] False where a request's logits held NaN/inf
+    plan: TilePlan | None = None
+
+
+@dataclass
+class _HostSlot:
+    """A slot's request on the host: its settings, canvas and step count (the one step count)."""
+
+    params: SamplingParams = field(default_factory=SamplingParams)
+    canvas_index: int = 0
+    steps: int = 0  # denoising steps done on the current canvas
+
+    def row(self) -> RowKey:
+        return RowKey(self.params.seed, self.canvas_index, self.steps, self.params.greedy)
+
+
+class TiledSampler:
+    """Per-slot state for `max_num_seqs` requests and the tiled step over them.
+
+    tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory),
+    "off" (one tile, no retry: the untiled run of the lesson), or an int (fixed tile size).
+    """
+
+    def __init__(
+        self,
+        max_num_seqs: int,
+        canvas_length: int,
+        vocab_size: int,
+        embed_weight: torch.Tensor,
+        normalizer: float,
+        memory: MemoryDevice | None = None,
+        tiling: str | int = "auto",
+        fraction: float = 0.5,
+        tile_fn: TileFn = reference_tile,
+        impl: str = "reference",
+        calibration: Calibration | None = None,
+        lm_head: LMHead | None = None,
+    ):
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if canvas_length < 1:
+            raise ValueError(f"canvas_length must be >= 1, got {canvas_length}")
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        self.tiling = parse_tiling(tiling)
+        self.max_num_seqs = max_num_seqs
+        self.canvas_length = canvas_length
+        self.vocab_size = vocab_size
+        self.embed_weight = embed_weight
+        self.normalizer = float(normalizer)
+        self.device = embed_weight.device
+        self.memory = memory if memory is not None else HostMemory()
+        self.fraction = fraction
+        self.tile_fn = tile_fn
+        self.impl = impl
+        self._calibration = calibration  # None: measured on first use
+        self.lm_head = lm_head  # set: step() may take hidden states and project them per tile
+
+        S, CL, H, dev = max_num_seqs, canvas_length, embed_weight.shape[1], self.device
+        # State, preallocated per slot (vLLM's indexed-slot pattern); settings stay on the host.
+        self.canvas = torch.zeros(S, CL, dtype=torch.long, device=dev)
+        self.draft = torch.zeros(S, CL, dtype=torch.long, device=dev)
+        self.phase = torch.zeros(S, dtype=torch.int8, device=dev)
+        self.history = torch.full((S, MAX_STABILITY, CL), -1, dtype=torch.long, device=dev)
+        self.history_valid = torch.zeros(S, MAX_STABILITY, dtype=torch.bool, device=dev)
+        self.soft = torch.zeros(S, CL, H, dtype=embed_weight.dtype, device=dev)
+        self.logprobs = torch.zeros(S, CL, dtype=torch.float32, device=dev)
+        # Output buffers: cleared once per call, each tile writes only its own slots' rows.
+        self.out_entropy = torch.zeros(S, CL, dtype=torch.float32, device=dev)
+        self.out_accepted = torch.zeros(S, CL, dtype=torch.bool, device=dev)
+        self.out_mean_entropy = torch.zeros(S, dtype=torch.float32, device=dev)
+        self.out_converged = torch.zeros(S, dtype=torch.bool, device=dev)
+        self._host = [_HostSlot() for _ in range(S)]
+
+    # ---- slots
+
+    def start_canvas(self, slot: int, params: SamplingParams, canvas_index: int) -> None:
+        """Begin denoising a fresh canvas in `slot`: keyed uniform random tokens, empty history."""
+        host = self._host[slot]
+        host.params, host.canvas_index, host.steps = params, canvas_index, 0
+        keys = row_keys([host.row()], INIT, self.device)
+        self.canvas[slot] = keyed_tokens(keys, self.canvas_length, self.vocab_size)[0]
+        self.draft[slot] = self.canvas[slot]
+        self.phase[slot] = DENOISING
+        self.history[slot] = -1
+        self.history_valid[slot] = False
+        self.history_valid[slot, MAX_STABILITY - params.stability_threshold :] = params.stability_threshold > 0
+        self.soft[slot] = 0  # no self-conditioning on a canvas's first step (transformers: zeros)
+
+    def free(self, slot: int) -> None:
+        self.phase[slot] = FREE
+        self._host[slot] = _HostSlot()
+
+    def steps_done(self, slot: int) -> int:
+        return self._host[slot].steps
+
+    def soft_embeds(self, slots: Sequence[int]) -> torch.Tensor:
+        """[n, CL, hidden] self-conditioning input for the decoder (zeros on a canvas's first step)."""
+        return self.soft[self._index(slots)]
+
+    def take_logprobs(self, slot: int) -> torch.Tensor:
+        """The committed draft's per-position logprobs, computed when the canvas converged."""
+        return self.logprobs[slot].clone()
+
+    def _index(self, slots: Sequence[int]) -> torch.Tensor:
+        return torch.as_tensor(list(slots), dtype=torch.long, device=self.device)
+
+    # ---- memory
+
+    def calibration(self) -> Calibration:
+        """Transient bytes per request of this sampler's step, measured once on meta tensors."""
+        if self._calibration is None:
+            self._calibration = calibrate_tile(
+                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight, self.lm_head
+            )
+        return self._calibration
+
+    def _group(self, n: int, free: int) -> int:
+        """Requests per tile: all of them (off), the planner's pick (auto) or the fixed size."""
+        if self.tiling == "off":
+            return n
+        if self.tiling == "auto":
+            return plan_tiles(n, free, self.calibration(), self.fraction)
+        return max(1, min(n, self.tiling))
+
+    # ---- the step
+
+    def _tile_inputs(self, slots: Sequence[int], idx: torch.Tensor) -> TileInputs:
+        hosts = [self._host[s] for s in slots]
+        # Per-row settings from the host, in float32 as the device would compute them.
+        table = torch.tensor(
+            [[h.params.t_min, h.params.t_max, h.params.max_denoising_steps, h.steps, h.params.entropy_bound,
+              h.params.confidence_threshold] for h in hosts], dtype=torch.float32,
+        )  # fmt: skip
+        t_min, t_max, max_steps, steps, bound, threshold = table.unbind(1)
+        remaining = max_steps - steps
+        temperature = t_min + (t_max - t_min) * remaining / max_steps
+        dev = self.device
+        return TileInputs(
+            rows=[h.row() for h in hosts],
+            temperature=temperature.to(dev, non_blocking=True),
+            entropy_bound=bound.to(dev, non_blocking=True),
+            confidence_threshold=threshold.to(dev, non_blocking=True),
+            last_step=(remaining <= 1).to(dev, non_blocking=True),
+            history=self.history[idx],
+            history_valid=self.history_valid[idx],
+        )
+
+    def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
+        idx = self._index(slots)
+        result = self.tile_fn(scores, self._tile_inputs(slots, idx), self.embed_weight, self.normalizer)
+        # Write state only once the whole tile succeeded (a failed tile leaves no trace).
+        self.canvas[idx] = result.next_canvas
+        self.draft[idx] = result.draft
+        self.history[idx] = result.history
+        self.soft[idx] = result.soft_embeds.to(self.soft.dtype)
+        self.logprobs[idx] = result.logprobs
+        self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
+        self.out_entropy[idx] = result.entropy
+        self.out_accepted[idx] = result.accepted
+        self.out_mean_entropy[idx] = result.mean_entropy
+        self.out_converged[idx] = result.converged
+        for s in slots:
+            self._host[s].steps += 1
+
+    def _scores(self, logits: torch.Tensor | None, hidden: torch.Tensor | None, n: int) -> Scores:
+        """Check the step's input against the slots and wrap it."""
+        if (logits is None) == (hidden is None):
+            raise ValueError("pass exactly one of logits or hidden")
+        if hidden is not None:
+            if self.lm_head is None:
+                raise ValueError("hidden states need a sampler built with an lm_head")
+            if tuple(hidden.shape[:2]) != (n, self.canvas_length):
+                raise ValueError(f"hidden of shape {tuple(hidden.shape)} do not match {n} slots x CL {self.canvas_length}")
+            return Scores(hidden=hidden, head=self.lm_head)
+        if logits.dim() == 2:
+            logits = logits.view(n, self.canvas_length, -1)
+        if logits.shape[0] != n or logits.shape[1] != self.canvas_length:
+            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {n} slots x CL {self.canvas_length}")
+        if logits.shape[2] != self.vocab_size:
+            raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {self.vocab_size}")
+        return Scores(logits=logits)
+
+    def _run_tiles(self, scores: Scores, slots: list[int], group: int) -> tuple[list[int], list[TileSplit]]:
+        """Run the tiles of `group` requests; an out-of-memory tile is split in half and retried,
+        down to one request (not when tiling is off: then the lesson wants the error)."""
+        pending = split_tiles(len(slots), group)
+        ran: list[int] = []
+        splits: list[TileSplit] = []
+        while pending:
+            start, end = pending.pop(0)
+            try:
+                self._run_tile(scores.tile(start, end), slots[start:end])
+                ran.append(end - start)
+            except torch.OutOfMemoryError as err:
+                if self.tiling == "off" or end - start == 1:
+                    raise
+                splits.append(TileSplit(start, end - start, str(err).splitlines()[0][:300]))
+                mid = start + (end - start) // 2
+                pending[:0] = [(start, mid), (mid, end)]
+        return ran, splits
+
+    def step(self, logits: torch.Tensor | None, slots: Sequence[int], hidden: torch.Tensor | None = None) -> StepOutput:
+        """One denoising step for the requests in `slots`, given their logits [n, CL, vocab] or,
+        with an `lm_head`, their decoder hidden states [n, CL, hidden] (projected per tile)."""
+        slots = [int(s) for s in slots]
+        scores = self._scores(logits, hidden, len(slots))
+        started = time.time()
+        free = self.memory.free_bytes()
+        group = self._group(len(slots), free)
+        calibration = self.calibration()
+
+        # Clear this call's output rows once: each tile writes only its own rows. Other slots
+        # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran).
+        idx = self._index(slots)
+        self.out_entropy[idx] = 0
+        self.out_accepted[idx] = False
+        self.out_mean_entropy[idx] = 0
+        self.out_converged[idx] = False
+        with self.memory.measure() as measured:
+            ran, splits = self._run_tiles(scores, slots, group)
+
+        plan = TilePlan(
+            time=started,
+            impl=self.impl,
+            num_decode=len(slots),
+            canvas_length=self.canvas_length,
+            vocab_size=self.vocab_size,
+            free_bytes=int(free),
+            budget_bytes=self.memory.capacity_bytes(),
+            bytes_per_request=calibration.bytes_per_request,
+            group=group,
+            tiles=tuple(ran),
+            # Unmeasured (a CPU with no budget skips the tracker's cost): the calibrated estimate.
+            peak_transient_bytes=int(calibration.tile_bytes(max(ran, default=0)) if measured.peak_bytes is None else measured.peak_bytes),
+            peak_measured=measured.peak_bytes is not None,
+            splits=tuple(splits),
+            seconds=time.time() - started,
+        )
+        return self.outputs(slots, plan)
+
+    def outputs(self, slots: Sequence[int], plan: TilePlan | None = None) -> StepOutput:
+        """Views of the last step's per-slot outputs for `slots` (row i = slots[i])."""
+        slots = [int(s) for s in slots]
+        idx = self._index(slots)
+        mean = self.out_mean_entropy[idx]
+        return StepOutput(
+            slots=slots,
+            next_canvas=self.canvas[idx],
+            draft=self.draft[idx],
+            entropy=self.out_entropy[idx],
+            accepted=self.out_accepted[idx],
+            mean_entropy=mean,
+            converged=self.out_converged[idx],
+            finite=torch.isfinite(mean),
+            plan=plan,
+        )
+
+
+def build_sampler(
+    impl: str,
+    max_num_seqs: int,
+    canvas_length: int,
+    vocab_size: int,
+    embed_weight: torch.Tensor,
+    normalizer: float,
+    memory: MemoryDevice | None = None,
+    tiling: str | int = "auto",
+    lm_head: LMHead | None = None,
+    chunk_size: int | None = None,
+    fraction: float = 0.5,
+) -> TiledSampler:
+    """A tiled sampler running step implementation `impl` (steps.STEPS): "reference" (eager, the
+    one that runs out of memory) or "chunked" (streams the vocabulary; chunk size from free memory
+    unless given)."""
+    memory = memory if memory is not None else HostMemory()
+    layout = StepLayout(max_num_seqs, canvas_length, vocab_size, memory.free_bytes(), embed_weight, lm_head, fraction, chunk_size)
+    return TiledSampler(
+        max_num_seqs, canvas_length, vocab_size, embed_weight, normalizer,
+        memory=memory, tiling=tiling, tile_fn=step_for(impl, layout), impl=impl, lm_head=lm_head, fraction=fraction,
+    )  # fmt: skip
