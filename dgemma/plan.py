@@ -28,8 +28,8 @@ import torch
 
 from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
 from dgemma.memory import Calibration, format_bytes, plan_tiles
-from dgemma.sampling.chunked import MAX_CHUNK, chunk_ladder, chunked_tile
-from dgemma.sampling.sampler import LMHead, calibrate_tile, reference_tile
+from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
+from dgemma.sampling.chunked import chunk_ladder
 
 GiB = 1024**3
 FRACTION = 0.5  # the planner's share of free memory, as the sampler uses it
@@ -99,12 +99,8 @@ def _meta_embed(vocab_size: int, hidden_size: int) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=64)
 def untiled_calibration(canvas_length: int, vocab_size: int, hidden_size: int) -> Calibration:
-    """The seed's eager step: the logits are its input (made before the sampler), 7 copies at its peak.
-
-    Today's reference step runs the seed's eager order; when dgemma/sampling/seed.py lands this is
-    `calibrate_tile(seed_tile, ...)`.
-    """
-    return calibrate_tile(reference_tile, canvas_length, vocab_size, _meta_embed(vocab_size, hidden_size))
+    """The seed's eager step (`seed_tile`): the logits are its input (made before the sampler), 7 copies at its peak."""
+    return calibrate_tile(seed_tile, canvas_length, vocab_size, _meta_embed(vocab_size, hidden_size))
 
 
 @functools.lru_cache(maxsize=64)

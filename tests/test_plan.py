@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from dgemma import plan
-from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
-from dgemma.sampling.sampler import LMHead, calibrate_tile
+from dgemma.sampling import LMHead, calibrate_tile, chunked_tile
+from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size
 from dgemma.ui.charts import plan_figure
 from dgemma.ui.explorer import plan_sentence, plan_table
 from app_server import ROOT
