@@ -307,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(_text_row(row))
     copies = closing["copies_per_request"]
+    chunked = ", ".join(f"{v} (chunk {c})" for c, v in copies["chunked"].items()) or "-"
     print(f"copies per request: untiled {copies['untiled']}, seed assumes {copies['seed_assumed']}, tiled "
-          f"{copies['tiled']}, chunked {copies['chunked']}; {closing['seconds']} s")  # fmt: skip
+          f"{copies['tiled']}, chunked {chunked}; {closing['seconds']} s")  # fmt: skip
     return 0
 
 
