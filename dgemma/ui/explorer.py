@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from dgemma.memory import format_bytes
 from dgemma.ui.charts import plan_figure, plot
 
-GiB = 1024**3
 CANVAS_CHOICES = [("the model's own", 0), 16, 32, 64, 128, 256, 512, 1024]
 DEFAULT_GPU = "h200"
 INTRO = (
@@ -42,7 +42,12 @@ class ExplorerParts:
 
 
 def _gib(n: int | None) -> str:
-    return "—" if n is None else f"{n / GiB:,.2f} GiB"
+    return "—" if n is None else format_bytes(n)
+
+
+def _share(part: int, free: int) -> str:
+    share = 100 * part / free
+    return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
 
 
 def _short(name: str) -> str:
@@ -86,12 +91,12 @@ def plan_sentence(rows: Sequence[dict], model: str) -> str:
     oom = next((r for r in rows if not r["fits_untiled"]), None)
     untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {_gib(oom['untiled_peak_bytes'])})"
                if oom else f"untiled fits all {last['requests']} requests ({_gib(last['untiled_peak_bytes'])})")  # fmt: skip
-    parts = [f"{on}, {_gib(free)} is free after {model}'s weights and the reserve: {untiled}",
+    parts = [f"{on}, {_gib(free)} is free after the weights of {model} and the reserve: {untiled}",
              f"the seed's heuristic runs groups of {last['seed_group']} (peak {_gib(last['seed_peak_bytes'])}, "
-             f"{100 * last['seed_peak_bytes'] / free:.0f} % of free)"]  # fmt: skip
+             f"{_share(last['seed_peak_bytes'], free)})"]  # fmt: skip
     if last["tile_size"] is not None:
         parts.append(f"calibrated tiling runs tiles of {last['tile_size']} (peak {_gib(last['tiled_peak_bytes'])}, "
-                     f"{100 * last['tiled_peak_bytes'] / free:.0f} % of free)")  # fmt: skip
+                     f"{_share(last['tiled_peak_bytes'], free)})")  # fmt: skip
     if last["chunked_peak_bytes"] is not None:
         held = "in one tile" if last["chunked_tiles"] == 1 else f"in tiles of {last['chunked_tile_size']}"
         parts.append(f"the chunked step runs {last['requests']} requests {held} at {_gib(last['chunked_peak_bytes'])}")
