@@ -118,3 +118,28 @@ def test_stop_cancels_this_sessions_requests(page):
         timeout=60_000,
     )
     assert page.locator("#cards .card.status-cancelled").count() >= 1
+
+
+def test_explorer_chart_renders_and_follows_the_gpu(page, shots):
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    plot = "document.querySelector('#explorer-plot .js-plotly-plot')"
+    page.wait_for_function(f"() => {plot}?.layout?.title?.text?.includes('H200')", timeout=90_000)
+    h200 = page.evaluate(f"() => {plot}.data.map(t => t.name)")
+    assert h200[:4] == ["untiled (one tile)", "seed heuristic (×10 guess)", "calibrated tiling", "chunked step"]
+    assert "untiled runs out of memory" in h200 and any(n.startswith("free memory") for n in h200)
+    assert "On an H200 141 GB" in page.inner_text("#explorer-sentence")
+    assert page.locator("#explorer-table tbody tr").count() == 7
+
+    def pick(label: str) -> None:
+        page.locator("#explorer-gpu input").click()
+        page.get_by_role("option", name=label, exact=True).click()
+        page.wait_for_function(f"() => {plot}?.layout?.title?.text?.includes('{label}')", timeout=60_000)
+
+    pick("L4 24 GB")
+    l4 = page.evaluate(f"() => {plot}.data.map(t => t.name)")
+    assert l4 != h200 and not any(n.startswith("free memory") for n in l4)
+    assert "does not fit in bf16" in page.inner_text("#explorer-sentence")
+    pick("A100 80 GB")
+    assert "untiled runs out of memory at 32 requests" in page.inner_text("#explorer-sentence")
+    page.locator("#explorer").screenshot(path=str(shots / "explorer.png"))
+    assert not page.errors, page.errors

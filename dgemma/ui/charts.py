@@ -21,7 +21,7 @@ from typing import Any
 from gradio.data_classes import GradioModel
 
 from dgemma.events import TilePlan
-from dgemma.memory import MiB
+from dgemma.memory import GiB, MiB
 from dgemma.ui.board import Board
 
 # Free memory (GiB) and a small model's peak transient (KiB) differ by 10^6: a log axis shows both.
@@ -147,3 +147,47 @@ def plot(spec: Spec) -> GradioModel:
     from gradio.components.plot import PlotData
 
     return PlotData(type="plotly", plot=json.dumps(spec))
+
+
+# The explorer's four ways of running one sampler call (dgemma/plan.py), one colour each.
+PLAN_SERIES = (
+    ("untiled_peak_bytes", "untiled (one tile)", "#d62728"),
+    ("seed_peak_bytes", "seed heuristic (×10 guess)", "#ff7f0e"),
+    ("tiled_peak_bytes", "calibrated tiling", "#1f77b4"),
+    ("chunked_peak_bytes", "chunked step", "#2ca02c"),
+)
+
+
+def plan_figure(rows: Sequence[dict]) -> Spec:
+    """Sampler peak (GiB, log) against requests for one GPU's plan rows, free memory as a line,
+    and the first request count where the untiled step needs more than is free marked."""
+    requests = [r["requests"] for r in rows]
+    data: list[dict] = [
+        dict(type="scatter", mode="lines+markers", x=requests, name=name, line=dict(color=color, width=2),
+             y=[None if r[key] is None else r[key] / GiB for r in rows])
+        for key, name, color in PLAN_SERIES
+    ]  # fmt: skip
+    free = rows[0]["free_bytes"] if rows else 0
+    annotations = []
+    if free > 0:
+        for y, name, dash in ((free, "free memory", "dash"), (free / 2, "half of free (the planner's share)", "dot")):
+            data.append(dict(type="scatter", mode="lines", x=[requests[0], requests[-1]], y=[y / GiB] * 2,
+                             name=f"{name}: {y / GiB:.1f} GiB", line=dict(color="black", dash=dash, width=1.5)))
+        oom = next((r for r in rows if not r["fits_untiled"]), None)
+        if oom is not None:
+            data.append(dict(type="scatter", mode="markers", x=[oom["requests"]], y=[oom["untiled_peak_bytes"] / GiB],
+                             name="untiled runs out of memory", marker=dict(symbol="x", size=14, color="black")))
+            annotations.append(dict(x=math.log10(oom["requests"]), y=math.log10(oom["untiled_peak_bytes"] / GiB),
+                                    text=f"untiled OOM at {oom['requests']}", showarrow=True, arrowhead=2, ax=-50, ay=-30))
+    elif rows:
+        annotations.append(dict(xref="paper", yref="paper", x=0.02, y=0.98, xanchor="left", showarrow=False,
+                                font=dict(color="crimson", size=12),
+                                text=f"the weights ({rows[0]['weights_bytes'] / GiB:.1f} GiB) do not fit: nothing runs"))
+    title = f"Sampler peak vs requests on {rows[0]['gpu']}, canvas {rows[0]['canvas_length']}" if rows else "Sampler peak"
+    layout = _layout(
+        title,
+        xaxis=dict(title=dict(text="concurrent requests"), type="log", tickvals=requests, ticktext=[str(n) for n in requests], **_AXIS),
+        yaxis=dict(title=dict(text="peak transient of one sampler call (GiB, log)"), type="log", **_AXIS),
+        annotations=annotations,
+    )  # fmt: skip
+    return {"data": data, "layout": layout}

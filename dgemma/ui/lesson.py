@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.memory import format_bytes
+from dgemma.ui import explorer
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.lesson_run import REAL_VOCAB
@@ -145,6 +146,7 @@ def build(backend: Backend) -> LessonParts:
         chart = gr.Plot(plot(tile_figure([])), label="tiled run", elem_id="lesson-plot", scale=2)
         gr.Markdown(CHART_TEXT, elem_classes="explain")
     gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
+    explorer.section(backend)
     return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart)
 
 

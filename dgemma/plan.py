@@ -1,0 +1,316 @@
+"""`python -m dgemma.plan`: what the sampler needs on real GPUs, worked out before renting one.
+
+For each GPU and each number of concurrent requests, one row: the weights, what is left free,
+and the peak transient of one sampler call four ways (docs/tiling.md walks through them):
+
+- untiled:  the seed's eager step as one tile (7 fp32 [CL, vocab] copies per request);
+- seed:     the same step in groups of the seed's heuristic,
+            `max(1, min(num_decode, 0.5 * free // (CL * vocab * 4 * 10)))`;
+- tiled:    this project's planner (`plan_tiles`) over this project's reference step, as the
+            engine runs it (hidden states in, the LM head applied per tile);
+- chunked:  the vocab-chunked step at the chunk size the sampler picks, tiled by the planner.
+
+Nothing touches a device: the weights are a published size or a local config's estimate, and
+every step is calibrated on meta tensors (`calibrate_tile`), shapes without memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
+from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
+from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
+from dgemma.sampling.chunked import chunk_ladder
+
+FRACTION = 0.5  # the planner's share of free memory, as the sampler uses it
+SEED_COPIES = 10  # the seed's assumed fp32 copies per request ("eager peaks at ~8; pad")
+RUNTIME_RESERVE = 2 * GiB
+"""Held back from every GPU before the sampler sees free memory: the CUDA context (~0.5 GiB),
+cuBLAS workspaces, the allocator's rounding, what the driver keeps of the spec-sheet capacity,
+and one decoder call's activations. KV caches are not counted: the sampler is the subject."""
+REQUESTS = (1, 2, 4, 8, 16, 32, 64)
+RELEASED_ID = "google/diffusiongemma-26B-A4B-it"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str  # what --gpus takes
+    name: str
+    memory_gb: int  # the spec sheet's figure, read as GiB
+
+    @property
+    def total_bytes(self) -> int:
+        return self.memory_gb * GiB
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.memory_gb} GB"
+
+
+GPUS = (
+    Gpu("t4", "T4", 16), Gpu("l4", "L4", 24), Gpu("a10g", "A10G", 24), Gpu("l40s", "L40S", 48),
+    Gpu("a100-40", "A100", 40), Gpu("a100-80", "A100", 80), Gpu("h100", "H100", 80), Gpu("h200", "H200", 141),
+    Gpu("rtx-pro-6000", "RTX Pro 6000", 96),
+)  # fmt: skip
+"""RTX Pro 6000 96 GB is the card behind Hugging Face's ZeroGPU."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the plan needs to know about a model: its weights and the sampler's shapes."""
+
+    name: str
+    weights_bytes: int
+    canvas_length: int
+    vocab_size: int
+    hidden_size: int
+    softcap: float | None = 30.0
+
+
+RELEASED = ModelSpec(RELEASED_ID, 26 * 10**9 * 2, 256, 262_144, 2816)
+"""The released checkpoint: 26 B parameters (its published size) in bf16, canvas 256, vocab
+262,144, hidden 2816 (the hidden size only sizes the [CL, hidden] soft embedding)."""
+
+
+# --------------------------------------------------------------------------- the seed's rule
+
+
+def seed_group(num_decode: int, free_bytes: int, canvas_length: int, vocab_size: int) -> int:
+    """The seed's (vLLM's) group size, exactly: ×10 fp32 copies assumed, half of free memory."""
+    return int(max(1, min(num_decode, 0.5 * free_bytes // (canvas_length * vocab_size * 4 * SEED_COPIES))))
+
+
+# --------------------------------------------------------------------------- calibrations (meta)
+
+
+def _meta_embed(vocab_size: int, hidden_size: int) -> torch.Tensor:
+    return torch.empty(vocab_size, hidden_size, dtype=torch.bfloat16, device="meta")
+
+
+@functools.lru_cache(maxsize=64)
+def untiled_calibration(canvas_length: int, vocab_size: int, hidden_size: int) -> Calibration:
+    """The seed's eager step (`seed_tile`): the logits are its input (made before the sampler), 7 copies at its peak."""
+    return calibrate_tile(seed_tile, canvas_length, vocab_size, _meta_embed(vocab_size, hidden_size))
+
+
+@functools.lru_cache(maxsize=64)
+def tiled_calibration(canvas_length: int, vocab_size: int, hidden_size: int, softcap: float | None) -> Calibration:
+    """This project's reference step as the engine builds it: hidden states in, LM head per tile."""
+    embed = _meta_embed(vocab_size, hidden_size)
+    return calibrate_tile(reference_tile, canvas_length, vocab_size, embed, LMHead(embed, softcap))
+
+
+@functools.lru_cache(maxsize=256)
+def chunked_calibration(chunk: int, canvas_length: int, vocab_size: int, hidden_size: int,
+                        softcap: float | None) -> Calibration:  # fmt: skip
+    """The chunked step at `chunk`, calibrated over two chunks of the vocabulary.
+
+    Each chunk's tensors are freed before the next and the accumulators are [CL] or [CL, hidden],
+    so the peak does not grow with the number of chunks: two chunks (the second takes the
+    rescaling path) measure what all of them would, in a sixteenth of the time at vocab 262,144.
+    tests/test_plan.py checks this against the whole vocabulary.
+    """
+    vocab = min(vocab_size, 2 * chunk)
+    embed = _meta_embed(vocab, hidden_size)
+    step = functools.partial(chunked_tile, chunk_size=chunk)
+    return replace(calibrate_tile(step, canvas_length, vocab, embed, LMHead(embed, softcap)), vocab_size=vocab_size)
+
+
+def chunk_for(requests: int, free_bytes: int, model: ModelSpec, canvas_length: int) -> int:
+    """The chunk `choose_chunk_size` picks: the widest whose step holds every request in one tile
+    within the planner's share of free memory, else the narrowest (then the tiles split)."""
+    ladder = chunk_ladder(model.vocab_size)
+    for chunk in ladder:
+        calibration = chunked_calibration(chunk, canvas_length, model.vocab_size, model.hidden_size, model.softcap)
+        if calibration.tile_bytes(1) <= free_bytes and plan_tiles(requests, free_bytes, calibration, FRACTION) >= requests:
+            return chunk
+    return ladder[-1]
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+def _tiles(requests: int, free_bytes: int, calibration: Calibration) -> tuple[int | None, int | None, int | None]:
+    """(tile size, tiles, peak) the planner gives; Nones where not even one request fits."""
+    if calibration.tile_bytes(1) > free_bytes:
+        return None, None, None
+    group = plan_tiles(requests, free_bytes, calibration, FRACTION)
+    return group, math.ceil(requests / group), calibration.tile_bytes(group)
+
+
+def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | None = None,
+             reserve_bytes: int = RUNTIME_RESERVE) -> dict:  # fmt: skip
+    """One (GPU, requests) row; peaks in bytes, None where the step cannot run at all."""
+    cl = canvas_length or model.canvas_length
+    vocab = model.vocab_size
+    fits_weights = model.weights_bytes + reserve_bytes <= gpu.total_bytes
+    free = gpu.total_bytes - model.weights_bytes - reserve_bytes if fits_weights else 0
+    untiled = untiled_calibration(cl, vocab, model.hidden_size)
+    group = seed_group(requests, free, cl, vocab)
+    tile_size, tiles, tiled_peak = _tiles(requests, free, tiled_calibration(cl, vocab, model.hidden_size, model.softcap))
+    chunk = chunked_tile_size = chunked_tiles = chunked_peak = None
+    if fits_weights:
+        chunk = chunk_for(requests, free, model, cl)
+        chunked = chunked_calibration(chunk, cl, vocab, model.hidden_size, model.softcap)
+        chunked_tile_size, chunked_tiles, chunked_peak = _tiles(requests, free, chunked)
+    return dict(
+        gpu=gpu.label, gpu_bytes=gpu.total_bytes, weights_bytes=model.weights_bytes, reserve_bytes=reserve_bytes,
+        fits_weights=fits_weights, free_bytes=free, requests=requests, canvas_length=cl, vocab=vocab,
+        untiled_peak_bytes=untiled.tile_bytes(requests), fits_untiled=untiled.tile_bytes(requests) <= free,
+        seed_group=group, seed_tiles=math.ceil(requests / group), seed_peak_bytes=untiled.tile_bytes(group),
+        fits_seed=untiled.tile_bytes(group) <= free,
+        tile_size=tile_size, tiles=tiles, tiled_peak_bytes=tiled_peak,
+        chunk_size=chunk, chunked_tile_size=chunked_tile_size, chunked_tiles=chunked_tiles,
+        chunked_peak_bytes=chunked_peak,
+    )  # fmt: skip
+
+
+def plan_rows(model: ModelSpec = RELEASED, gpus: tuple[Gpu, ...] = GPUS, requests: tuple[int, ...] = REQUESTS,
+              canvas_length: int | None = None, reserve_bytes: int = RUNTIME_RESERVE) -> list[dict]:  # fmt: skip
+    """Every (GPU, requests) row, GPU by GPU."""
+    return [plan_row(g, n, model, canvas_length, reserve_bytes) for g in gpus for n in requests]
+
+
+def summary(rows: list[dict], model: ModelSpec, seconds: float) -> dict:
+    """The closing line: the model, the copies per request each step holds, what fits where."""
+    cl, vocab, hidden = rows[0]["canvas_length"], model.vocab_size, model.hidden_size
+    chunks = sorted({r["chunk_size"] for r in rows if r["chunk_size"]})
+    chunked = {c: chunked_calibration(c, cl, vocab, hidden, model.softcap).copies_per_request for c in chunks}
+    return dict(
+        summary=True, model=model.name, weights_bytes=model.weights_bytes, reserve_bytes=rows[0]["reserve_bytes"],
+        canvas_length=cl, vocab=vocab, hidden=hidden, fraction=FRACTION,
+        copies_per_request=dict(
+            untiled=round(untiled_calibration(cl, vocab, hidden).copies_per_request, 3), seed_assumed=SEED_COPIES,
+            tiled=round(tiled_calibration(cl, vocab, hidden, model.softcap).copies_per_request, 3),
+            chunked={str(c): round(v, 4) for c, v in chunked.items()},
+        ),
+        gpus_fitting_weights=sorted({r["gpu"] for r in rows if r["fits_weights"]}),
+        rows=len(rows), seconds=round(seconds, 2),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- models
+
+
+class PlanError(ValueError):
+    """Bad input to the plan: one sentence for the user."""
+
+
+def model_from_config(config, name: str) -> ModelSpec:
+    """A checkpoint's shapes from its DiffusionGemmaConfig; weights estimated in bf16 (meta, no memory)."""
+    from dgemma.model.loading import estimate_weight_bytes
+
+    text = config.get_text_config()
+    return ModelSpec(
+        name, estimate_weight_bytes(config, torch.bfloat16), int(config.canvas_length), int(text.vocab_size),
+        int(text.hidden_size), getattr(text, "final_logit_softcapping", None),
+    )  # fmt: skip
+
+
+def model_from_loaded(loaded) -> ModelSpec:
+    """The model a server has loaded (dgemma.model.loading.LoadedModel), its weights counted in bf16."""
+    params = loaded.weight_bytes // loaded.dtype.itemsize
+    softcap = getattr(loaded.model, "final_logit_softcapping", None)
+    return ModelSpec(loaded.name, params * 2, loaded.canvas_length, loaded.vocab_size, loaded.hidden_size, softcap)
+
+
+def resolve_model(name: str | None) -> ModelSpec:
+    """None or the released id: its published size; a local checkpoint directory: its config.
+
+    Never downloads: a hub id is read from the local Hugging Face cache or refused.
+    """
+    if name is None or name == RELEASED_ID:
+        return RELEASED
+    from transformers import AutoConfig
+
+    from dgemma.model.loading import HUB_ID
+
+    path = Path(name).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise PlanError(f"{name} holds no config.json: pass a checkpoint directory")
+    if not path.is_dir() and not HUB_ID.match(name):
+        raise PlanError(f"no checkpoint directory at {name}")
+    try:
+        config = AutoConfig.from_pretrained(str(path) if path.is_dir() else name, local_files_only=True)
+    except (OSError, ValueError):
+        raise PlanError(f"{name} is neither a checkpoint directory nor in the local Hugging Face cache, "
+                        f"and the plan never downloads; pass a directory, or {RELEASED_ID} for the released size") from None
+    if config.model_type != "diffusion_gemma":
+        raise PlanError(f"{name} is a {config.model_type!r} model, not a DiffusionGemma checkpoint")
+    return model_from_config(config, name)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def gpu_arg(text: str) -> Gpu:
+    for gpu in GPUS:
+        if text.lower() == gpu.key:
+            return gpu
+    raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: choose from {', '.join(g.key for g in GPUS)}")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m dgemma.plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help=f"checkpoint directory or hub id in the local cache (default: {RELEASED_ID}, "
+                        "by its published size)")  # fmt: skip
+    parser.add_argument("--gpus", nargs="+", type=gpu_arg, default=list(GPUS), metavar="GPU",
+                        help=f"of {', '.join(g.key for g in GPUS)} (default: all)")  # fmt: skip
+    parser.add_argument("--requests", nargs="+", type=positive_int, default=list(REQUESTS), metavar="N")
+    parser.add_argument("--canvas-length", type=positive_int, default=None, help="default: the model's (256 released)")
+    parser.add_argument("--reserve", type=size_arg, default=RUNTIME_RESERVE,
+                        help="memory held back from every GPU before the sampler (default 2GiB)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="one JSON line per row, then a summary line")
+    return parser
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GiB:.2f}"
+
+
+def _text_row(r: dict) -> str:
+    tiled = "-" if r["tile_size"] is None else f"{r['tiles']}x{r['tile_size']}"
+    return (f"{r['gpu']:<18} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
+            f"{'' if r['fits_untiled'] else '!':<1} {r['seed_group']:>5} {_gib(r['seed_peak_bytes']):>9} "
+            f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        model = resolve_model(args.model)
+    except PlanError as err:
+        parser.error(str(err))
+    rows = plan_rows(model, tuple(args.gpus), tuple(args.requests), args.canvas_length, args.reserve)
+    closing = summary(rows, model, time.time() - started)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        print(json.dumps(closing))
+        return 0
+    print(f"{model.name}: weights {format_bytes(model.weights_bytes)} (bf16), reserve {format_bytes(args.reserve)}, "
+          f"canvas {rows[0]['canvas_length']}, vocab {model.vocab_size:,}; GiB; ! = untiled runs out of memory")  # fmt: skip
+    print(f"{'gpu':<18} {'reqs':>4} {'free':>8} {'untiled':>10} {'seed':>5} {'seed pk':>9} {'tiles':>7} "
+          f"{'tiled pk':>9} {'chunked':>9}")  # fmt: skip
+    for row in rows:
+        print(_text_row(row))
+    copies = closing["copies_per_request"]
+    chunked = ", ".join(f"{v} (chunk {c})" for c, v in copies["chunked"].items()) or "-"
+    print(f"copies per request: untiled {copies['untiled']}, seed assumes {copies['seed_assumed']}, tiled "
+          f"{copies['tiled']}, chunked {chunked}; {closing['seconds']} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,139 @@
+"""The lesson's what-if explorer: `python -m dgemma.plan` for one GPU, drawn.
+
+Pick a GPU, the model (the released checkpoint by its published size, or the one this server
+loaded) and a canvas length; the chart plots the sampler's peak against the number of requests
+four ways (untiled, the seed's heuristic, calibrated tiling, chunked) with the GPU's free memory,
+a table lists the same rows, and one sentence reads the chart. Rendering (rows -> table, sentence)
+is pure and lives here; the figure is charts.plan_figure. dgemma.plan (which calibrates on torch
+meta tensors) is imported when first used, so the page's modules stay torch-free.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gradio as gr
+
+from dgemma.memory import format_bytes
+from dgemma.ui.charts import plan_figure, plot
+
+CANVAS_CHOICES = [("the model's own", 0), 16, 32, 64, 128, 256, 512, 1024]
+DEFAULT_GPU = "h200"
+INTRO = (
+    "### What if: the sampler on real GPUs\n"
+    "No GPU needed: the weights are the checkpoint's size in bf16, free memory is the GPU's capacity "
+    "minus the weights and a 2 GiB runtime reserve, and every step's peak is calibrated on meta tensors "
+    "(`python -m dgemma.plan` prints the same rows for every GPU). *Untiled*: the seed's eager step as one "
+    "tile. *Seed heuristic*: the same step in groups of `max(1, min(n, 0.5 × free // (CL × vocab × 4 × 10)))`. "
+    "*Calibrated tiling*: this project's planner over its reference step. *Chunked*: the step that streams the vocabulary."
+)
+
+
+@dataclass
+class ExplorerParts:
+    gpu: gr.Dropdown
+    model: gr.Radio
+    canvas: gr.Dropdown
+    sentence: gr.Markdown
+    chart: gr.Plot
+    table: gr.HTML
+
+
+def _gib(n: int | None) -> str:
+    return "—" if n is None else format_bytes(n)
+
+
+def _share(part: int, free: int) -> str:
+    share = 100 * part / free
+    return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
+
+
+def _short(name: str) -> str:
+    """A model's name for the page: a local directory by its last two parts (assets/model), a hub id as is."""
+    parts = name.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if name.startswith(("/", ".", "~")) else name
+
+
+def _article(gpu: str) -> str:
+    return "an" if gpu[:1] in "AEFHILMNORSX" else "a"
+
+
+def plan_table(rows: Sequence[dict]) -> str:
+    """The rows as a small HTML table: requests, then each way's layout and peak."""
+    head = "".join(f"<th>{h}</th>" for h in ("requests", "untiled", "seed heuristic", "calibrated tiling", "chunked"))
+    body = []
+    for r in rows:
+        untiled = _gib(r["untiled_peak_bytes"]) + ("" if r["fits_untiled"] else " (OOM)")
+        seed = f"{r['seed_tiles']} × {r['seed_group']}: {_gib(r['seed_peak_bytes'])}" + ("" if r["fits_seed"] else " (OOM)")
+        tiled = "—" if r["tile_size"] is None else f"{r['tiles']} × {r['tile_size']}: {_gib(r['tiled_peak_bytes'])}"
+        chunked = "—" if r["chunked_peak_bytes"] is None else (
+            f"{r['chunked_tiles']} × {r['chunked_tile_size']}: {_gib(r['chunked_peak_bytes'])}")  # fmt: skip
+        cells = (r["requests"], untiled, seed, tiled, chunked)
+        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return (f'<table class="plan-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            "<small>tiles × requests per tile: peak transient of one sampler call</small>")  # fmt: skip
+
+
+def plan_sentence(rows: Sequence[dict], model: str) -> str:
+    """One sentence that reads the chart for one GPU's rows (requests ascending)."""
+    if not rows:
+        return "No rows to read."
+    first, last = rows[0], rows[-1]
+    gpu = first["gpu"]
+    on = f"On {_article(gpu)} {gpu}"
+    if not first["fits_weights"]:
+        return (f"{on} {model} does not fit in bf16: its weights take {_gib(first['weights_bytes'])} of "
+                f"{_gib(first['gpu_bytes'])} (with a {_gib(first['reserve_bytes'])} reserve), so no sampler runs; "
+                f"untiled, {last['requests']} requests would need {_gib(last['untiled_peak_bytes'])} for the step alone.")  # fmt: skip
+    free = first["free_bytes"]
+    oom = next((r for r in rows if not r["fits_untiled"]), None)
+    untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {_gib(oom['untiled_peak_bytes'])})"
+               if oom else f"untiled fits all {last['requests']} requests ({_gib(last['untiled_peak_bytes'])})")  # fmt: skip
+    parts = [f"{on}, {_gib(free)} is free after the weights of {model} and the reserve: {untiled}",
+             f"the seed's heuristic runs groups of {last['seed_group']} (peak {_gib(last['seed_peak_bytes'])}, "
+             f"{_share(last['seed_peak_bytes'], free)})"]  # fmt: skip
+    if last["tile_size"] is not None:
+        parts.append(f"calibrated tiling runs tiles of {last['tile_size']} (peak {_gib(last['tiled_peak_bytes'])}, "
+                     f"{_share(last['tiled_peak_bytes'], free)})")  # fmt: skip
+    if last["chunked_peak_bytes"] is not None:
+        held = "in one tile" if last["chunked_tiles"] == 1 else f"in tiles of {last['chunked_tile_size']}"
+        parts.append(f"the chunked step runs {last['requests']} requests {held} at {_gib(last['chunked_peak_bytes'])}")
+    return "; ".join(parts[:-1]) + (", and " if len(parts) > 1 else "") + parts[-1] + "."
+
+
+def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str, object, str]:
+    """(sentence, figure, table) for one GPU, the released or the loaded model, a canvas length."""
+    from dgemma import plan
+
+    gpu = next((g for g in plan.GPUS if g.key == gpu_key), None)
+    if gpu is None:
+        raise gr.Error(f"Unknown GPU {gpu_key!r}: choose one from the list.")
+    loaded = getattr(backend, "loaded", None)
+    model = plan.model_from_loaded(loaded) if which == "loaded" and loaded is not None else plan.RELEASED
+    name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
+    rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None)
+    return plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
+
+
+def section(backend) -> ExplorerParts:
+    """The explorer's components and events (call inside the lesson's tab)."""
+    from dgemma.plan import GPUS, RELEASED_ID
+
+    loaded = getattr(backend, "loaded", None)
+    models = [(f"released: {RELEASED_ID} (26 B, bf16)", "released")]
+    if loaded is not None:
+        models.append((f"loaded: {_short(loaded.name)}", "loaded"))
+    with gr.Column(elem_id="explorer"):
+        gr.Markdown(INTRO)
+        with gr.Row():
+            gpu = gr.Dropdown([(g.label, g.key) for g in GPUS], value=DEFAULT_GPU, label="GPU", elem_id="explorer-gpu")
+            model = gr.Radio(models, value="released", label="model", elem_id="explorer-model")
+            canvas = gr.Dropdown(CANVAS_CHOICES, value=0, label="canvas length", elem_id="explorer-canvas")
+        sentence = gr.Markdown("", elem_id="explorer-sentence")
+        chart = gr.Plot(label="sampler peak vs requests", elem_id="explorer-plot")
+        table = gr.HTML("", elem_id="explorer-table")
+    gr.on(None, lambda g, m, c: explore(backend, g, m, c), [gpu, model, canvas], [sentence, chart, table],
+          api_visibility="private")  # fmt: skip
+    return ExplorerParts(gpu, model, canvas, sentence, chart, table)
