@@ -7,10 +7,6 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-import torch
-
-from dgemma.memory import parse_size
-
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2 (no usage dump)."""
@@ -37,6 +33,8 @@ def positive_int(text: str) -> int:
 
 def size_arg(text: str) -> int:
     """argparse type for sizes such as 8GiB; a malformed one becomes argparse's one-line error."""
+    from dgemma.memory import parse_size  # torch: imported by the commands that use it, not by app.py's page
+
     try:
         return parse_size(text)
     except ValueError as err:
@@ -46,6 +44,8 @@ def size_arg(text: str) -> int:
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:
     """Run `main`, turning expected failures (bad values, out of memory, missing files) into
     one line on stderr and a non-zero exit instead of a traceback."""
+    import torch
+
     prog = argparse.ArgumentParser().prog
     try:
         code = main(argv)

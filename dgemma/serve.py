@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-READY_LINE = "dgemma app ready at"  # app.py prints it once the server answers
+PAGE_LINE = "dgemma page at"  # app.py prints it once the server answers (the model may still be loading)
+READY_LINE = "dgemma app ready at"  # app.py prints it once the model answers too
 
 
 def free_port() -> int:

@@ -9,20 +9,12 @@ with one sentence instead of an allocator crash half-way through loading.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
-"""The small DiffusionGemma this project trains and ships (dgemma/embedded/train.py writes it)."""
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-class ModelLoadError(RuntimeError):
-    """A checkpoint could not be loaded; the message is one sentence meant for the user."""
+# Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
+from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, resolve_source  # noqa: E402,F401
 
 
 @dataclass
@@ -61,27 +53,6 @@ def default_device() -> torch.device:
 def default_dtype(device: torch.device) -> torch.dtype:
     # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
     return torch.bfloat16 if device.type == "cuda" else torch.float32
-
-
-def resolve_source(name: str | None) -> tuple[str, bool]:
-    """Return (path or hub id, is_local). Raise ModelLoadError for something that is neither."""
-    name = DEFAULT_MODEL if name is None else str(name)
-    if not name.strip():
-        raise ModelLoadError("empty model path")
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{name} is a directory but holds no config.json: not a checkpoint")
-        return str(path), True
-    if path.exists():
-        raise ModelLoadError(f"{name} is a file, not a checkpoint directory")
-    if name == DEFAULT_MODEL:
-        raise ModelLoadError(
-            f"the embedded model is missing at {name}; train it with `python -m dgemma.embedded.train` or pass --model"
-        )
-    if name.startswith((".", "/", "~")) or name.count("/") != 1 or not HUB_ID.match(name):
-        raise ModelLoadError(f"model path not found: {name}")
-    return name, False
 
 
 def load_config(source: str, is_local: bool):

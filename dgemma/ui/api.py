@@ -14,7 +14,6 @@ import gradio as gr
 from dgemma.ui.backend import Backend
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings
-from dgemma.ui.zerogpu import gpu
 
 
 def register(backend: Backend, sessions: Sessions) -> None:
@@ -57,4 +56,4 @@ def register(backend: Backend, sessions: Sessions) -> None:
             "tile_plans": [dataclasses.asdict(p) for p in plans],
         }
 
-    gr.api(gpu(generate), api_name="generate", concurrency_limit=None)
+    gr.api(generate, api_name="generate", concurrency_limit=None)

@@ -19,10 +19,10 @@ from dgemma.ui.backend import Backend
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
+from dgemma.ui.loading import LoadState
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import SettingsError, parse_prompts, parse_settings, prompts_from_text
 from dgemma.ui.stream import frames
-from dgemma.ui.zerogpu import gpu
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +69,39 @@ def _status(board: Board, started: float) -> str:
     return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
 
 
+def _header(backend: Backend) -> str:
+    return (
+        "# dgemma · watch a Diffusion-Gemma sampler at work\n"
+        "Many prompts denoise at once: every card is one request's canvas turning from random "
+        "tokens into text. The sampler tiles its work so it fits in memory. "
+        f"<small>{backend.description}</small>"
+    )
+
+
+def backend_state(backend: Backend) -> LoadState:
+    """A backend that loads its model after the page is served has a state; any other is ready."""
+    state = getattr(backend, "state", None)
+    return state() if state is not None else LoadState(True, False, "")
+
+
+def _loading_tick(backend: Backend) -> list:
+    state = backend_state(backend)
+    if not state.ready:  # still loading, or failed: only the status line changes
+        return [gr.skip(), state.message, *[gr.skip()] * 10, gr.Timer(active=not state.failed)]
+    d = backend.defaults
+    return [_header(backend), "Idle.", gr.Button(interactive=True), d.max_new_tokens, d.max_denoising_steps, d.t_min,
+            d.t_max, d.entropy_bound, d.confidence_threshold, d.stability_threshold, d.sampler,
+            backend.info().get("lesson_budget", gr.skip()), gr.Timer(active=False)]
+
+
 def build_demo(backend: Backend) -> gr.Blocks:
     """The whole app for one backend (one engine, one model)."""
     defaults, limits = backend.defaults, backend.limits
     sessions = Sessions(limits.max_queued)
 
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
-        gr.Markdown(
-            "# dgemma · watch a Diffusion-Gemma sampler at work\n"
-            "Many prompts denoise at once: every card is one request's canvas turning from random "
-            "tokens into text. The sampler tiles its work so it fits in memory. "
-            f"<small>{backend.description}</small>"
-        )
+        header = gr.Markdown(_header(backend))
+        loading = backend_state(backend)
 
         with gr.Tab("Generate"):
             with gr.Row():
@@ -90,7 +111,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                     concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
                                            label="Concurrent requests",
                                            info="Fills the batch by cycling the prompts (seed S + i each).")
-                    run = gr.Button("Run", variant="primary", elem_id="run")
+                    run = gr.Button("Run", variant="primary", elem_id="run", interactive=loading.ready)
                     stop = gr.Button("Stop", variant="stop", elem_id="stop")
             gr.Examples(EXAMPLES, inputs=[prompts], label="Example prompts")
             with gr.Accordion("Settings (the model's defaults)", open=False):
@@ -115,7 +136,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                     budget = gr.Textbox("", label="memory budget",
                                         placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
                                         info="empty: the server's --memory-budget; e.g. 64MiB runs on a budgeted engine of its own")
-            status = gr.Markdown("Idle.", elem_id="status")
+            status = gr.Markdown("Idle." if loading.ready else loading.message, elem_id="status")
             cards = gr.HTML(render_board(Board()), elem_id="cards")
             with gr.Row():
                 with gr.Column():
@@ -186,7 +207,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
                 gr.Info("Nothing to stop.")
 
         run.click(
-            gpu(generate_stream),
+            generate_stream,
             inputs=[prompts, concurrent, tiling, tile_size, budget, sampler, max_new_tokens, max_steps, t_min, t_max,
                     entropy_bound, confidence, stability, seed, greedy],
             outputs=[cards, entropy_plot, tile_plot, status],
@@ -199,6 +220,13 @@ def build_demo(backend: Backend) -> gr.Blocks:
         stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)
         lesson.wire(backend, lesson_parts)
         api.register(backend, sessions)
+        # Page first: until the model has loaded, a timer refreshes the status line; at ready it
+        # enables Run, fills in the model's own defaults and stops.
+        model_fields = [header, status, run, max_new_tokens, max_steps, t_min, t_max, entropy_bound, confidence,
+                        stability, sampler, lesson_parts.budget]
+        timer = gr.Timer(0.5, active=not loading.ready)
+        timer.tick(lambda: _loading_tick(backend), None, [*model_fields, timer], show_progress="hidden",
+                   api_visibility="private", concurrency_limit=None)
 
         def closed(request: gr.Request) -> None:
             # A closed tab (or a client gone for good): its requests stop and free their slots.

@@ -18,7 +18,6 @@ import gradio as gr
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.settings import SettingsError, parse_settings
-from dgemma.ui.zerogpu import gpu
 
 REAL_VOCAB = 262_144
 MiB = 1024**2
@@ -195,7 +194,7 @@ def wire(backend: Backend, parts: LessonParts) -> None:
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.run.click(
-        gpu(run_lesson),
+        run_lesson,
         [parts.requests, parts.budget, parts.real_scale, parts.steps],
         [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart],
         api_name="lesson", api_visibility="undocumented",
