@@ -12,6 +12,7 @@ from dgemma.events import RequestEvent, StepEvent, TilePlan
 from dgemma.engine.mailbox import Mailbox
 from dgemma.model.loading import load_model
 from dgemma.sampling import SamplingParams
+from faults import install_faults
 
 STEPS = 3  # random weights never converge: every canvas takes max_denoising_steps
 
@@ -145,8 +146,9 @@ def test_eos_ends_a_request_early(tiny_model_dir):
 
 
 def test_nan_logits_fail_only_that_request(engine):
+    faults = install_faults(engine.core)
     handles = [engine.submit(f"add {i}+3", params(seed=i), max_new_tokens=32) for i in range(3)]
-    engine.faults.nan_requests.add(handles[1].id)
+    faults.nan_requests.add(handles[1].id)
     finals = [h.result(60) for h in handles]
     assert [f.status for f in finals] == ["done", "error", "done"]
     assert "NaN or infinite logits" in finals[1].error and "\n" not in finals[1].error
@@ -156,7 +158,7 @@ def test_decoder_out_of_memory_is_retried_with_fewer_requests_and_none_is_lost(t
     prompts = [f"sort {i} 3 1" for i in range(4)]
     with Engine(tiny_model, EngineConfig(max_num_seqs=4)) as eng:
         reference = eng.generate(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
-        eng.faults.decoder_oom_above = 1  # any decoder batch of 2+ requests runs out of memory
+        install_faults(eng.core).decoder_oom_above = 1  # any decoder batch of 2+ requests runs out of memory
         retried = eng.generate(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
         assert eng.stats["decoder_splits"] > 0
     assert [r.status for r in retried] == ["done"] * 4
@@ -234,9 +236,10 @@ def test_an_untiled_sampler_step_that_runs_out_of_memory_preempts_and_keeps_the_
 
 def test_a_request_that_cannot_fit_even_alone_fails_with_one_line_and_frees_the_queue(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
-        eng.faults.decoder_oom_above = 0  # every decoder call runs out of memory, even for one request
+        faults = install_faults(eng.core)
+        faults.decoder_oom_above = 0  # every decoder call runs out of memory, even for one request
         finals = eng.generate(["add 1+1", "add 2+2"], [params(seed=1), params(seed=2)], max_new_tokens=16)
-        eng.faults.decoder_oom_above = None
+        faults.decoder_oom_above = None
         after = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(30)
     assert [f.status for f in finals] == ["error", "error"]
     assert all("even with no other request running" in f.error and "\n" not in f.error for f in finals)
@@ -254,7 +257,7 @@ def test_engine_thread_death_fails_running_requests_keeps_queued_ones_and_restar
         running = eng.submit("count 1 to 5", params(seed=1, steps=40), max_new_tokens=64)
         queued = eng.submit("add 3+3", params(seed=3), max_new_tokens=16)
         wait_for_step(running)
-        eng.faults.crash_steps = 1
+        install_faults(eng.core).crash_steps = 1
         died = running.result(30)
         assert died.status == "error" and "injected engine crash" in died.error and "\n" not in died.error
         assert queued.result(30).status == "done"  # not dropped: it ran on the restarted thread
@@ -364,12 +367,13 @@ def test_shutdown_cancels_unfinished_requests_and_later_submits_fail_with_one_li
 
 def test_engine_that_keeps_dying_gives_up_fails_queued_requests_and_refuses_new_ones(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=1, max_restarts=1)) as eng:
-        eng.faults.crash_steps = 5  # more deaths in a row than restarts allowed
+        faults = install_faults(eng.core)
+        faults.crash_steps = 5  # more deaths in a row than restarts allowed
         first = eng.submit("add 1+1", params(seed=1), max_new_tokens=16)
         second = eng.submit("add 2+2", params(seed=2), max_new_tokens=16)
         assert first.result(30).status == second.result(30).status == "error"
         late = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(5)
         assert late.status == "error" and "restart it" in late.error
-        eng.faults.crash_steps = 0
+        faults.crash_steps = 0
         eng.restart()
         assert eng.submit("add 4+4", params(seed=4), max_new_tokens=16).result(30).status == "done"

@@ -14,7 +14,7 @@ def make_caches(runner: Runner, lengths, seed: int = 1):
     caches = []
     for length in lengths:
         cache = runner.new_cache()
-        runner.encode(cache, torch.randint(3, 40, (length,), generator=gen))
+        runner.append_to_cache(cache, torch.randint(3, 40, (length,), generator=gen))
         caches.append(cache)
     return caches
 
@@ -59,7 +59,7 @@ def test_first_step_without_self_conditioning_equals_model_forward_with_none(run
 
 def test_committed_canvas_extends_the_cache_and_positions(runner, tiny_model):
     (cache,) = make_caches(runner, [7])
-    runner.encode(cache, torch.arange(3, 3 + runner.canvas_length))
+    runner.append_to_cache(cache, torch.arange(3, 3 + runner.canvas_length))
     assert cache.get_seq_length() == 7 + runner.canvas_length
     canvases, prev_logits = batch_inputs(runner, 1, tiny_model.vocab_size)
     ours = runner.decode(canvases, runner.soft_from_logits(prev_logits), None, [cache])
@@ -98,7 +98,7 @@ def test_batched_prefill_caches_equal_solo_prefill_and_match_the_plain_encoder(a
     for ids, cache in zip(prompts, batched):
         (solo,) = runner.prefill([ids])
         plain = runner.new_cache()
-        runner.encode(plain, torch.tensor(ids))
+        runner.append_to_cache(plain, torch.tensor(ids))
         assert cache.get_seq_length() == len(ids)
         for mine, alone, ref in zip(cache.layers, solo.layers, plain.layers):
             assert torch.equal(mine.keys, alone.keys) and torch.equal(mine.values, alone.values)

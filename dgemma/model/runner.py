@@ -173,7 +173,7 @@ class Runner:
                 groups.setdefault(padded, []).append(i)
             else:
                 caches[i] = self.new_cache()
-                self.encode(caches[i], torch.tensor(ids))
+                self.append_to_cache(caches[i], torch.tensor(ids))
         for padded, rows in groups.items():
             ids = torch.full((len(rows), padded), pad_id, dtype=torch.long)
             for j, i in enumerate(rows):
@@ -193,7 +193,7 @@ class Runner:
         return self.encoder.language_model.layers[0].experts.num_experts <= DENSE_MAX_EXPERTS
 
     @torch.no_grad()
-    def encode(self, cache: DynamicCache, token_ids: torch.Tensor) -> None:
+    def append_to_cache(self, cache: DynamicCache, token_ids: torch.Tensor) -> None:
         """Append `token_ids` [L] to one request's cache (a commit of a canvas, or a prompt)."""
         start = cache.get_seq_length()
         ids = token_ids.to(self.device, torch.long).reshape(1, -1)

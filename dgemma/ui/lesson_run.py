@@ -148,7 +148,7 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
     caches = []
     for i, prompt in enumerate(prompts):
         cache = runner.new_cache()
-        runner.encode(cache, torch.tensor(loaded.encode(prompt)))
+        runner.append_to_cache(cache, torch.tensor(loaded.encode(prompt)))
         caches.append(cache)
         sampler.start_canvas(i, params[i], 0)
 

@@ -1,0 +1,212 @@
+"""`EngineCore`: continuous batching over one loaded model, one `step()` at a time, no thread inside.
+
+Any thread may `submit`, `cancel` and `subscribe`; whoever drives the core calls `step()` until
+`has_unfinished()` is False (the `Engine` thread does, or a caller of its own, e.g. a forked GPU
+worker). `step()` takes what was submitted and cancelled, then runs schedule -> encode -> decode
+-> sample -> emit once under `lock`; hold `lock` to run other work on the same weights.
+The algorithm and its memory handling: docs/design.md, "The engine".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections import deque
+
+from dgemma.engine.config import EngineConfig, EngineError
+from dgemma.engine.lifecycle import Lifecycle
+from dgemma.engine.mailbox import Mailbox
+from dgemma.engine.output import Detokenizer, Subscribers, request_event
+from dgemma.engine.phases import ModelPhases
+from dgemma.engine.requests import Limits, Request, RequestHandle, check_request
+from dgemma.engine.resident import Resident
+from dgemma.engine.samplers import SamplerPool
+from dgemma.engine.scheduler import Scheduler
+from dgemma.memory import MemoryDevice, memory_for, parse_size
+from dgemma.model.loading import LoadedModel
+from dgemma.model.runner import Runner
+from dgemma.sampling import RunOptions, SamplingParams
+
+
+class EngineCore:
+    """Requests in, events out; `step()` advances every running request by one denoising step."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig()):
+        if not isinstance(config.max_num_seqs, int) or config.max_num_seqs < 1:
+            raise EngineError(f"max_num_seqs must be a whole number >= 1, got {config.max_num_seqs!r}")
+        try:
+            self.default_options = RunOptions(tiling=config.tiling, sampler=config.sampler)
+            budget = parse_size(config.memory_budget) if config.memory_budget is not None else None
+            self.memory: MemoryDevice = memory_for(loaded.device, budget)
+        except ValueError as err:
+            raise EngineError(str(err)) from None
+        self.loaded = loaded
+        self.config = config
+        self.lock = threading.RLock()  # held by step(); hold it to run other work on these weights
+        self.runner = Runner(loaded.model)
+        self.default_params = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
+        self.resident = Resident(self.memory)
+        try:
+            self.resident.hold(loaded.weight_bytes, "the model weights")
+        except Exception:  # noqa: BLE001 - torch.OutOfMemoryError from a budget below the weights
+            raise EngineError(self.resident.refuse_to_start(loaded.weight_bytes, "the model weights")) from None
+        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0, preemptions=0)
+        self.detok = Detokenizer(loaded.tokenizer)
+        self.subscribers = Subscribers()
+        self.scheduler = Scheduler(config.max_num_seqs)
+        self.samplers = SamplerPool(loaded, config.max_num_seqs, self.memory, self.resident)
+        self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
+                                   set(loaded.eos_token_ids), self.stats, self._forget_session)
+        self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
+                                  loaded.tokenizer.pad_token_id or 0, self.stats)
+        self._limits = Limits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
+        self._ids = itertools.count(1)
+        self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
+        self._inbox: deque[Request] = deque()  # submitted, not yet taken by step()
+        self._cancels: dict[int, str] = {}  # request id -> reason
+        self._sessions: dict[int, str | None] = {}  # request id -> session, for cancel_session
+        self.refusal = ""  # set: submit fails every request with this sentence (a stopped engine)
+
+    # ------------------------------------------------------------------ the thread-safe API
+
+    def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
+               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None
+               ) -> RequestHandle:
+        """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong."""
+        params = params if params is not None else self.default_params
+        options = options if options is not None else self.default_options
+        rid = next(self._ids)
+        prompt_text = prompt if isinstance(prompt, str) else ""
+        handle = RequestHandle(self.cancel, rid, prompt_text, session, getattr(params, "seed", 0))
+        error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self._encode)
+        req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
+                      max_new_tokens if not error else 0, session, stream_steps, handle)
+        with self.intake:
+            self._sessions[rid] = session
+            if not error:
+                error = self._refusal()
+            if not error:
+                req.max_canvases = math.ceil(max_new_tokens / self.loaded.canvas_length)
+                # 'queued' goes out before step() can see the request (and say 'running').
+                self.subscribers.emit(req, request_event(req, "queued"))
+                self._inbox.append(req)
+                self.intake.notify_all()
+                return handle
+        self.lifecycle.finish(req, "error", error=error)
+        return handle
+
+    def _refusal(self) -> str:
+        if self.refusal:
+            return self.refusal
+        if len(self._inbox) + len(self.scheduler.waiting) >= self.config.max_waiting:
+            return f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
+        return ""
+
+    def _encode(self, prompt: str) -> list[int]:
+        with self.detok.lock:  # fast tokenizers are not safe under concurrent calls
+            return self.loaded.encode(prompt)
+
+    def cancel(self, request_id: int, session: str | None = None, reason: str = "") -> None:
+        """Cancel a request: a waiting one never starts, a running one frees its slot next step; its final
+        event carries `reason` as its error. With `session`, only a request of that session is cancelled."""
+        with self.intake:
+            if session is not None and self._sessions.get(int(request_id), session) != session:
+                return
+            self._cancels[int(request_id)] = reason
+            self.intake.notify_all()
+
+    def cancel_session(self, session: str, reason: str = "") -> int:
+        """Cancel every request of `session` (a closed browser tab); returns how many."""
+        with self.intake:
+            ids = [rid for rid, s in self._sessions.items() if s == session]
+            self._cancels.update((rid, reason) for rid in ids)
+            self.intake.notify_all()
+        return len(ids)
+
+    def subscribe(self, session: str | None = None, tile_plans: bool = True, coalesce: bool = True) -> Mailbox:
+        """A mailbox of every request's events (or only `session`'s) plus tile plans.
+
+        A session's mailbox gets only the tile plans of steps its requests took part in.
+        coalesce=False keeps every step frame (for tests and offline analysis: memory grows
+        with a slow reader). `unsubscribe` it when done.
+        """
+        return self.subscribers.add(session, tile_plans, coalesce)
+
+    def unsubscribe(self, mailbox: Mailbox) -> None:
+        self.subscribers.remove(mailbox)
+
+    def has_unfinished(self) -> bool:
+        """Anything submitted, queued, running or waiting to be cancelled."""
+        with self.intake:
+            return bool(self._inbox or self._cancels or self.scheduler.running or self.scheduler.waiting)
+
+    def counts(self) -> tuple[int, int]:
+        """(running, waiting) requests."""
+        with self.intake:
+            return len(self.scheduler.running), len(self.scheduler.waiting) + len(self._inbox)
+
+    def _forget_session(self, request_id: int) -> None:
+        with self.intake:
+            self._sessions.pop(request_id, None)
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self) -> None:
+        """Take the inbox and cancels, then schedule -> encode -> decode -> sample -> emit once."""
+        with self.lock:
+            with self.intake:
+                inbox, self._inbox = self._inbox, deque()
+                cancels, self._cancels = self._cancels, {}
+            self.scheduler.waiting.extend(inbox)
+            self._apply_cancels(cancels)
+            self.lifecycle.admit()
+            rows = self.scheduler.rows()
+            self.phases.encode(rows)
+            rows = self.scheduler.rows()
+            if not rows:
+                return
+            rows, hidden = self.phases.decode_splitting_on_oom(rows)
+            rows, hidden = self.lifecycle.still_running(rows, hidden)  # a preemption may have taken a decoded row
+            if rows:
+                self.phases.sample_and_emit(rows, hidden)
+            self.stats["steps"] += 1
+
+    def _apply_cancels(self, cancels: dict[int, str]) -> None:
+        if not cancels:
+            return
+        for req in self.scheduler.remove_waiting(set(cancels)):
+            self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+        for req in [r for r in self.scheduler.running.values() if r.id in cancels]:
+            self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+
+    # ------------------------------------------------------------------ failures
+
+    def fail_running(self, error: str) -> None:
+        """After a failed step: running requests end with `error`; the samplers' state is rebuilt on
+        next use (a step that died half-way may have left it inconsistent). Waiting ones stay queued."""
+        with self.lock:
+            for req in list(self.scheduler.running.values()):
+                self.lifecycle.finish(req, "error", error=error)
+            self.scheduler.clear_running()
+            self.samplers.drop_all()
+
+    def fail_unstarted(self, error: str) -> None:
+        """End every queued and just-submitted request with `error`."""
+        with self.intake:
+            stranded = list(self.scheduler.waiting) + list(self._inbox)
+            self.scheduler.waiting.clear()
+            self._inbox.clear()
+        for req in stranded:
+            self.lifecycle.finish(req, "error", error=error)
+
+    def cancel_everything(self, reason: str) -> None:
+        """End every request with a final 'cancelled' event carrying `reason` (shutdown)."""
+        with self.lock:
+            with self.intake:
+                unfinished = list(self.scheduler.running.values()) + list(self.scheduler.waiting) + list(self._inbox)
+                self.scheduler.waiting.clear()
+                self._inbox.clear()
+                self._cancels.clear()
+            for req in unfinished:
+                self.lifecycle.finish(req, "cancelled", error=reason)

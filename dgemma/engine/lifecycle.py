@@ -1,0 +1,128 @@
+"""What happens to a running request: admitted, a canvas committed, finished, or preempted.
+
+Each transition frees what it must (slot, sampler state, KV cache) and emits its event.
+Out of memory for one request preempts the newest-admitted one (docs/design.md, "The engine").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import torch
+
+from dgemma.engine.output import Detokenizer, Subscribers, request_event
+from dgemma.engine.requests import FINAL, Request
+from dgemma.engine.resident import Resident
+from dgemma.engine.samplers import SamplerPool
+from dgemma.engine.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+def oom_sentence(err: BaseException | str, what: str) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else "out of memory"
+    return f"out of memory: {what} ({first})"
+
+
+class Lifecycle:
+    def __init__(self, scheduler: Scheduler, pool: SamplerPool, resident: Resident, subscribers: Subscribers,
+                 detok: Detokenizer, eos: set[int], stats: dict, forget_session: Callable[[int], None]):
+        self.scheduler = scheduler
+        self.pool = pool
+        self.resident = resident
+        self.subscribers = subscribers
+        self.detok = detok
+        self.eos = eos
+        self.stats = stats
+        self._forget_session = forget_session
+
+    def emit(self, req: Request, event) -> None:
+        self.subscribers.emit(req, event)
+
+    def admit(self) -> None:
+        """Phase 1: waiting requests into free slots; their prompts are prefilled in phase 2."""
+        for req in self.scheduler.admit():
+            req.started = time.monotonic()
+            req.pending_commit = req.prompt_ids
+            in_use = {r.options for r in self.scheduler.running.values()}
+            try:
+                self.pool.get(req.options, in_use)
+            except torch.OutOfMemoryError as err:
+                self.finish(req, "error", error=oom_sentence(err, "its sampler's per-slot state does not fit"))
+                continue
+            self.emit(req, request_event(req, "running"))
+
+    def converged(self, req: Request, canvas: list[int]) -> None:
+        """A canvas converged: keep its tokens up to EOS; finish, or commit it next step."""
+        self.stats["canvases"] += 1
+        logprobs = self.pool[req.options].take_logprobs(req.slot).tolist()
+        cut = next((j for j, t in enumerate(canvas) if t in self.eos), None)
+        keep = canvas if cut is None else canvas[:cut]
+        req.tokens.extend(keep)
+        req.logprobs.extend(logprobs[: len(keep)])
+        req.canvas_index += 1
+        if cut is not None or len(req.tokens) >= req.max_new_tokens or req.canvas_index >= req.max_canvases:
+            req.stop_reason = "eos" if cut is not None else "length"
+            del req.tokens[req.max_new_tokens :]
+            del req.logprobs[req.max_new_tokens :]
+            self.finish(req, "done")
+            return
+        req.pending_commit = canvas  # phase 2 of the next step appends it to the cache
+        self.emit(req, request_event(req, "committed", self.detok))
+
+    def finish(self, req: Request, status: str, error: str = "") -> None:
+        """Final event for `req` (a cancel's reason goes in `error`); frees its slot and cache at once."""
+        if req.status in FINAL:
+            return
+        req.status = status
+        finished = time.monotonic()
+        self.release(req, ended=True)
+        if status == "done":
+            self.stats["requests_done"] += 1
+        self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
+            stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
+            queued_s=(req.started or finished) - req.submitted)))
+        self._forget_session(req.id)
+
+    def release(self, req: Request, ended: bool) -> None:
+        """Give back `req`'s slot, sampler state and KV cache."""
+        slot = req.slot
+        if self.scheduler.release(req, ended):
+            self.pool.free(req.options, slot)
+        req.cache = None
+        req.cache_bytes = self.resident.resize(req.cache_bytes, 0, "")
+
+    def is_running(self, req: Request) -> bool:
+        return self.scheduler.is_running(req)
+
+    def still_running(self, rows: list[Request], hidden: torch.Tensor | None = None
+                      ) -> tuple[list[Request], torch.Tensor | None]:
+        """The rows a preemption has not taken (and their hidden states)."""
+        keep = [i for i, r in enumerate(rows) if self.is_running(r)]
+        if hidden is not None and len(keep) < len(rows):
+            hidden = hidden[keep]
+        return [rows[i] for i in keep], hidden
+
+    def make_room_for(self, req: Request, message: str, what: str) -> bool:
+        """`req` ran out of memory even on its own. Preempt the newest-admitted running request (`req`
+        itself if it is the newest) to make room; True when `req` still runs and should retry. With
+        no other request to preempt, `req` cannot fit at all and fails with one sentence."""
+        if len(self.scheduler.running) == 1:
+            self.finish(req, "error", error=oom_sentence(message, f"{what} even with no other request running"))
+            return False
+        victim = self.scheduler.victim()
+        self.preempt(victim, oom_sentence(message, what))
+        return victim is not req
+
+    def preempt(self, req: Request, reason: str) -> None:
+        """Free a running request's memory and queue it first, to restart from its prompt later."""
+        self.release(req, ended=False)
+        req.restart_from_prompt()
+        self.scheduler.requeue_first(req)
+        self.stats["preemptions"] += 1
+        log.info("preempted request %d (%d running): %s", req.id, len(self.scheduler.running), reason)
+        self.emit(req, request_event(req, "queued", extra=dict(
+            preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "
+                      "so its tokens will be the same")))

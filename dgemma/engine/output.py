@@ -1,0 +1,128 @@
+"""From a sampler step to events: one host transfer, detokenizing, event building, delivery.
+
+Events go to the request's handle and to every subscribed mailbox of its session (or of all
+sessions); tile plans go to the subscribers whose sessions took part in the step.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict
+
+import torch
+
+from dgemma.engine.mailbox import Mailbox
+from dgemma.engine.requests import Request
+from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.sampling import StepOutput
+
+
+def plan_dict(plan: TilePlan) -> dict:
+    """A tile plan as plain JSON-able data."""
+    return asdict(plan)
+
+
+def to_host(out: StepOutput) -> tuple[list, list, list, list, list, list]:
+    """The step's outputs as Python lists in ONE device->host copy (one sync per step on CUDA):
+    the frames and the convergence decisions need them. Token ids are exact in float64."""
+    n, cl = out.draft.shape
+    packed = torch.cat(
+        [out.draft.double(), out.entropy.double(), out.accepted.double(),
+         torch.stack([out.mean_entropy.double(), out.converged.double(), out.finite.double()], dim=1)],
+        dim=1,
+    ).cpu()
+    draft = packed[:, :cl].long().tolist()
+    entropy = packed[:, cl : 2 * cl].float().tolist()
+    accepted = packed[:, 2 * cl : 3 * cl].bool().tolist()
+    mean, converged, finite = packed[:, 3 * cl :].unbind(1)
+    return draft, entropy, accepted, mean.float().tolist(), converged.bool().tolist(), finite.bool().tolist()
+
+
+class Detokenizer:
+    """Token ids to text, safe from any thread (fast tokenizers are not), single pieces cached."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.lock = threading.Lock()
+        self._pieces: dict[int, str] = {}
+
+    def piece(self, token: int) -> str:
+        piece = self._pieces.get(token)
+        if piece is None:
+            with self.lock:
+                piece = self._pieces[token] = self.tokenizer.decode([token])
+        return piece
+
+    def text(self, tokens: list[int]) -> str:
+        with self.lock:
+            return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def step_event(req: Request, step: int, draft: list[int], entropy: list[float], accepted: list[bool],
+               mean_entropy: float, converged: bool, detok: Detokenizer) -> StepEvent:
+    return StepEvent(
+        request_id=req.id,
+        canvas_index=req.canvas_index,
+        step=step,
+        max_steps=req.params.max_denoising_steps,
+        token_ids=tuple(draft),
+        pieces=tuple(detok.piece(t) for t in draft),
+        entropy=tuple(entropy),
+        accepted=tuple(accepted),
+        mean_entropy=mean_entropy,
+        confidence_threshold=req.params.confidence_threshold,
+        converged=converged,
+    )
+
+
+def request_event(req: Request, status: str, detok: Detokenizer | None = None, error: str = "",
+                  extra: dict | None = None) -> RequestEvent:
+    """A RequestEvent with the request's committed text so far (none without `detok`)."""
+    return RequestEvent(
+        req.id, status, text=detok.text(req.tokens) if detok is not None else "", token_ids=tuple(req.tokens),
+        canvases=req.canvas_index, steps=req.steps, error=error, seed=req.params.seed, prompt=req.prompt,
+        extra=extra or {},
+    )
+
+
+class Subscribers:
+    """Mailboxes subscribed to all events or to one session's; thread-safe."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._boxes: list[tuple[Mailbox, str | None, bool]] = []  # mailbox, session, wants tile plans
+
+    def add(self, session: str | None, tile_plans: bool, coalesce: bool) -> Mailbox:
+        mailbox = Mailbox(coalesce=coalesce)
+        with self._lock:
+            self._boxes.append((mailbox, session, tile_plans))
+        return mailbox
+
+    def remove(self, mailbox: Mailbox) -> None:
+        with self._lock:
+            self._boxes = [b for b in self._boxes if b[0] is not mailbox]
+        mailbox.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            boxes = list(self._boxes)
+        for mailbox, _, _ in boxes:
+            mailbox.close()
+
+    def emit(self, req: Request, event: Event) -> None:
+        req.handle.deliver(event)
+        with self._lock:
+            boxes = list(self._boxes)
+        for mailbox, session, _ in boxes:
+            if session is None or session == req.session:
+                mailbox.put(event)
+
+    def emit_plan(self, plan: TilePlan | None, rows: list[Request]) -> None:
+        if plan is None:
+            return
+        with self._lock:
+            boxes = list(self._boxes)
+        sessions = {r.session for r in rows}
+        for mailbox, session, wants in boxes:
+            if wants and (session is None or session in sessions):
+                mailbox.put(plan)

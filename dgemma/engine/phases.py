@@ -1,0 +1,161 @@
+"""The model-side phases of an engine step: encode, decode, sample and emit (docs/design.md).
+
+    encode   prefill admitted prompts together; append last step's converged canvases to their
+             request's KV cache; start each next canvas from keyed noise
+    decode   every denoising canvas in ONE decoder batch over per-row caches, up to the final
+             hidden states; an out-of-memory splits the batch in halves, down to one request
+    sample   one tiled sampler step per distinct RunOptions over its rows (the LM head per tile)
+    emit     step frames and tile plans; converged canvases commit next step or finish
+
+Out of memory that even one request cannot survive preempts (see `Lifecycle.make_room_for`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from dgemma.engine.lifecycle import Lifecycle
+from dgemma.engine.output import step_event, to_host
+from dgemma.engine.requests import Request
+from dgemma.engine.resident import cache_bytes
+from dgemma.engine.samplers import SamplerPool, by_options, gather
+from dgemma.memory import HostMemory, MemoryDevice
+from dgemma.model.runner import Runner
+from dgemma.sampling import StepOutput
+
+log = logging.getLogger(__name__)
+
+
+class ModelPhases:
+    def __init__(self, runner: Runner, pool: SamplerPool, memory: MemoryDevice, lifecycle: Lifecycle,
+                 pad_id: int, stats: dict):
+        self.runner = runner
+        self.pool = pool
+        self.memory = memory
+        self.lifecycle = lifecycle
+        self.pad_id = pad_id
+        self.stats = stats
+
+    # -- encode
+
+    def encode(self, running: list[Request]) -> None:
+        admitted = [r for r in running if r.pending_commit is not None and r.cache is None]
+        prefilled: set[int] = set()
+        if admitted:
+            try:
+                caches = self.runner.prefill([r.prompt_ids for r in admitted], self.pad_id)
+            except torch.OutOfMemoryError:  # one prompt at a time below, so only the one that does not fit fails
+                caches = [None] * len(admitted)
+            for req, cache in zip(admitted, caches):
+                req.cache = cache
+                if cache is not None:
+                    prefilled.add(req.id)
+        for req in running:
+            while self.lifecycle.is_running(req) and req.pending_commit is not None:
+                try:
+                    if req.cache is None:
+                        req.cache = self.runner.prefill([req.prompt_ids], self.pad_id)[0]
+                    elif req.id not in prefilled:
+                        self.runner.append_to_cache(req.cache, torch.tensor(req.pending_commit))
+                    req.cache_bytes = self.lifecycle.resident.resize(
+                        req.cache_bytes, cache_bytes(req.cache), f"request {req.id}'s KV cache")
+                except torch.OutOfMemoryError as err:
+                    # A failed append added nothing (the cache grows only when the forward returns).
+                    self.lifecycle.make_room_for(req, str(err), "its KV cache does not fit")
+                    continue
+                req.pending_commit = None
+                self.pool[req.options].start_canvas(req.slot, req.params, req.canvas_index)
+
+    # -- decode
+
+    def decode_splitting_on_oom(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
+        """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
+        Returns the surviving rows and their hidden states [n, CL, hidden]."""
+        rows, _ = self.lifecycle.still_running(rows)  # a preemption earlier in this split may have taken some
+        if not rows:
+            return [], None
+        try:
+            return rows, self._decode_once(rows)
+        except torch.OutOfMemoryError as err:
+            # Retry only after leaving this block: the exception's traceback holds the failed
+            # forward's frames, and with them every activation it had allocated.
+            message = str(err)
+        if len(rows) == 1:
+            if self.lifecycle.make_room_for(rows[0], message, "its decoder step does not fit"):
+                return self.decode_splitting_on_oom(rows)
+            return [], None
+        self.stats["decoder_splits"] += 1
+        log.info("decoder out of memory with %d requests; splitting: %s", len(rows), message)
+        half = len(rows) // 2
+        left, left_hidden = self.decode_splitting_on_oom(rows[:half])
+        right, right_hidden = self.decode_splitting_on_oom(rows[half:])
+        parts = [t for t in (left_hidden, right_hidden) if t is not None]
+        return left + right, (torch.cat(parts) if parts else None)
+
+    def _decode_once(self, rows: list[Request]) -> torch.Tensor:
+        self.stats["decoder_calls"] += 1
+        canvases = gather(self.pool, rows, "canvas")
+        soft = gather(self.pool, rows, "soft")  # zeros on a canvas's first step
+        caches = [r.cache for r in rows]
+        if isinstance(self.memory, HostMemory):  # no budget: skip the tracker's per-op cost
+            return self.runner.decode(canvases, soft, None, caches, hidden_only=True)
+        with self.memory.measure():  # virtual budget or CUDA: the decoder's transient counts
+            return self.runner.decode(canvases, soft, None, caches, hidden_only=True)
+
+    # -- sample and emit
+
+    def sample_and_emit(self, rows: list[Request], hidden: torch.Tensor) -> None:
+        """One sampler step per distinct RunOptions among `rows`, then its events."""
+        for options, index in by_options(rows).items():
+            group_hidden = hidden if len(index) == len(rows) else hidden[index]
+            # A preemption in another options' step may have taken some of these rows.
+            group, group_hidden = self.lifecycle.still_running([rows[i] for i in index], group_hidden)
+            if not group:
+                continue
+            group, out = self._sample(group, group_hidden)
+            if out is not None:
+                self._emit(group, out)
+
+    def _sample(self, rows: list[Request], hidden: torch.Tensor) -> tuple[list[Request], StepOutput | None]:
+        """The sampler step for `rows` (all of one RunOptions); when even one request's tile does not
+        fit, preempt and retry the rows that have not stepped yet (tiles that ran have advanced theirs)."""
+        sampler = self.pool[rows[0].options]
+        stepped: list[Request] = []
+        plan = None
+        while rows:
+            before = [sampler.steps_done(r.slot) for r in rows]
+            try:
+                plan = sampler.step(None, [r.slot for r in rows], hidden=hidden).plan
+                stepped += rows
+                break
+            except torch.OutOfMemoryError as err:
+                message = str(err)  # retry outside the except block: the traceback holds the failed tile
+            moved = [sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
+            stepped += [r for r, m in zip(rows, moved) if m]
+            left = [i for i, m in enumerate(moved) if not m]
+            self.lifecycle.make_room_for(rows[left[0]], message, "its sampler step does not fit")
+            rows, hidden = self.lifecycle.still_running([rows[i] for i in left], hidden[left])
+        stepped, _ = self.lifecycle.still_running(stepped)
+        if not stepped:
+            return [], None
+        return stepped, sampler.outputs([r.slot for r in stepped], plan)
+
+    def _emit(self, rows: list[Request], out: StepOutput) -> None:
+        draft, entropy, accepted, mean, converged, finite = to_host(out)
+        life = self.lifecycle
+        life.subscribers.emit_plan(out.plan, rows)
+        for i, req in enumerate(rows):
+            req.steps += 1
+            step = self.pool[req.options].steps_done(req.slot)
+            if not finite[i]:
+                life.finish(req, "error", error=(
+                    f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
+                    f"step {step}; this request was stopped"))
+                continue
+            if req.stream_steps:
+                life.emit(req, step_event(req, step, draft[i], entropy[i], accepted[i], mean[i],
+                                          bool(converged[i]), life.detok))
+            if converged[i]:
+                life.converged(req, draft[i])

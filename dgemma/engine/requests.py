@@ -1,0 +1,147 @@
+"""A request's life inside the engine: its state, the caller's handle, and the input checks.
+
+`check_request` runs in the caller's thread at submit; `Request` is touched only by the thread
+running `EngineCore.step`; `RequestHandle` is what the caller keeps: its events, result, cancel.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dgemma.engine.mailbox import Mailbox
+from dgemma.events import Event, RequestEvent
+from dgemma.sampling import RunOptions, SamplingParams
+
+FINAL = ("done", "cancelled", "error")
+
+
+@dataclass
+class Request:
+    """Engine-side state of one request; other threads only see its events."""
+
+    id: int
+    prompt: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    options: RunOptions
+    max_new_tokens: int
+    session: str | None
+    stream_steps: bool
+    handle: RequestHandle
+    max_canvases: int = 1
+    status: str = "queued"
+    admitted: int = 0  # admission order: the newest-admitted request is preempted first
+    slot: int | None = None
+    cache: object = None  # its KV cache (a DynamicCache) while it holds a slot
+    cache_bytes: int = 0
+    canvas_index: int = 0
+    pending_commit: list[int] | None = None  # a converged canvas (or the prompt) waiting for the encoder
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    steps: int = 0
+    stop_reason: str = ""
+    submitted: float = field(default_factory=time.monotonic)
+    started: float | None = None
+
+    def restart_from_prompt(self) -> None:
+        """Forget all progress (a preempted request recomputes; its keyed randomness repeats)."""
+        self.status = "queued"
+        self.canvas_index, self.steps, self.stop_reason = 0, 0, ""
+        self.tokens, self.logprobs, self.pending_commit = [], [], None
+
+
+class RequestHandle:
+    """What `submit` returns: this request's own events, its result, and cancel."""
+
+    def __init__(self, cancel: Callable[[int], None], request_id: int, prompt: str, session: str | None, seed: int):
+        self.id = request_id
+        self.prompt = prompt
+        self.session = session
+        self.seed = seed
+        self._cancel = cancel
+        self._mailbox = Mailbox()
+        self._final: RequestEvent | None = None
+        self._done = threading.Event()
+
+    def deliver(self, event: Event) -> None:
+        """Called by the engine: queue `event`; a final one closes the handle."""
+        self._mailbox.put(event)
+        if isinstance(event, RequestEvent) and event.status in FINAL:
+            self._final = event
+            self._done.set()
+            self._mailbox.close()
+
+    def poll(self, timeout: float | None = 0.0) -> list[Event]:
+        """This request's events since the last poll (step frames may be coalesced)."""
+        return self._mailbox.poll(timeout)
+
+    def events(self, timeout: float | None = None):
+        """Iterate this request's events until its final one (done, cancelled or error)."""
+        while True:
+            batch = self._mailbox.poll(timeout)
+            yield from batch
+            if not batch and (self._mailbox.closed or timeout is not None):
+                return
+
+    def result(self, timeout: float | None = None) -> RequestEvent:
+        """Block until the request finished; its final RequestEvent (never dropped)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        return self._final
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        self._cancel(self.id)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for, and the model's sizes its prompt is checked against."""
+
+    max_prompt_chars: int
+    max_new_tokens: int
+    canvas_length: int
+    max_positions: int
+
+
+def check_request(prompt, params, options, max_new_tokens, limits: Limits, encode: Callable[[str], list[int]]
+                  ) -> tuple[str, list[int]]:
+    """One sentence if the request cannot run, else '' and the prompt's token ids."""
+    if not isinstance(prompt, str):
+        return f"the prompt must be text, got {type(prompt).__name__}", []
+    if not prompt.strip():
+        return "the prompt is empty", []
+    if len(prompt) > limits.max_prompt_chars:
+        return f"the prompt has {len(prompt)} characters; the limit is {limits.max_prompt_chars}", []
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the prompt contains characters that are not valid Unicode (lone surrogates)", []
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        return f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}", []
+    if max_new_tokens > limits.max_new_tokens:
+        return f"max_new_tokens {max_new_tokens} is above this engine's limit of {limits.max_new_tokens}", []
+    if not isinstance(params, SamplingParams):
+        return f"params must be SamplingParams, got {type(params).__name__}", []
+    if not isinstance(options, RunOptions):
+        return f"options must be RunOptions, got {type(options).__name__}", []
+    try:
+        params.validate()
+    except ValueError as err:
+        return str(err), []
+    ids = encode(prompt)
+    canvases = math.ceil(max_new_tokens / limits.canvas_length)
+    needed = len(ids) + canvases * limits.canvas_length
+    if needed > limits.max_positions:
+        return (
+            f"the prompt ({len(ids)} tokens) plus {canvases} canvas(es) of {limits.canvas_length} tokens "
+            f"needs {needed} positions but the model has {limits.max_positions}"
+        ), []
+    return "", ids

@@ -1,0 +1,102 @@
+"""What the engine holds in memory between steps, and a run's own memory budget.
+
+`Resident` counts the long-lived bytes (weights, the samplers' per-slot state, KV caches) and,
+on a budgeted CPU (`VirtualDevice`), reserves them so a step's transient sees only the rest.
+
+A run's `RunOptions.memory_budget` is the whole budget its steps may see, counted as an engine
+started with that `--memory-budget` would count it: `RunBudget` reports as free the budget minus
+everything resident (never more than the engine's own device has free); the run's sampler plans
+its tiles against that, and on a CPU a tile that allocates beyond it raises a real
+`torch.OutOfMemoryError`, which the engine handles like any other (split, then preempt).
+On CUDA the allocator cap is per process, so a run budget only shapes the plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from dgemma.memory import MemoryDevice, TransientTracker, VirtualDevice, format_bytes
+
+
+class Resident:
+    """Long-lived bytes on the engine's device, by owner."""
+
+    def __init__(self, device: MemoryDevice):
+        self.device = device
+        self.bytes = 0
+
+    def hold(self, nbytes: int, what: str) -> None:
+        """Hold `nbytes`; `torch.OutOfMemoryError` when a budgeted device cannot."""
+        if isinstance(self.device, VirtualDevice):
+            self.device.reserve(nbytes, what)
+        self.bytes += nbytes
+
+    def give_back(self, nbytes: int) -> None:
+        if isinstance(self.device, VirtualDevice):
+            self.device.release(nbytes)
+        self.bytes -= nbytes
+
+    def resize(self, held: int, nbytes: int, what: str) -> int:
+        """Change a holding from `held` to `nbytes` bytes; returns `nbytes`."""
+        if nbytes > held:
+            self.hold(nbytes - held, what)
+        else:
+            self.give_back(held - nbytes)
+        return nbytes
+
+    def refuse_to_start(self, nbytes: int, what: str) -> str:
+        """One sentence: the budget cannot hold `what` at all."""
+        cap = self.device.capacity_bytes() or 0
+        return (f"the memory budget of {format_bytes(cap)} is too small for {what} ({format_bytes(nbytes)}, "
+                f"{format_bytes(self.device.free_bytes())} left)")
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of one request's KV cache (a DynamicCache)."""
+    return sum(
+        layer.keys.untyped_storage().nbytes() + layer.values.untyped_storage().nbytes()
+        for layer in cache.layers
+        if getattr(layer, "keys", None) is not None
+    )
+
+
+def tensor_bytes(obj: object) -> int:
+    """Bytes of the tensors an object holds as attributes (a sampler's per-slot state)."""
+    return sum(t.untyped_storage().nbytes() for t in vars(obj).values() if isinstance(t, torch.Tensor))
+
+
+class RunBudget(MemoryDevice):
+    """The engine's device as a run with its own budget sees it (see the module docstring)."""
+
+    def __init__(self, device: MemoryDevice, budget: int, resident: Resident):
+        self.device = device
+        self.budget = budget
+        self.resident = resident
+        self.name = device.name
+
+    def capacity_bytes(self) -> int | None:
+        return self.budget
+
+    def free_bytes(self) -> int:
+        return max(0, min(self.device.free_bytes(), self.budget - self.resident.bytes))
+
+    @contextlib.contextmanager
+    def measure(self):
+        if isinstance(self.device, VirtualDevice) or self.device.name == "cpu":
+            with self._measure_on_cpu() as m:
+                yield m
+        else:
+            with self.device.measure() as m:
+                yield m
+
+    @contextlib.contextmanager
+    def _measure_on_cpu(self) -> Iterator:
+        limit = self.free_bytes()
+        with self.device.measure() as m, TransientTracker(limit=limit) as tracker:
+            try:
+                yield m
+            finally:
+                m.peak_bytes = tracker.peak

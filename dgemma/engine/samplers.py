@@ -1,0 +1,91 @@
+"""One tiled sampler per distinct `RunOptions` among the engine's requests, built when first needed.
+
+The decoder runs every denoising canvas as one batch; the sampler step then runs once per
+distinct RunOptions over that option's rows (tiling, step implementation and memory budget are
+properties of a sampler call, never of the tokens). Each sampler keeps the per-slot state of the
+slots whose requests use its options; slot numbers are the scheduler's, shared by all samplers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dgemma.engine.resident import Resident, RunBudget, tensor_bytes
+from dgemma.memory import MemoryDevice
+from dgemma.model.loading import LoadedModel
+from dgemma.sampling import LMHead, RunOptions, TiledSampler, build_sampler
+
+MAX_SAMPLERS = 8  # beyond this, samplers with no running request are dropped before building one
+
+
+class SamplerPool:
+    def __init__(self, loaded: LoadedModel, max_num_seqs: int, memory: MemoryDevice, resident: Resident):
+        self.loaded = loaded
+        self.max_num_seqs = max_num_seqs
+        self.memory = memory
+        self.resident = resident
+        # The sampler applies the LM head per tile: the decoder hands it hidden states, so the
+        # [n, CL, vocab] logits exist one tile at a time (the point of tiling at a 262k vocab).
+        self.head = LMHead(loaded.model.lm_head.weight, loaded.model.final_logit_softcapping)
+        self._samplers: dict[RunOptions, TiledSampler] = {}
+        self._state_bytes: dict[RunOptions, int] = {}
+
+    def get(self, options: RunOptions, in_use: set[RunOptions]) -> TiledSampler:
+        """The sampler for `options`; builds it (raises torch.OutOfMemoryError when its state does not fit)."""
+        sampler = self._samplers.get(options)
+        if sampler is not None:
+            return sampler
+        if len(self._samplers) >= MAX_SAMPLERS:
+            for idle in [o for o in self._samplers if o not in in_use]:
+                self.drop(idle)
+        loaded = self.loaded
+        memory = self.memory if options.memory_budget is None else RunBudget(self.memory, options.memory_budget, self.resident)
+        sampler = build_sampler(
+            options.sampler, self.max_num_seqs, loaded.canvas_length, loaded.vocab_size, loaded.embed_weight,
+            loaded.embed_scale, memory=memory, tiling=options.tiling, lm_head=self.head,
+        )
+        nbytes = tensor_bytes(sampler)
+        self.resident.hold(nbytes, "the sampler's per-slot state")
+        self._samplers[options], self._state_bytes[options] = sampler, nbytes
+        return sampler
+
+    def drop(self, options: RunOptions) -> None:
+        del self._samplers[options]
+        self.resident.give_back(self._state_bytes.pop(options))
+
+    def drop_all(self) -> None:
+        for options in list(self._samplers):
+            self.drop(options)
+
+    def free(self, options: RunOptions, slot: int) -> None:
+        sampler = self._samplers.get(options)
+        if sampler is not None:
+            sampler.free(slot)
+
+    def __getitem__(self, options: RunOptions) -> TiledSampler:
+        return self._samplers[options]
+
+
+def gather(pool: SamplerPool, rows: list, attribute: str) -> torch.Tensor:
+    """Per-slot state of `rows` (requests) from each one's sampler, in row order: `canvas` or `soft`."""
+    groups = by_options(rows)
+    parts = []
+    for options, index in groups.items():
+        sampler = pool[options]
+        slots = [rows[i].slot for i in index]
+        parts.append(sampler.canvas[slots] if attribute == "canvas" else sampler.soft_embeds(slots))
+    if len(parts) == 1:
+        return parts[0]  # one options (the usual case): already in row order
+    order = [i for index in groups.values() for i in index]
+    out = torch.cat(parts)
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return out[inverse.to(out.device)]
+
+
+def by_options(rows: list) -> dict[RunOptions, list[int]]:
+    """Row indices grouped by their RunOptions, in first-seen order."""
+    groups: dict[RunOptions, list[int]] = {}
+    for i, req in enumerate(rows):
+        groups.setdefault(req.options, []).append(i)
+    return groups

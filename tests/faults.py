@@ -1,0 +1,66 @@
+"""Fault injection for the reliability tests, from outside the engine: wrappers, no engine hooks.
+
+`install_faults(core)` wraps the core's runner and its `step`; set the returned `Faults`'
+attributes from any thread:
+
+- decoder_oom_above: a decoder call with more rows than this raises out-of-memory;
+- nan_requests: these request ids get NaN hidden states (so NaN logits) from their next decoder call;
+- crash_steps: the next this-many core steps raise (inside the engine thread, if one drives it).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from dgemma.engine import EngineCore
+
+
+@dataclass
+class Faults:
+    decoder_oom_above: int | None = None
+    nan_requests: set[int] = field(default_factory=set)
+    crash_steps: int = 0
+
+
+class FaultyRunner:
+    """A Runner whose decoder runs out of memory above a row count, or returns NaN for some requests."""
+
+    def __init__(self, runner, core: EngineCore, faults: Faults):
+        self._runner = runner
+        self._core = core
+        self._faults = faults
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+    def decode(self, canvases, soft_embeds, has_soft, caches, hidden_only=False):
+        limit = self._faults.decoder_oom_above
+        if limit is not None and len(caches) > limit:
+            raise torch.OutOfMemoryError(f"injected out of memory: decoder batch of {len(caches)} > {limit}")
+        out = self._runner.decode(canvases, soft_embeds, has_soft, caches, hidden_only=hidden_only)
+        if self._faults.nan_requests:
+            owner = {id(r.cache): r.id for r in self._core.scheduler.running.values()}
+            for i, cache in enumerate(caches):
+                if owner.get(id(cache)) in self._faults.nan_requests:
+                    out[i] = float("nan")
+        return out
+
+
+def install_faults(core: EngineCore) -> Faults:
+    """Wrap `core`'s runner and step with injectable faults (all off until set)."""
+    faults = Faults()
+    core.runner = core.phases.runner = FaultyRunner(core.runner, core, faults)
+    step = core.step
+
+    @functools.wraps(step)
+    def crashing_step() -> None:
+        if faults.crash_steps > 0:
+            faults.crash_steps -= 1
+            raise RuntimeError("injected engine crash")
+        step()
+
+    core.step = crashing_step
+    return faults
