@@ -8,6 +8,7 @@ same tokens through the API, the CLI and the UI. Bad input is a gr.Error with on
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import gradio as gr
 
@@ -54,6 +55,7 @@ def register(backend: Backend, sessions: Sessions) -> None:
         return {
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed} for o in outputs],
             "tile_plans": [dataclasses.asdict(p) for p in plans],
+            "pid": getattr(run, "pid", None) or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
 
     gr.api(generate, api_name="generate", concurrency_limit=None)

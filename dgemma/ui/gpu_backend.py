@@ -50,6 +50,8 @@ class GpuRun:
         gpu_run.final_events(events, self._seen, "")  # only records the statuses
         if snapshot.done:
             self._ended = True
+            for _ in self._stream:  # to its end: spaces then releases the GPU as a call that finished
+                pass
         return events
 
     def _end(self, reason: str) -> list[Event]:

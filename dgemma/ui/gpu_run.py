@@ -13,6 +13,7 @@ Off ZeroGPU `run_on_gpu` is the plain generator: the tests drive it directly as 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import time
@@ -23,6 +24,8 @@ from dgemma.events import Event, RequestEvent
 from dgemma.ui.backend import LessonOutcome
 from dgemma.ui.settings import Settings
 from dgemma.ui.zerogpu import enabled
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_HZ = 6.0  # the page redraws a few times a second; more would only cost pickling
 DEADLINE_FRACTION = 0.85  # stop starting work at this share of the GPU time asked for
@@ -111,18 +114,17 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     session = f"gpu-{next(_keys)}"
     mailbox = core.subscribe(session)
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
-    handles = []
     try:
         for i, prompt in enumerate(job.prompts):
-            handles.append(core.submit(prompt, sampling_params(job.settings, i), job.settings.max_new_tokens,
-                                       session=session, stream_steps=job.stream))
+            core.submit(prompt, sampling_params(job.settings, i), job.settings.max_new_tokens, session=session,
+                        stream_steps=job.stream)
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
         timed_out = False
         while core.has_unfinished():
             if not timed_out and time.monotonic() >= deadline:
                 timed_out = True  # what runs now stops; nothing new starts
-                _cancel(core, handles, session, TIME_UP)
+                core.cancel_session(session, reason=TIME_UP)
             core.step()
             if time.monotonic() - last >= 1.0 / SNAPSHOT_HZ:
                 last = time.monotonic()
@@ -130,15 +132,10 @@ def _generate(job: Job) -> Iterator[Snapshot]:
         yield Snapshot(pid, tuple(mailbox.poll(0.0)), done=True)
     finally:
         # Closed early (Stop, a closed page): leave this warm worker's engine empty for the next call.
-        _cancel(core, handles, session, "stopped")
+        core.cancel_session(session, reason="stopped")
         while core.has_unfinished():
             core.step()
         core.unsubscribe(mailbox)
-
-
-def _cancel(core, handles: list, session: str, reason: str) -> None:
-    for handle in handles:  # a no-op for requests already finished
-        core.cancel(handle.id, session=session, reason=reason)
 
 
 def _lesson(job: Job) -> Iterator[Snapshot]:
@@ -151,18 +148,16 @@ def _lesson(job: Job) -> Iterator[Snapshot]:
 
 def _run(job: Job) -> Iterator[Snapshot]:
     """The GPU call's body; any failure becomes one sentence (spaces would show only its class name)."""
-    import gradio as gr
+    from gradio.exceptions import Error
 
     try:
         yield from (_lesson(job) if job.kind == "lesson" else _generate(job))
-    except (gr.Error, GeneratorExit):
+    except Error:
         raise
     except Exception as err:  # noqa: BLE001 - the page gets a sentence, the log the traceback
-        import logging
-
-        logging.getLogger(__name__).exception("the GPU call failed")
+        log.exception("the GPU call failed")
         text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise gr.Error(f"The GPU run failed: {text.rstrip('.')}.") from None
+        raise Error(f"The GPU run failed: {text.rstrip('.')}.") from None
 
 
 if enabled():  # pragma: no cover - exercised by tests/test_zerogpu.py in a subprocess
