@@ -33,26 +33,30 @@ class GpuRun:
         self._seen: dict[int, str] = {}  # request id -> last status
         self._plans: list[TilePlan] = []
         self._ended = False
+        self._reading = threading.Lock()  # one thread drives the generator at a time
 
     def poll(self, timeout: float) -> list[Event]:
         """The next snapshot's events (blocks for at most one snapshot period of the worker)."""
-        if self._ended:
-            return []
-        if self._stop.is_set():
-            return self._end(STOPPED)
-        try:
-            snapshot = next(self._stream)
-        except StopIteration:
-            return self._end(STOPPED)
-        self.pid = snapshot.pid
-        events = list(snapshot.events)
-        self._plans.extend(e for e in events if isinstance(e, TilePlan))
-        gpu_run.final_events(events, self._seen, "")  # only records the statuses
-        if snapshot.done:
-            self._ended = True
-            for _ in self._stream:  # to its end: spaces then releases the GPU as a call that finished
-                pass
-        return events
+        with self._reading:
+            if self._ended:
+                return []
+            if self._stop.is_set():
+                return self._end(STOPPED)
+            try:
+                snapshot = next(self._stream)
+            except StopIteration:
+                return self._end(STOPPED)
+            self.pid = snapshot.pid
+            events = list(snapshot.events)
+            self._plans.extend(e for e in events if isinstance(e, TilePlan))
+            gpu_run.final_events(events, self._seen, "")  # only records the statuses
+            if snapshot.done:
+                self._ended = True
+                for _ in self._stream:  # to its end: spaces then releases the GPU as a call that finished
+                    pass
+            elif self._stop.is_set():  # closed while this thread waited for the worker
+                events += self._end(STOPPED)
+            return events
 
     def _end(self, reason: str) -> list[Event]:
         self._ended = True
@@ -64,9 +68,14 @@ class GpuRun:
         self._stop.set()
 
     def close(self) -> None:
-        if not self._ended:
-            self._ended = True
-            self._stream.close()
+        """The reader is gone: close the GPU call now, or, if a poll is waiting on it, right after."""
+        self._stop.set()
+        if self._reading.acquire(blocking=False):
+            try:
+                if not self._ended:
+                    self._end(STOPPED)
+            finally:
+                self._reading.release()
 
     def results(self) -> tuple[list[Output], list[TilePlan]]:
         finals: dict[int, RequestEvent] = {}

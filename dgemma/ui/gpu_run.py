@@ -114,6 +114,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     session = f"gpu-{next(_keys)}"
     mailbox = core.subscribe(session)
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
+    finished = False
     try:
         for i, prompt in enumerate(job.prompts):
             core.submit(prompt, sampling_params(job.settings, i), job.settings.max_new_tokens, session=session,
@@ -129,9 +130,12 @@ def _generate(job: Job) -> Iterator[Snapshot]:
             if time.monotonic() - last >= 1.0 / SNAPSHOT_HZ:
                 last = time.monotonic()
                 yield Snapshot(pid, tuple(mailbox.poll(0.0)))
+        finished = True
         yield Snapshot(pid, tuple(mailbox.poll(0.0)), done=True)
     finally:
         # Closed early (Stop, a closed page): leave this warm worker's engine empty for the next call.
+        if not finished:
+            log.info("GPU call closed early: cancelled its unfinished requests")
         core.cancel_session(session, reason="stopped")
         while core.has_unfinished():
             core.step()
