@@ -194,6 +194,9 @@ def build_demo(backend: Backend) -> gr.Blocks:
                         else:
                             charts.append(gr.skip())
                     yield render_board(board), *charts, _status(board, started)
+            except gr.Error as err:  # ZeroGPU refused the call (quota, queue, duration) or the GPU call failed
+                yield gr.skip(), gr.skip(), gr.skip(), err.message  # one sentence in the status line too
+                raise
             finally:
                 if not board.finished:
                     log.info("stream ended early: cancelling its unfinished requests")
