@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+from types import SimpleNamespace
 from collections.abc import Callable, Iterator
 
 from dgemma.events import Event, RequestEvent, TilePlan
@@ -107,6 +108,7 @@ class ZeroGpuBackend:
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
         self._call = call
+        self._facts = _model_facts(loaded)
         p = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.defaults = Settings(
             max_new_tokens=min(limits.max_new_tokens, 64), max_denoising_steps=p.max_denoising_steps,
@@ -143,7 +145,7 @@ class ZeroGpuBackend:
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         from dgemma.ui import lesson_run
 
-        return lesson_run.suggest_budget(self.loaded, requests, real_scale)
+        return lesson_run.suggest_budget(self._facts, requests, real_scale)
 
     def info(self) -> dict:
         return {"memory_budget": self.budget_text or "none",
@@ -151,6 +153,18 @@ class ZeroGpuBackend:
 
     def close(self) -> None:
         pass  # the workers belong to spaces; they end with this process
+
+
+def _model_facts(loaded):
+    """What the lesson's budget suggestion reads of the model, kept as plain values: after launch
+    spaces moves the main process's copy of the weights to disk (only the worker has them)."""
+    import torch
+
+    return SimpleNamespace(
+        device=torch.device("cpu"), weight_bytes=loaded.weight_bytes, canvas_length=loaded.canvas_length,
+        vocab_size=loaded.vocab_size, hidden_size=loaded.hidden_size, embed_scale=loaded.embed_scale,
+        embed_weight=torch.empty(0, dtype=loaded.embed_weight.dtype, device="meta"),
+    )
 
 
 def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:
