@@ -198,13 +198,15 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
 
     from dgemma.ui.engine_backend import make_backend
     from dgemma.ui.settings import Settings
+    from faults import install_faults
 
     args = argparse.Namespace(model=tiny_model_dir, device="cpu", memory_budget=None, max_num_seqs=4,
                               max_prompts=8, max_new_tokens=32, max_queued=8)
     backend = make_backend(args)
     try:
-        engine = backend.engine("auto", None)
-        engine.faults.crash_steps = engine.config.max_restarts + 2
+        engine = backend.engine
+        faults = install_faults(engine.core)
+        faults.crash_steps = engine.config.max_restarts + 2
         first = backend.start(["add 12+34"], Settings(max_new_tokens=16, max_denoising_steps=2))
         outputs, _ = first.results()
         first.close()
@@ -212,7 +214,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         while engine.alive and time.monotonic() < deadline:  # it dies, restarts, dies ... and gives up
             time.sleep(0.05)
         assert outputs[0].error and not engine.alive
-        engine.faults.crash_steps = 0  # whatever killed it has passed
+        faults.crash_steps = 0  # whatever killed it has passed
         second = backend.start(["add 12+34"], Settings(max_new_tokens=16, max_denoising_steps=2))
         assert "restarted" in second.notice
         outputs, plans = second.results()

@@ -96,3 +96,38 @@ def test_requests_with_different_run_options_share_one_decoder_batch_and_keep_th
     assert [f.status for f in finals] == ["done"] * 4
     assert {f.token_ids for f in finals + alone} == {alone[0].token_ids}  # layout never changes tokens
     assert core.stats["decoder_calls"] - calls == steps  # one decoder batch per step for all four
+
+
+def test_a_runs_own_memory_budget_caps_its_sampler_step_and_the_tokens_stay(embedded_model):
+    from dgemma.embedded import corpus
+
+    prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]
+    seeds = [SamplingParams(seed=i) for i in range(8)]
+    roomy = EngineCore(embedded_model, EngineConfig(max_num_seqs=8))
+    reference = [roomy.submit(p, s, max_new_tokens=32) for p, s in zip(prompts, seeds)]
+    drive(roomy)
+    # As an engine started with this --memory-budget: one untiled step of all eight does not fit.
+    tight = RunOptions(tiling="off", memory_budget=embedded_model.weight_bytes + 3 * 2**18)
+    core = EngineCore(embedded_model, EngineConfig(max_num_seqs=8))
+    watch = core.subscribe(coalesce=False)
+    squeezed = [core.submit(p, s, max_new_tokens=32, options=tight) for p, s in zip(prompts, seeds)]
+    drive(core)
+    events = watch.poll(0)
+    reasons = [e.extra["preempted"] for e in events if isinstance(e, RequestEvent) and e.extra.get("preempted")]
+    assert any("its sampler step does not fit" in r for r in reasons)
+    assert [h.result(0).status for h in squeezed] == ["done"] * 8
+    assert [h.result(0).token_ids for h in squeezed] == [h.result(0).token_ids for h in reference]
+    plans = [e for e in events if not isinstance(e, (RequestEvent, StepEvent))]
+    assert plans and all(p.budget_bytes == tight.memory_budget for p in plans)
+
+
+def test_holding_the_core_lock_keeps_the_engine_thread_from_stepping(tiny_model):
+    import time
+
+    with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
+        with eng.core.lock:  # what the lesson does while it runs its batch on the same weights
+            handle = eng.submit("add 1+1", params(1), max_new_tokens=16)
+            time.sleep(0.5)
+            assert eng.stats["steps"] == 0
+            assert not any(isinstance(e, StepEvent) for e in handle.poll(0))
+        assert handle.result(30).status == "done"

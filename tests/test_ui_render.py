@@ -269,15 +269,17 @@ def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
 
 def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):
     """The lesson's third run (real scale): same batch, same budget, one tile, the chunked step fits."""
+    from dgemma.engine import EngineCore
     from dgemma.ui import lesson_run
     from dgemma.ui.settings import Settings
 
     n = 4
     budget = lesson_run.suggest_budget(tiny_model, n, real_scale=True)
     settings = Settings(max_denoising_steps=1, seed=5)
-    reference = lesson_run.run(tiny_model, n, budget, True, "off", settings)
-    chunked = lesson_run.run(tiny_model, n, budget, True, "off", settings, impl="chunked")
-    roomy = lesson_run.run(tiny_model, n, None, True, "off", settings)
+    core = EngineCore(tiny_model)  # the lesson runs on the engine's runner, under its lock
+    reference = lesson_run.run(core, n, budget, True, "off", settings)
+    chunked = lesson_run.run(core, n, budget, True, "off", settings, impl="chunked")
+    roomy = lesson_run.run(core, n, None, True, "off", settings)
     assert not reference.ok
     assert chunked.ok and all(len(p.tiles) == 1 for p in chunked.plans)
     assert chunked.tokens == roomy.tokens

@@ -96,7 +96,7 @@ class Baseline:
 
 def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, repeat: int) -> dict:
     """Best of `repeat` interleaved runs per side: the CPU is shared, the minimum is the signal."""
-    cl = engine.canvas_length
+    cl = engine.loaded.canvas_length
     engine_runs, baseline_runs = [], []
     for _ in range(repeat):
         started = time.monotonic()
@@ -124,7 +124,7 @@ def run_staggered(
     engine, baseline: Baseline, prompts, params, max_new_tokens: int, load: float, seed: int, repeat: int
 ) -> dict:
     """Best of `repeat` interleaved runs per side (by throughput), the same arrival times for all."""
-    cl = engine.canvas_length
+    cl = engine.loaded.canvas_length
     # Service rate of the baseline: time one request alone (after warm-up), one prompt per family.
     probe = prompts[: min(6, len(prompts))]
     started = time.monotonic()

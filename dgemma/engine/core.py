@@ -23,7 +23,7 @@ from dgemma.engine.requests import Limits, Request, RequestHandle, check_request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
 from dgemma.engine.scheduler import Scheduler
-from dgemma.memory import MemoryDevice, memory_for, parse_size
+from dgemma.memory import MemoryDevice, format_bytes, memory_for, parse_size
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling import RunOptions, SamplingParams
@@ -79,7 +79,8 @@ class EngineCore:
         rid = next(self._ids)
         prompt_text = prompt if isinstance(prompt, str) else ""
         handle = RequestHandle(self.cancel, rid, prompt_text, session, getattr(params, "seed", 0))
-        error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self._encode)
+        error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
+        error = error or self.check_options(options)
         req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
                       max_new_tokens if not error else 0, session, stream_steps, handle)
         with self.intake:
@@ -96,6 +97,14 @@ class EngineCore:
         self.lifecycle.finish(req, "error", error=error)
         return handle
 
+    def check_options(self, options: RunOptions) -> str:
+        """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""
+        budget = options.memory_budget
+        if budget is not None and budget <= self.resident.bytes:
+            return (f"the memory budget of {format_bytes(budget)} is too small for the model weights and the "
+                    f"engine's state ({format_bytes(self.resident.bytes)} held)")
+        return ""
+
     def _refusal(self) -> str:
         if self.refusal:
             return self.refusal
@@ -103,7 +112,8 @@ class EngineCore:
             return f"the engine queue is full ({self.config.max_waiting} requests waiting); try again later"
         return ""
 
-    def _encode(self, prompt: str) -> list[int]:
+    def tokenize(self, prompt: str) -> list[int]:
+        """The prompt's token ids; safe from any thread."""
         with self.detok.lock:  # fast tokenizers are not safe under concurrent calls
             return self.loaded.encode(prompt)
 

@@ -20,7 +20,7 @@ from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.output import step_event, to_host
 from dgemma.engine.requests import Request
 from dgemma.engine.resident import cache_bytes
-from dgemma.engine.samplers import SamplerPool, by_options, gather
+from dgemma.engine.samplers import SamplerPool, by_options, canvases, soft_embeds
 from dgemma.memory import HostMemory, MemoryDevice
 from dgemma.model.runner import Runner
 from dgemma.sampling import StepOutput
@@ -96,27 +96,27 @@ class ModelPhases:
 
     def _decode_once(self, rows: list[Request]) -> torch.Tensor:
         self.stats["decoder_calls"] += 1
-        canvases = gather(self.pool, rows, "canvas")
-        soft = gather(self.pool, rows, "soft")  # zeros on a canvas's first step
+        canvas = canvases(self.pool, rows)
+        soft = soft_embeds(self.pool, rows)
         caches = [r.cache for r in rows]
         if isinstance(self.memory, HostMemory):  # no budget: skip the tracker's per-op cost
-            return self.runner.decode(canvases, soft, None, caches, hidden_only=True)
+            return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
         with self.memory.measure():  # virtual budget or CUDA: the decoder's transient counts
-            return self.runner.decode(canvases, soft, None, caches, hidden_only=True)
+            return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
 
     # -- sample and emit
 
     def sample_and_emit(self, rows: list[Request], hidden: torch.Tensor) -> None:
         """One sampler step per distinct RunOptions among `rows`, then its events."""
-        for options, index in by_options(rows).items():
-            group_hidden = hidden if len(index) == len(rows) else hidden[index]
+        for index in by_options(rows).values():
+            same_hidden = hidden if len(index) == len(rows) else hidden[index]
             # A preemption in another options' step may have taken some of these rows.
-            group, group_hidden = self.lifecycle.still_running([rows[i] for i in index], group_hidden)
-            if not group:
+            same_rows, same_hidden = self.lifecycle.still_running([rows[i] for i in index], same_hidden)
+            if not same_rows:
                 continue
-            group, out = self._sample(group, group_hidden)
+            same_rows, out = self._sample(same_rows, same_hidden)
             if out is not None:
-                self._emit(group, out)
+                self._emit(same_rows, out)
 
     def _sample(self, rows: list[Request], hidden: torch.Tensor) -> tuple[list[Request], StepOutput | None]:
         """The sampler step for `rows` (all of one RunOptions); when even one request's tile does not

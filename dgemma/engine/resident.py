@@ -3,12 +3,13 @@
 `Resident` counts the long-lived bytes (weights, the samplers' per-slot state, KV caches) and,
 on a budgeted CPU (`VirtualDevice`), reserves them so a step's transient sees only the rest.
 
-A run's `RunOptions.memory_budget` is the whole budget its steps may see, counted as an engine
-started with that `--memory-budget` would count it: `RunBudget` reports as free the budget minus
-everything resident (never more than the engine's own device has free); the run's sampler plans
-its tiles against that, and on a CPU a tile that allocates beyond it raises a real
-`torch.OutOfMemoryError`, which the engine handles like any other (split, then preempt).
-On CUDA the allocator cap is per process, so a run budget only shapes the plan.
+A run's `RunOptions.memory_budget` caps its sampler step, counted as an engine started with
+that `--memory-budget` would count it: `RunBudget` reports as free the budget minus everything
+resident (and never more than the engine's own device has free). The run's sampler plans its
+tiles against that, and on a CPU a tile that allocates beyond it raises a real
+`torch.OutOfMemoryError`, handled like any other (split the tile, then preempt). The shared
+decoder batch is measured against the engine's own device, not a run's budget. On CUDA the
+allocator cap is per process, so a run budget shapes only the plan.
 """
 
 from __future__ import annotations

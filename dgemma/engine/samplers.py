@@ -8,6 +8,8 @@ slots whose requests use its options; slot numbers are the scheduler's, shared b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from dgemma.engine.resident import Resident, RunBudget, tensor_bytes
@@ -66,14 +68,19 @@ class SamplerPool:
         return self._samplers[options]
 
 
-def gather(pool: SamplerPool, rows: list, attribute: str) -> torch.Tensor:
-    """Per-slot state of `rows` (requests) from each one's sampler, in row order: `canvas` or `soft`."""
+def canvases(pool: SamplerPool, rows: list) -> torch.Tensor:
+    """[n, CL] the canvases `rows` (requests) denoise next, each from its own sampler, in row order."""
+    return _gather(pool, rows, lambda sampler, slots: sampler.canvas[slots])
+
+
+def soft_embeds(pool: SamplerPool, rows: list) -> torch.Tensor:
+    """[n, CL, hidden] the self-conditioning input of `rows` (zeros on a canvas's first step)."""
+    return _gather(pool, rows, lambda sampler, slots: sampler.soft_embeds(slots))
+
+
+def _gather(pool: SamplerPool, rows: list, read: Callable[[TiledSampler, list[int]], torch.Tensor]) -> torch.Tensor:
     groups = by_options(rows)
-    parts = []
-    for options, index in groups.items():
-        sampler = pool[options]
-        slots = [rows[i].slot for i in index]
-        parts.append(sampler.canvas[slots] if attribute == "canvas" else sampler.soft_embeds(slots))
+    parts = [read(pool[options], [rows[i].slot for i in index]) for options, index in groups.items()]
     if len(parts) == 1:
         return parts[0]  # one options (the usual case): already in row order
     order = [i for index in groups.values() for i in index]

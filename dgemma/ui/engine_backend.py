@@ -1,11 +1,10 @@
-"""The real backend: the loaded model and dgemma.engine.engine behind the UI's small interface.
+"""The real backend: the loaded model and its one engine behind the UI's small interface.
 
-One engine per (tiling, memory budget, sampler step), created when first asked for and sharing
-the loaded weights: the main one tiles "auto" under the server's --memory-budget with the
-reference step; a run that asks for "off", a fixed tile size, another budget or the chunked step
-goes to its own engine, because these are properties of the sampler every request in a step shares. Each run subscribes
-to the engine under a key of its own, so it sees exactly its requests' events and the tile
-plans of the steps they took part in, and cancelling it touches nobody else's requests.
+One engine per loaded model. A run's tiling, memory budget and sampler step travel with its
+requests as `RunOptions` (the engine runs one sampler step per distinct options over one shared
+decoder batch); the lesson's fixed batch runs on the engine's own runner under its lock. Each run
+subscribes under a key of its own, so it sees exactly its requests' events and the tile plans of
+the steps they took part in, and cancelling it touches nobody else's requests.
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import threading
-from dataclasses import replace
 
 import torch
 
@@ -22,15 +19,12 @@ from dgemma.engine import Engine, EngineConfig, EngineError
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
-from dgemma.sampling import SamplingParams
+from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits, Settings
 
 log = logging.getLogger(__name__)
-
-MAX_ENGINES = 4  # e.g. auto, off and two more: each engine is a thread, a sampler and a budget
-
 
 class BackendError(RuntimeError):
     """The app cannot start: one sentence for the terminal."""
@@ -55,7 +49,8 @@ class EngineRun:
 
     _keys = itertools.count(1)
 
-    def __init__(self, engine: Engine, prompts: list[str], settings: Settings, stream: bool = True, notice: str = ""):
+    def __init__(self, engine: Engine, prompts: list[str], settings: Settings, options: RunOptions,
+                 stream: bool = True, notice: str = ""):
         self.engine = engine
         self.notice = notice  # one sentence the page shows as a warning (e.g. the engine was restarted)
         self.key = f"run-{next(self._keys)}"
@@ -64,7 +59,8 @@ class EngineRun:
         # Subscribe first: the "queued" events of the submits below must not be missed.
         self.mailbox = engine.subscribe(self.key)
         self.handles = [
-            engine.submit(p, sampling_params(settings, i), settings.max_new_tokens, session=self.key, stream_steps=stream)
+            engine.submit(p, sampling_params(settings, i), settings.max_new_tokens, session=self.key,
+                          stream_steps=stream, options=options)
             for i, p in enumerate(prompts)
         ]
         self._closed = False
@@ -99,16 +95,19 @@ class EngineRun:
 
 
 class EngineBackend:
+    """One engine over the loaded weights; every run, with any tiling, budget or step, and the lesson share it."""
+
     def __init__(self, loaded: LoadedModel, config: EngineConfig, limits: Limits, budget_text: str | None):
         self.loaded = loaded
         self.config = config
         self.limits = limits
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
-        self._engines: dict[tuple[str, int | None, str], Engine] = {}
-        self._lock = threading.Lock()
-        main = self.engine("auto", None)
-        p = main.default_params
+        try:
+            self.engine = Engine(loaded, config).start()
+        except EngineError as err:
+            raise ValueError(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None
+        p = self.engine.default_params
         self.defaults = Settings(
             # Two canvases by default: enough to watch a commit, short enough for a laptop.
             max_new_tokens=min(limits.max_new_tokens, 64),  # the CLI's default: same call, same tokens
@@ -123,48 +122,29 @@ class EngineBackend:
             f"memory budget {budget_text or 'none'}"
         )
 
-    def engine(self, tiling: str, budget: str | None, sampler: str = "reference") -> Engine:
-        """The engine for a tiling mode, a memory budget (None: the server's) and a sampler step."""
-        nbytes = parse_size(budget) if budget else self.config.memory_budget
-        if nbytes != self.config.memory_budget and self.loaded.device.type == "cuda":
+    def run_options(self, settings: Settings) -> RunOptions:
+        """How a run's requests are laid out: its tiling, sampler step and memory budget (None: the server's)."""
+        nbytes = parse_size(settings.memory_budget) if settings.memory_budget else None
+        if nbytes == self.config.memory_budget:
+            nbytes = None
+        if nbytes is not None and self.loaded.device.type == "cuda":
             # On CUDA a budget is the process's allocator cap: one per server, set at start-up.
             raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")
-        key = (tiling, nbytes, sampler)
-        with self._lock:
-            engine = self._engines.get(key)
-            if engine is None:
-                if len(self._engines) >= MAX_ENGINES:
-                    self._retire_idle_engine()
-                if len(self._engines) >= MAX_ENGINES:
-                    modes = ", ".join(f"{t}/{format_bytes(b) if b else 'no budget'}/{k}" for t, b, k in self._engines)
-                    raise ValueError(f"This server already runs {MAX_ENGINES} tiling and budget settings ({modes}); use one of them.")
-                try:
-                    config = replace(self.config, tiling=tiling, memory_budget=nbytes, sampler=sampler)
-                    engine = Engine(self.loaded, config).start()
-                except EngineError as err:
-                    raise ValueError(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None
-                self._engines[key] = engine
-            return engine
-
-    def _retire_idle_engine(self) -> None:
-        """Shut down one engine other than the main one that has nothing running or waiting."""
-        main = ("auto", self.config.memory_budget, "reference")
-        for key, engine in list(self._engines.items()):
-            health = engine.health()
-            if key != main and not health["running"] and not health["waiting"]:
-                del self._engines[key]
-                engine.shutdown(timeout=5)
-                return
+        return RunOptions(tiling=settings.tiling, sampler=settings.sampler, memory_budget=nbytes)
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
-        engine = self.engine(settings.tiling, settings.memory_budget, settings.sampler)
+        options = self.run_options(settings)
+        engine = self.engine
+        problem = engine.core.check_options(options)
+        if problem:
+            raise ValueError(f"{problem[:1].upper()}{problem[1:]}.")
         notice = ""
         if not engine.alive:
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.
             notice = f"The engine had stopped ({engine.last_error or 'no reason given'}); it was restarted for this run."
             log.warning(notice)
             engine.restart()
-        return EngineRun(engine, prompts, settings, stream, notice)
+        return EngineRun(engine, prompts, settings, options, stream, notice)
 
     def info(self) -> dict:
         return {
@@ -177,11 +157,10 @@ class EngineBackend:
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
                impl: str = "reference") -> LessonOutcome:
-        return lesson_run.run(self.loaded, requests, budget, real_scale, tiling, settings, impl)
+        return lesson_run.run(self.engine.core, requests, budget, real_scale, tiling, settings, impl)
 
     def close(self) -> None:
-        for engine in self._engines.values():
-            engine.shutdown(timeout=5)
+        self.engine.shutdown(timeout=5)
 
 
 def make_backend(args: argparse.Namespace) -> EngineBackend:

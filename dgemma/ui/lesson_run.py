@@ -1,8 +1,10 @@
 """The lesson's batch: N prompts, one canvas each, denoised together under one memory budget.
 
-A small, explicit loop over the public sampler contract (architecture.md), not the serving
-engine: the lesson wants one fixed batch that all hits the sampler at once, with the memory
-device and the vocabulary under its control.
+A small, explicit loop over the public sampler contract (docs/architecture.md) rather than the
+engine's scheduler: the lesson wants one fixed batch that all hits the sampler at once, with the
+memory device and the vocabulary under its control, and the raw out-of-memory of an untiled
+step (the engine would preempt instead). It runs on the engine's own weights and runner, holding
+the engine's lock, so an engine step and the lesson never run at once over the same weights.
 
 - memory: on CUDA a per-process cap (a real allocator OOM); on a CPU the budgeted virtual
   device, holding the weights and the sampler's per-slot state as resident bytes;
@@ -19,11 +21,11 @@ import time
 
 import torch
 
-from dgemma.memory.memory import (
+from dgemma.memory import (
     CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
 )  # fmt: skip
+from dgemma.engine import EngineCore
 from dgemma.model.loading import LoadedModel
-from dgemma.model.runner import Runner
 from dgemma.sampling import TiledSampler, build_sampler
 from dgemma.sampling import SamplingParams
 from dgemma.ui.backend import LessonOutcome
@@ -99,26 +101,29 @@ def _round_mib(nbytes: int) -> str:
     return f"{-(-nbytes // 1024)}KiB"
 
 
-def run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
+def run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, tiling: str,
         settings: Settings, impl: str = "reference") -> LessonOutcome:
     """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened.
 
-    On CUDA the budget is the process's allocator cap while the lesson runs (the serving engine
-    shares it meanwhile); the cap the server had is put back afterwards.
+    Runs under `core.lock`: the engine's steps wait for it (the batch is small: seconds at most).
+    On CUDA the budget is the process's allocator cap while the lesson runs; the cap the server
+    had is put back afterwards.
     """
-    if loaded.device.type != "cuda":
-        return _run(loaded, requests, budget, real_scale, tiling, settings, impl)
-    cap = torch.cuda.get_per_process_memory_fraction(loaded.device)
-    try:
-        return _run(loaded, requests, budget, real_scale, tiling, settings, impl)
-    finally:
-        torch.cuda.set_per_process_memory_fraction(cap, loaded.device)
-        torch.cuda.empty_cache()
+    with core.lock:
+        if core.loaded.device.type != "cuda":
+            return _run(core, requests, budget, real_scale, tiling, settings, impl)
+        cap = torch.cuda.get_per_process_memory_fraction(core.loaded.device)
+        try:
+            return _run(core, requests, budget, real_scale, tiling, settings, impl)
+        finally:
+            torch.cuda.set_per_process_memory_fraction(cap, core.loaded.device)
+            torch.cuda.empty_cache()
 
 
-def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: bool, tiling: str,
+def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, tiling: str,
          settings: Settings, impl: str) -> LessonOutcome:
     started = time.monotonic()
+    loaded, runner = core.loaded, core.runner
     try:
         budget_bytes = parse_size(budget) if budget not in (None, "") else None
     except ValueError:
@@ -144,11 +149,10 @@ def _run(loaded: LoadedModel, requests: int, budget: str | None, real_scale: boo
             f"sampler's state; the suggested budget for {requests} requests is {suggest_budget(loaded, requests, real_scale)}."
         ) from None
 
-    runner = Runner(loaded.model)
     caches = []
     for i, prompt in enumerate(prompts):
         cache = runner.new_cache()
-        runner.append_to_cache(cache, torch.tensor(loaded.encode(prompt)))
+        runner.append_to_cache(cache, torch.tensor(core.tokenize(prompt)))
         caches.append(cache)
         sampler.start_canvas(i, params[i], 0)
 

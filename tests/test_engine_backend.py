@@ -1,0 +1,74 @@
+"""The app's backend keeps one engine per loaded model: Generate (any tiling, either step) and the lesson share it."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from pathlib import Path
+
+import pytest
+
+from dgemma.model.loading import DEFAULT_MODEL
+
+
+def engine_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.name == "dgemma-engine"}
+
+
+OTHERS: set[int] = set()  # engine threads of other tests in this process, alive before the backend
+
+
+@pytest.fixture
+def backend():
+    from dgemma.ui.engine_backend import make_backend
+
+    if not (Path(DEFAULT_MODEL) / "config.json").is_file():
+        pytest.skip("the embedded model is not in assets/model yet")
+    args = argparse.Namespace(model=DEFAULT_MODEL, device="cpu", memory_budget=None, max_num_seqs=8,
+                              max_prompts=8, max_new_tokens=32, max_queued=8)
+    OTHERS.clear()
+    OTHERS.update(engine_threads())
+    backend = make_backend(args)
+    yield backend
+    backend.close()
+
+
+def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(backend):
+    from dgemma.ui.settings import Settings
+
+    prompts = ["add 12+34", "count 3 to 9"]
+    texts = {}
+    for tiling in ("auto", "off"):
+        for sampler in ("reference", "chunked"):
+            run = backend.start(prompts, Settings(max_new_tokens=16, seed=3, tiling=tiling, sampler=sampler))
+            outputs, plans = run.results()
+            run.close()
+            assert not any(o.error for o in outputs) and plans
+            assert {p.impl for p in plans} == {sampler}
+            texts[tiling, sampler] = [o.text for o in outputs]
+    settings = Settings(max_denoising_steps=4)
+    for tiling in ("off", "auto"):
+        outcome = backend.lesson(4, None, False, tiling, settings)
+        assert outcome.ok and len(outcome.tokens) == 4
+    assert len(set(map(tuple, texts.values()))) == 1  # the layout never changes the tokens
+    assert len(engine_threads() - OTHERS) == 1
+
+
+def test_the_lesson_still_shows_the_untiled_out_of_memory_under_its_budget(backend):
+    from dgemma.ui.settings import Settings
+
+    budget = backend.suggest_budget(8, False)
+    untiled = backend.lesson(8, budget, False, "off", Settings(max_denoising_steps=4))
+    tiled = backend.lesson(8, budget, False, "auto", Settings(max_denoising_steps=4))
+    assert not untiled.ok and "OutOfMemoryError" in untiled.message
+    assert tiled.ok and len(tiled.tokens) == 8
+
+
+def test_a_run_with_its_own_memory_budget_plans_against_it(backend):
+    from dgemma.ui.settings import Settings
+
+    run = backend.start(["add 1+2", "add 3+4", "add 5+6"], Settings(max_new_tokens=16, memory_budget="64MiB"))
+    outputs, plans = run.results()
+    run.close()
+    assert not any(o.error for o in outputs)
+    assert plans and all(p.budget_bytes == 64 * 2**20 for p in plans)
