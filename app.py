@@ -172,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         resolve_source(args.model)
     except ModelLoadError as err:
         return _fail(str(err))
+    if args.device == "cuda":  # asked for by name: say at once if there is none (this imports torch)
+        from dgemma.memory import resolve_device
+
+        try:
+            resolve_device(args.device)
+        except ValueError as err:
+            return _fail(str(err))
     # SIGTERM (a Space stopping, a test ending) exits like Ctrl-C, so spaces' workers end with us.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     if zerogpu_enabled():

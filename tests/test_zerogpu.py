@@ -124,7 +124,8 @@ def test_a_quota_error_reaches_the_caller_as_one_sentence(client, sim_dir):
 
 
 def test_closing_a_stream_ends_the_workers_loop(server, client):
-    inputs = ["\n".join(PROMPTS), 4, "auto", 4, "", "reference", 256, 32, 0.4, 0.8, 0.1, 0.005, 1, 7, False]
+    # Stability 8 and a tiny confidence threshold: a canvas takes (nearly) all 32 steps, the run minutes.
+    inputs = ["\n".join(PROMPTS), 8, "auto", 4, "", "reference", 256, 32, 0.4, 0.8, 0.1, 1e-6, 8, 7, False]
     job = client.submit(*inputs, api_name="/generate_stream")
     deadline = time.monotonic() + 120
     while len(job.outputs()) < 2 and time.monotonic() < deadline:  # streaming from the worker
@@ -224,3 +225,16 @@ def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
     huge = dataclasses.replace(big, settings=dataclasses.replace(big.settings, max_denoising_steps=512))
     assert gpu_run.duration(small) < gpu_run.duration(big) <= gpu_run.MAX_DURATION_S
     assert gpu_run.duration(huge) == gpu_run.MAX_DURATION_S
+
+
+def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
+    from gradio.exceptions import Error
+
+    from dgemma.ui import gpu_run
+
+    settings = dataclasses.replace(gpu_backend.defaults, tiling="sideways")  # the engine refuses it
+    job = gpu_backend._job("generate", settings, prompts=("add 1+2",))
+    with pytest.raises(Error) as err:
+        list(gpu_run.run_on_gpu(job))
+    message = err.value.message
+    assert message.startswith("The GPU run failed: ") and message.endswith(".") and "\n" not in message
