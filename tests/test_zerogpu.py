@@ -203,8 +203,7 @@ def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
     assert run._stream.gi_frame is None  # the generator is closed: its loop has ended
     assert board.finished and len(board.requests) == run.size
     assert {v.status for v in board.requests.values()} <= {"done", "cancelled"}
-    core = next(iter(gpu_run._cores.values()))
-    assert not core.has_unfinished()  # the warm worker's engine is left empty
+    assert not gpu_run._core().has_unfinished()  # the warm worker's engine is left empty
 
 
 def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, monkeypatch):
@@ -232,7 +231,7 @@ def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
 
     from dgemma.ui import gpu_run
 
-    settings = dataclasses.replace(gpu_backend.defaults, tiling="sideways")  # the engine refuses it
+    settings = dataclasses.replace(gpu_backend.defaults, memory_budget="1KiB")  # less than the weights
     job = gpu_backend._job("generate", settings, prompts=("add 1+2",))
     with pytest.raises(Error) as err:
         list(gpu_run.run_on_gpu(job))

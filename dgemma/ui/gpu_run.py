@@ -78,7 +78,7 @@ def duration(job: Job) -> int:
 
 _model = None  # the LoadedModel installed by the main process before launch (on "cuda")
 _config = None  # the main EngineConfig
-_cores: dict = {}  # (tiling, budget, sampler) -> EngineCore, created in the worker on first use
+_engine_core = None  # the EngineCore, created in the worker on its first call
 _keys = itertools.count(1)
 
 
@@ -94,23 +94,35 @@ def _loaded_here():
     return _model if device == _model.device else replace(_model, device=device)
 
 
-def _core(settings: Settings):
+def _core():
+    """This worker's engine, created on its first call: free memory is measured here, on the GPU."""
     from dgemma.engine import EngineCore
-    from dgemma.memory import parse_size
 
-    budget = parse_size(settings.memory_budget) if settings.memory_budget else _config.memory_budget
-    key = (settings.tiling, budget, settings.sampler)
-    if key not in _cores:
-        config = replace(_config, tiling=settings.tiling, memory_budget=budget, sampler=settings.sampler)
-        _cores[key] = EngineCore(_loaded_here(), config)  # the free memory is measured here, on the GPU
-    return _cores[key]
+    global _engine_core
+    if _engine_core is None:
+        _engine_core = EngineCore(_loaded_here(), _config)
+    return _engine_core
+
+
+def _options(settings: Settings):
+    """The run's layout, as dgemma/ui/engine_backend.py makes it (None: the server's budget)."""
+    from dgemma.memory import parse_size
+    from dgemma.sampling import RunOptions
+
+    nbytes = parse_size(settings.memory_budget) if settings.memory_budget else None
+    return RunOptions(tiling=settings.tiling, sampler=settings.sampler,
+                      memory_budget=None if nbytes == _config.memory_budget else nbytes)
 
 
 def _generate(job: Job) -> Iterator[Snapshot]:
     from dgemma.ui.engine_backend import sampling_params
 
     pid = os.getpid()
-    core = _core(job.settings)
+    core = _core()
+    options = _options(job.settings)
+    problem = core.check_options(options)
+    if problem:
+        raise ValueError(problem)
     session = f"gpu-{next(_keys)}"
     mailbox = core.subscribe(session)
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
@@ -118,7 +130,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     try:
         for i, prompt in enumerate(job.prompts):
             core.submit(prompt, sampling_params(job.settings, i), job.settings.max_new_tokens, session=session,
-                        stream_steps=job.stream)
+                        stream_steps=job.stream, options=options)
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
         timed_out = False
@@ -146,7 +158,7 @@ def _lesson(job: Job) -> Iterator[Snapshot]:
     from dgemma.ui import lesson_run
 
     requests, budget, real_scale, tiling, impl = job.lesson
-    outcome = lesson_run.run(_loaded_here(), requests, budget, real_scale, tiling, job.settings, impl)
+    outcome = lesson_run.run(_core(), requests, budget, real_scale, tiling, job.settings, impl)
     yield Snapshot(os.getpid(), done=True, lesson=outcome)
 
 
