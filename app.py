@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,16 @@ ROOT = Path(__file__).resolve().parent
 # Gradio's usage analytics would phone home from a teaching laptop or a Space: off by default.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+from dgemma.ui.zerogpu import enabled as zerogpu_enabled  # noqa: E402
+
+if zerogpu_enabled():  # `import spaces` before anything touches CUDA (torch included)
+    import spaces  # noqa: F401
+
 from dgemma.cli import ArgumentParser, positive_int  # noqa: E402  (after the environment is set)
+from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
+
+FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
+ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler
 
 
 def _port(text: str) -> int:
@@ -87,33 +97,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args([*extra.values(), *argv])
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def _log_to_stderr() -> None:
     # Our own INFO lines (a closed session's requests cancelled, engine restarts) on stderr.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.getLogger("dgemma").addHandler(handler)
     logging.getLogger("dgemma").setLevel(logging.INFO)
-    started = time.monotonic()
-    from dgemma.model.loading import ModelLoadError, resolve_source
 
-    try:  # a missing checkpoint is one line now, not after the UI libraries have loaded
-        resolve_source(args.model)
-    except ModelLoadError as err:
-        print(f"app.py: error: {err}", file=sys.stderr)
-        return 2
-    from dgemma.ui.engine_backend import BackendError, make_backend
 
-    try:
-        backend = make_backend(args)
-    except BackendError as err:
-        print(f"app.py: error: {err}", file=sys.stderr)
-        return 2
+def _fail(message: str) -> int:
+    print(f"app.py: error: {message}", file=sys.stderr, flush=True)
+    return 2
 
-    from dgemma.ui.layout import build_demo
 
-    demo = build_demo(backend)
-    demo.queue(default_concurrency_limit=None)
+def _launch(demo, args: argparse.Namespace) -> int:
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
     demo.launch(
         server_name=args.host,
@@ -125,15 +122,99 @@ def main(argv: list[str] | None = None) -> int:
         prevent_thread_lock=True,
         quiet=True,
     )
-    # One line the tests and people can wait for: the server answers from here on.
-    print(f"dgemma app ready at http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
+    return port
+
+
+def _serve(demo, close) -> int:
     try:
         demo.block_thread()
     except KeyboardInterrupt:
         pass
     finally:
-        backend.close()
+        close()
     return 0
+
+
+def main_page_first(args: argparse.Namespace, started: float) -> int:
+    """Serve the page at once, then load torch, transformers and the model on a thread."""
+    import threading
+
+    from dgemma.ui.layout import build_demo
+    from dgemma.ui.loading import LoadingBackend
+    from dgemma.ui.settings import Limits
+
+    limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
+    backend = LoadingBackend(limits, args.max_num_seqs, args.memory_budget, args.model)
+    demo = build_demo(backend)
+    demo.queue(default_concurrency_limit=None)
+    port = _launch(demo, args)
+    print(f"{PAGE_LINE} http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
+
+    def build(stage):
+        stage("importing torch and transformers")
+        from dgemma.ui.engine_backend import make_backend
+
+        stage("reading the weights and starting the engine")
+        return make_backend(args)
+
+    threading.Thread(target=backend.load, args=(build,), name="dgemma-load", daemon=True).start()
+    try:
+        backend.loaded.wait()
+    except KeyboardInterrupt:
+        demo.close()
+        return 0
+    if backend.error:  # on the page (status line, API) for a moment, on stderr, then exit non-zero
+        _fail(backend.error)
+        time.sleep(FAILED_LINGER_S)
+        demo.close()
+        return 2
+    # One line the tests and people can wait for: the model answers from here on.
+    print(f"{READY_LINE} http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
+    return _serve(demo, backend.close)
+
+
+def main_zerogpu(args: argparse.Namespace, started: float) -> int:
+    """ZeroGPU: the model is loaded and put on "cuda" here, in the main thread, before launch
+    (spaces' CUDA emulation is thread-local), so the page comes after the model on a Space."""
+    from dgemma.ui.gpu_backend import make_zerogpu_backend
+    from dgemma.ui.layout import build_demo
+
+    try:
+        backend = make_zerogpu_backend(args)
+    except Exception as err:  # noqa: BLE001 - one sentence, never a traceback
+        return _fail((str(err).strip().splitlines() or [type(err).__name__])[0])
+    demo = build_demo(backend)
+    # One batch per click: visitors queue in ZeroGPU's scheduler, so Gradio's queue only holds
+    # clicks waiting for it; on ZeroGPU its max_size would otherwise default to 1.
+    demo.queue(default_concurrency_limit=None, max_size=ZEROGPU_QUEUE_SIZE)
+    port = _launch(demo, args)
+    print(f"{PAGE_LINE} http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
+    print(f"{READY_LINE} http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
+    return _serve(demo, backend.close)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _log_to_stderr()
+    started = time.monotonic()
+    from dgemma.model.loading import ModelLoadError, resolve_source
+
+    try:  # a missing checkpoint is one line now, before any server starts
+        resolve_source(args.model)
+    except ModelLoadError as err:
+        return _fail(str(err))
+    if args.device == "cuda":  # asked for by name: say at once if there is none (this imports torch)
+        from dgemma.memory import resolve_device
+
+        try:
+            resolve_device(args.device)
+        except ValueError as err:
+            return _fail(str(err))
+    # SIGTERM (a Space stopping, a test ending) exits like Ctrl-C, so spaces' workers end with us.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    if zerogpu_enabled():
+        return main_zerogpu(args, started)
+    return main_page_first(args, started)
 
 
 if __name__ == "__main__":

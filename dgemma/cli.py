@@ -7,10 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-import torch
-
 from dgemma.errors import first_line
-from dgemma.memory import parse_size
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -38,16 +35,21 @@ def positive_int(text: str) -> int:
 
 def size_arg(text: str) -> int:
     """argparse type for sizes such as 8GiB; a malformed one becomes argparse's one-line error."""
+    from dgemma.memory import parse_size  # torch: imported by the commands that use it, not by app.py's page
+
     try:
         return parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> NoReturn:
+def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None,
+            prog: str | None = None) -> NoReturn:
     """Run `main`, turning expected failures (bad values, out of memory, missing files) into
     one line on stderr and a non-zero exit instead of a traceback."""
-    prog = argparse.ArgumentParser().prog
+    import torch
+
+    prog = prog or argparse.ArgumentParser().prog
     try:
         code = main(argv)
     except (ValueError, FileNotFoundError, OSError) as err:

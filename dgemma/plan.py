@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
+from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, Gpu
 from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
 from dgemma.sampling.chunked import chunk_ladder
@@ -38,30 +39,6 @@ RUNTIME_RESERVE = 2 * GiB
 cuBLAS workspaces, the allocator's rounding, what the driver keeps of the spec-sheet capacity,
 and one decoder call's activations. KV caches are not counted: the sampler is the subject."""
 REQUESTS = (1, 2, 4, 8, 16, 32, 64)
-RELEASED_ID = "google/diffusiongemma-26B-A4B-it"
-
-
-@dataclass(frozen=True)
-class Gpu:
-    key: str  # what --gpus takes
-    name: str
-    memory_gb: int  # the spec sheet's figure, read as GiB
-
-    @property
-    def total_bytes(self) -> int:
-        return self.memory_gb * GiB
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} {self.memory_gb} GB"
-
-
-GPUS = (
-    Gpu("t4", "T4", 16), Gpu("l4", "L4", 24), Gpu("a10g", "A10G", 24), Gpu("l40s", "L40S", 48),
-    Gpu("a100-40", "A100", 40), Gpu("a100-80", "A100", 80), Gpu("h100", "H100", 80), Gpu("h200", "H200", 141),
-    Gpu("rtx-pro-6000", "RTX Pro 6000", 96),
-)  # fmt: skip
-"""RTX Pro 6000 96 GB is the card behind Hugging Face's ZeroGPU."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +53,7 @@ class ModelSpec:
     softcap: float | None = 30.0
 
 
-RELEASED = ModelSpec(RELEASED_ID, 26 * 10**9 * 2, 256, 262_144, 2816)
+RELEASED = ModelSpec(RELEASED_ID, 26 * 10**9 * 2, 256, RELEASED_VOCAB, 2816)
 """The released checkpoint: 26 B parameters (its published size) in bf16, canvas 256, vocab
 262,144, hidden 2816 (the hidden size only sizes the [CL, hidden] soft embedding)."""
 
@@ -216,11 +193,11 @@ def model_from_config(config, name: str) -> ModelSpec:
     )  # fmt: skip
 
 
-def model_from_loaded(loaded) -> ModelSpec:
-    """The model a server has loaded (dgemma.model.loading.LoadedModel), its weights counted in bf16."""
-    params = loaded.weight_bytes // loaded.dtype.itemsize
-    softcap = getattr(loaded.model, "final_logit_softcapping", None)
-    return ModelSpec(loaded.name, params * 2, loaded.canvas_length, loaded.vocab_size, loaded.hidden_size, softcap)
+def model_from_facts(facts: dict) -> ModelSpec:
+    """The model a server has loaded, from its facts (`LoadedModel.facts()`, the /info endpoint's
+    source), its weights counted in bf16."""
+    return ModelSpec(facts["model"], facts["parameters"] * 2, facts["canvas_length"], facts["vocab_size"],
+                     facts["hidden_size"], facts.get("softcap"))
 
 
 def resolve_model(name: str | None) -> ModelSpec:

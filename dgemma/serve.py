@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-READY_LINE = "dgemma app ready at"  # app.py prints it once the server answers
+PAGE_LINE = "dgemma page at"  # app.py prints it once the server answers (the model may still be loading)
+READY_LINE = "dgemma app ready at"  # app.py prints it once the model answers too
 
 
 def free_port() -> int:
@@ -44,10 +45,12 @@ class AppServer:
                 self.process.wait(timeout=10)
 
 
-def launch(args: list[str], log_path: Path, timeout: float = 90.0) -> AppServer:
-    """Start the app on a free port and wait for its ready line; raise with the log if it dies or times out."""
+def launch(args: list[str], log_path: Path, timeout: float = 90.0, env: dict[str, str] | None = None,
+           ready_line: str = READY_LINE) -> AppServer:
+    """Start the app on a free port and wait for `ready_line` (the model answers; PAGE_LINE: the
+    page does); raise with the log if it dies or times out. `env` adds to the environment."""
     port = free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1,localhost"}
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
     started = time.monotonic()
     with open(log_path, "w") as log:
         process = subprocess.Popen(
@@ -58,7 +61,7 @@ def launch(args: list[str], log_path: Path, timeout: float = 90.0) -> AppServer:
     while time.monotonic() - started < timeout:
         if process.poll() is not None:
             raise RuntimeError(f"app.py exited with {process.returncode}:\n{server.log()}")
-        if READY_LINE in server.log():
+        if ready_line in server.log():
             server.startup_s = time.monotonic() - started
             return server
         time.sleep(0.1)

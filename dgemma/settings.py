@@ -35,6 +35,13 @@ class Settings:
         return self.params.for_prompt(index)
 
 
+def run_options(settings: Settings, server_budget: int | None) -> RunOptions:
+    """The run's layout for the engine: a budget equal to the server's own is no budget of its own."""
+    if settings.options.memory_budget == server_budget:
+        return replace(settings.options, memory_budget=None)
+    return settings.options
+
+
 def parse_settings(
     raw: Mapping[str, Any] | None,
     defaults: Settings,

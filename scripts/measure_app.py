@@ -1,8 +1,11 @@
-"""Measure the app as a user meets it: seconds to ready, and live updates per second at 32 requests.
+"""Measure the app as a user meets it: seconds to its page, and live updates per second at 32 requests.
 
-    python scripts/measure_app.py [--requests 32] [--browser] [--json] [-- app.py flags]
+    python scripts/measure_app.py [--requests 32] [--browser] [--zerogpu] [--startup-rounds 2] [--json] [-- app.py flags]
 
-Starts `python app.py` on 127.0.0.1 and a free port and times it until the server answers.
+Start-up: a bare Gradio Blocks app (one textbox) and `python app.py` are started alternately,
+the same way, and each is timed until GET / answers; the medians and their ratio are printed,
+with the seconds until app.py's model is ready (the page is served before it loads).
+Then app.py (with --zerogpu: under simulated ZeroGPU, tests/zerogpu_sim) is started once more.
 Then drives the Generate tab's own streaming endpoint (the one the Run button calls) with N
 concurrent requests through gradio_client, counts the frames the page would receive per second,
 and meanwhile times GET / every 0.5 s to check the server stays responsive.
@@ -20,6 +23,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -34,22 +38,85 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(port: int, extra: list[str]) -> tuple[subprocess.Popen, float, float]:
-    """(process, seconds until the ready line, seconds until GET / answers)."""
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+# A bare Gradio Blocks app with one textbox, started the same way: the floor for GET /.
+BARE_BLOCKS = """
+import os, sys
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+import gradio as gr
+with gr.Blocks() as demo:
+    gr.Textbox()
+demo.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]), quiet=True, prevent_thread_lock=True)
+print("bare ready", flush=True)
+demo.block_thread()
+"""
+
+# ZeroGPU without ZeroGPU: the stubs of tests/test_zerogpu.py (spaces' scheduler client and CUDA move).
+SIM = ROOT / "tests" / "zerogpu_sim"
+
+
+def zerogpu_env(sim_dir: Path) -> dict[str, str]:
+    return {"SPACES_ZERO_GPU": "1", "SPACES_ZERO_DEVICE_API_URL": "http://127.0.0.1:9",
+            "ZEROGPU_OFFLOAD_DIR": str(sim_dir / "tensors"), "DGEMMA_SIM_DIR": str(sim_dir),
+            "PYTHONPATH": os.pathsep.join([str(SIM), os.environ.get("PYTHONPATH", "")])}
+
+
+def _first_page(port: int, proc: subprocess.Popen, t0: float) -> float:
+    """Seconds from start until GET / answers 200, polled every 50 ms."""
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode} before serving its page")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+                if r.status == 200:
+                    return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.05)
+
+
+def start_app(port: int, extra: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, float, float]:
+    """(process, seconds until GET / answers, seconds until the model is ready)."""
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *extra], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ready_line = None
-    for line in proc.stdout:
-        if "dgemma app ready" in line:
-            ready_line = time.monotonic() - t0
-            break
-    if ready_line is None:
-        raise SystemExit(f"app.py exited with {proc.wait()} before it was ready")
-    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # keep the pipe drained
-    urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
-    return proc, ready_line, time.monotonic() - t0
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: [lines.append(line) for line in proc.stdout], daemon=True)
+    reader.start()  # keeps the pipe drained
+    first_page = _first_page(port, proc, t0)
+    while not any("dgemma app ready" in line for line in lines):
+        if proc.poll() is not None:
+            raise SystemExit(f"app.py exited with {proc.returncode} before it was ready:\n{''.join(lines)}")
+        time.sleep(0.05)
+    return proc, first_page, time.monotonic() - t0
+
+
+def bare_first_page(port: int) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", BARE_BLOCKS, str(port)], cwd=ROOT,
+                            env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return _first_page(port, proc, t0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def measure_startup(rounds: int, extra: list[str]) -> dict:
+    """GET / of `python app.py` against a bare Blocks app, alternating, `rounds` each; medians."""
+    bare, app, ready = [], [], []
+    for _ in range(rounds):
+        bare.append(bare_first_page(free_port()))
+        proc, first_page, model_ready = start_app(free_port(), extra)
+        proc.terminate()
+        proc.wait(timeout=20)
+        app.append(first_page)
+        ready.append(model_ready)
+    b, a = statistics.median(bare), statistics.median(app)
+    return {"bare_blocks_first_page_s": round(b, 2), "app_first_page_s": round(a, 2),
+            "app_over_bare": round(a / b, 2), "app_model_ready_s": round(statistics.median(ready), 2),
+            "startup_rounds": rounds}
 
 
 def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
@@ -73,8 +140,11 @@ def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
     t0 = time.monotonic()
     prober.start()
     stamps = []
-    for _ in job:
+    first_canvas = None
+    for frame in job:
         stamps.append(time.monotonic() - t0)
+        if first_canvas is None and any(w in str(frame[3]) for w in ("running", "converged", "done")):
+            first_canvas = stamps[-1]  # the first frame with a request denoising: its canvas is on the page
     stop.set()
     prober.join()
     wall = time.monotonic() - t0
@@ -86,6 +156,7 @@ def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
         "frames": len(stamps),
         "run_seconds": round(wall, 2),
         "updates_per_s": round(live, 2),
+        "click_to_first_canvas_s": round(first_canvas, 2) if first_canvas is not None else None,
         "max_gap_s": round(max(gaps), 3) if gaps else None,
         "page_get_p50_s": round(statistics.median(latencies), 3) if latencies else None,
         "page_get_max_s": round(max(latencies), 3) if latencies else None,
@@ -139,19 +210,27 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--json", action="store_true")
     p.add_argument("--browser", action="store_true", help="also measure the page in chromium")
+    p.add_argument("--startup-rounds", type=int, default=2,
+                   help="start a bare Blocks app and app.py this many times each, alternating (0: skip)")
+    p.add_argument("--zerogpu", action="store_true",
+                   help="run the stream through simulated ZeroGPU (spaces' real wrappers, stubbed scheduler)")
     p.add_argument("app_args", nargs="*", help="extra flags for app.py (after --)")
     args = p.parse_args()
+    result = measure_startup(args.startup_rounds, args.app_args) if args.startup_rounds > 0 else {}
     port = free_port()
-    proc, ready_line_s, first_page_s = start_app(port, args.app_args)
-    try:
-        stream = measure_stream(f"http://127.0.0.1:{port}", args.requests, args.max_new_tokens)
-        if args.browser:
-            stream.update(measure_browser(f"http://127.0.0.1:{port}", args.requests))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-    result = {"startup_ready_line_s": round(ready_line_s, 2), "startup_first_page_s": round(first_page_s, 2), **stream}
-    print(json.dumps(result) if args.json else "\n".join(f"{k:>22}: {v}" for k, v in result.items()))
+    with tempfile.TemporaryDirectory() as sim_dir:
+        env = zerogpu_env(Path(sim_dir)) if args.zerogpu else None
+        proc, first_page_s, ready_s = start_app(port, args.app_args, env)
+        try:
+            stream = measure_stream(f"http://127.0.0.1:{port}", args.requests, args.max_new_tokens)
+            if args.browser:
+                stream.update(measure_browser(f"http://127.0.0.1:{port}", args.requests))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+    result.update({"mode": "zerogpu (simulated)" if args.zerogpu else "local", "first_page_s": round(first_page_s, 2),
+                   "model_ready_s": round(ready_s, 2), **stream})
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>26}: {v}" for k, v in result.items()))
 
 
 if __name__ == "__main__":

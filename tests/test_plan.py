@@ -168,7 +168,7 @@ def test_explorer_table_has_one_line_per_request_count(rows):
 
 
 def test_the_loaded_model_plans_as_its_checkpoint_directory_does(embedded_model):
-    loaded = plan.model_from_loaded(embedded_model)
+    loaded = plan.model_from_facts(embedded_model.facts())
     from_dir = plan.resolve_model(str(ROOT / "assets" / "model"))
     assert (loaded.canvas_length, loaded.vocab_size, loaded.hidden_size) == (16, 45, 128)
     assert loaded.weights_bytes == from_dir.weights_bytes  # both in bf16, counted once where tied

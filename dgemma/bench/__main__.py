@@ -1,4 +1,6 @@
+"""`python -m dgemma.bench sampler|engine|load`."""
+
 from dgemma.bench import main
 from dgemma.cli import run_cli
 
-run_cli(main)
+run_cli(main, prog="python -m dgemma.bench")

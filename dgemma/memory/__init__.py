@@ -4,15 +4,37 @@ units (sizes), device (the interface), tracker (bytes an op allocates), virtual 
 budget), probes (CPU and CUDA, and choosing one), planner (calibration and tile sizes).
 """
 
-from dgemma.memory.device import Measurement, MemoryDevice
-from dgemma.memory.planner import Calibration, calibrate, plan_tiles, split_tiles
-from dgemma.memory.probes import CudaMemory, HostMemory, memory_for, resolve_device
-from dgemma.memory.tracker import TransientTracker, measure_peak, raise_out_of_memory
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from dgemma.memory.units import GiB, MiB, format_bytes, parse_size
-from dgemma.memory.virtual import VirtualDevice
+
+if TYPE_CHECKING:
+    from dgemma.memory.device import Measurement, MemoryDevice
+    from dgemma.memory.planner import Calibration, calibrate, plan_tiles, split_tiles
+    from dgemma.memory.probes import CudaMemory, HostMemory, memory_for, resolve_device
+    from dgemma.memory.tracker import TransientTracker, measure_peak, raise_out_of_memory
+    from dgemma.memory.virtual import VirtualDevice
 
 __all__ = [
     "Calibration", "CudaMemory", "GiB", "HostMemory", "Measurement", "MemoryDevice", "MiB", "TransientTracker",
     "VirtualDevice", "calibrate", "format_bytes", "measure_peak", "memory_for", "parse_size", "plan_tiles",
     "raise_out_of_memory", "resolve_device", "split_tiles",
 ]  # fmt: skip
+
+# The sizes are plain Python; everything else imports torch, on first use (the page is served
+# before torch has loaded, and its settings need only the sizes).
+_LAZY = {
+    "Measurement": "device", "MemoryDevice": "device", "Calibration": "planner", "calibrate": "planner",
+    "plan_tiles": "planner", "split_tiles": "planner", "CudaMemory": "probes", "HostMemory": "probes",
+    "memory_for": "probes", "resolve_device": "probes", "TransientTracker": "tracker", "measure_peak": "tracker",
+    "raise_out_of_memory": "tracker", "VirtualDevice": "virtual",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"dgemma.memory.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,6 @@ missing token or an unaccepted license is one sentence saying what to do.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,22 +23,16 @@ import torch
 from dgemma.errors import first_line
 from dgemma.memory import format_bytes, resolve_device
 
-DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
-"""The small DiffusionGemma this project trains and ships (dgemma/embedded/train.py writes it)."""
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
+from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, resolve_source  # noqa: F401
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """What `--dtype` accepts besides "auto" (bf16 on CUDA, fp32 on CPU)."""
 
 RESERVED_REQUESTS = 4
 """Sharded over several GPUs, each keeps room for the eager sampler step of this many requests
-(its calibrated transient; at vocab 262,144 and canvas 256 about 1.9 GB each). The planner tiles
+(its calibrated transient; at vocab 262,144 and canvas 256 about 0.54 GB each). The planner tiles
 larger batches into what is free, so this is a floor, not the batch size."""
-
-
-class ModelLoadError(RuntimeError):
-    """A checkpoint could not be loaded; the message is one sentence meant for the user."""
 
 
 @dataclass
@@ -79,12 +72,14 @@ class LoadedModel:
         params = {id(p): p.numel() for p in self.model.parameters()}  # tied weights counted once
         return {
             "model": self.name,
-            "embedded": Path(self.name).expanduser().resolve() == Path(DEFAULT_MODEL),
+            "embedded": is_embedded(self.name),
             "parameters": sum(params.values()),
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "vocab_size": self.vocab_size,
             "canvas_length": self.canvas_length,
+            "hidden_size": self.hidden_size,
+            "softcap": getattr(self.model, "final_logit_softcapping", None),
             "chat_template": self.has_chat_template,
         }
 
@@ -103,27 +98,6 @@ def parse_dtype(text: str | torch.dtype | None, device: torch.device) -> torch.d
     if text not in DTYPES:
         raise ModelLoadError(f"unknown dtype {text!r}: use auto, {', '.join(DTYPES)}")
     return DTYPES[text]
-
-
-def resolve_source(name: str | None) -> tuple[str, bool]:
-    """Return (path or hub id, is_local). Raise ModelLoadError for something that is neither."""
-    name = DEFAULT_MODEL if name is None else str(name)
-    if not name.strip():
-        raise ModelLoadError("empty model path")
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{name} is a directory but holds no config.json: not a checkpoint")
-        return str(path), True
-    if path.exists():
-        raise ModelLoadError(f"{name} is a file, not a checkpoint directory")
-    if name == DEFAULT_MODEL:
-        raise ModelLoadError(
-            f"the embedded model is missing at {name}; train it with `python -m dgemma.embedded.train` or pass --model"
-        )
-    if name.startswith((".", "/", "~")) or name.count("/") != 1 or not HUB_ID.match(name):
-        raise ModelLoadError(f"model path not found: {name}")
-    return name, False
 
 
 def load_config(source: str, is_local: bool):

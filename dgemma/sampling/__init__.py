@@ -6,19 +6,41 @@ step's shared pieces), reference / chunked (the step implementations, by name in
 the tiling loop).
 """
 
-from dgemma.sampling.calibration import calibrate_tile, meta_tile_inputs
-from dgemma.sampling.chunked import chunked_tile
-from dgemma.sampling.keyed import RowKey
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from dgemma.sampling.params import (
     MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling,
 )  # fmt: skip
-from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult
-from dgemma.sampling.reference import reference_tile
-from dgemma.sampling.seed import seed_tile
-from dgemma.sampling.tiled import StepOutput, TiledSampler, build_sampler
+
+if TYPE_CHECKING:
+    from dgemma.sampling.calibration import calibrate_tile, meta_tile_inputs
+    from dgemma.sampling.chunked import chunked_tile
+    from dgemma.sampling.keyed import RowKey
+    from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult
+    from dgemma.sampling.reference import reference_tile
+    from dgemma.sampling.seed import seed_tile
+    from dgemma.sampling.tiled import StepOutput, TiledSampler, build_sampler
 
 __all__ = [
     "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplingParams",
     "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "build_sampler", "calibrate_tile",
     "check_number", "chunked_tile", "meta_tile_inputs", "parse_tiling", "reference_tile", "seed_tile",
 ]  # fmt: skip
+
+# The step's names import torch on first use: the settings (and so the page, served before the
+# model loads) need only params.py, and torch takes seconds to import.
+_LAZY = {
+    "calibrate_tile": "calibration", "meta_tile_inputs": "calibration", "chunked_tile": "chunked",
+    "RowKey": "keyed", "LMHead": "primitives", "Scores": "primitives", "TileInputs": "primitives",
+    "TileResult": "primitives", "reference_tile": "reference", "seed_tile": "seed", "StepOutput": "tiled",
+    "TiledSampler": "tiled", "build_sampler": "tiled",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"dgemma.sampling.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

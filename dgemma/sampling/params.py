@@ -14,8 +14,11 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
-from dgemma.sampling.primitives import MAX_STABILITY
-from dgemma.sampling.steps import SAMPLER_STEPS
+
+MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
+# The step implementations' names; sampling/steps.py maps each to its tile function. Typed only here,
+# where RunOptions checks them without importing torch.
+SAMPLER_STEPS = ("reference", "chunked")
 
 MAX_SEED = 2**63 - 1  # a request's seed is a signed 64-bit integer; seed S gives prompt i the seed S + i
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from dgemma.sampling.keyed import RowKey
+from dgemma.sampling.params import MAX_STABILITY
 
-MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from dgemma.sampling.chunked import choose_chunk_size, chunked_tile
+from dgemma.sampling.params import SAMPLER_STEPS
 from dgemma.sampling.primitives import LMHead, TileFn
 from dgemma.sampling.reference import reference_tile
 
@@ -44,8 +45,8 @@ def _chunked(layout: StepLayout) -> TileFn:
 
 
 # reference: eager, the one that runs out of memory (the lesson's); chunked: streams the vocabulary.
-STEPS: dict[str, Callable[[StepLayout], TileFn]] = {"reference": _reference, "chunked": _chunked}
-SAMPLER_STEPS = tuple(STEPS)
+# Each name in params.SAMPLER_STEPS is built by the function of that name here.
+STEPS: dict[str, Callable[[StepLayout], TileFn]] = {name: globals()[f"_{name}"] for name in SAMPLER_STEPS}
 
 
 def step_for(name: str, layout: StepLayout) -> TileFn:

@@ -8,16 +8,15 @@ same tokens through the API, the CLI and the UI. Bad input is a gr.Error with on
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import gradio as gr
 
+from dgemma.errors import SettingsError
 from dgemma.ui.backend import Backend
 from dgemma.ui.examples import example_prompts
 from dgemma.ui.sessions import Sessions
-from dgemma.errors import SettingsError
 from dgemma.ui.settings import parse_call_settings, parse_prompts
-from dgemma.ui.zerogpu import gpu
-
 
 INFO_KEYS = ("model", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
 
@@ -70,9 +69,10 @@ def register(backend: Backend, sessions: Sessions) -> None:
         return {
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed} for o in outputs],
             "tile_plans": [dataclasses.asdict(p) for p in plans],
+            "pid": getattr(run, "pid", None) or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
 
-    gr.api(gpu(generate), api_name="generate", concurrency_limit=None)
+    gr.api(generate, api_name="generate", concurrency_limit=None)
 
     def info() -> dict:
         """The served model: {"model" (name or path), "parameters", "dtype", "device",

@@ -61,7 +61,6 @@ class Backend(Protocol):
     defaults: Settings
     limits: Limits
     max_num_seqs: int
-    description: str  # one line for the page: model, device, memory budget
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""

@@ -22,7 +22,7 @@ from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
-from dgemma.settings import Settings
+from dgemma.settings import Settings, run_options
 from dgemma.ui import lesson_run
 from dgemma.ui.backend import LessonOutcome, Output
 from dgemma.ui.settings import Limits
@@ -104,17 +104,10 @@ class EngineBackend:
             # Two canvases by default: enough to watch a commit, short enough for a laptop.
             max_new_tokens=min(limits.max_new_tokens, 64),  # the CLI's default: same call, same tokens
         )
-        self.description = (
-            f"Model: {loaded.name.rsplit('/', 1)[-1]} · {loaded.device.type} · canvas {loaded.canvas_length} "
-            f"tokens · vocab {loaded.vocab_size:,} · up to {self.max_num_seqs} requests at once · "
-            f"memory budget {budget_text or 'none'}"
-        )
 
     def run_options(self, settings: Settings) -> RunOptions:
         """How a run's requests are laid out: its tiling, sampler step and memory budget (None: the server's)."""
-        options = settings.options
-        if options.memory_budget == self.config.memory_budget:
-            options = replace(options, memory_budget=None)
+        options = run_options(settings, self.config.memory_budget)
         if options.memory_budget is not None and self.loaded.device.type == "cuda":
             # On CUDA a budget is the process's allocator cap: one per server, set at start-up.
             raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")

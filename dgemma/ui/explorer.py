@@ -110,8 +110,12 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str,
     gpu = next((g for g in plan.GPUS if g.key == gpu_key), None)
     if gpu is None:
         raise gr.Error(f"Unknown GPU {gpu_key!r}: choose one from the list.")
-    loaded = getattr(backend, "loaded", None)
-    model = plan.model_from_loaded(loaded) if which == "loaded" and loaded is not None else plan.RELEASED
+    model = plan.RELEASED
+    if which == "loaded":
+        facts = backend.info()
+        if not isinstance(facts.get("vocab_size"), int):
+            raise gr.Error("The model is still loading; choose the released model or try again in a moment.")
+        model = plan.model_from_facts(facts)
     name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None)
     return plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
@@ -119,12 +123,12 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str,
 
 def section(backend) -> ExplorerParts:
     """The explorer's components and events (call inside the lesson's tab)."""
-    from dgemma.plan import GPUS, RELEASED_ID
+    from dgemma.gpus import GPUS, RELEASED_ID
 
-    loaded = getattr(backend, "loaded", None)
+    served = backend.info().get("model")
     models = [(f"released: {RELEASED_ID} (26 B, bf16)", "released")]
-    if loaded is not None:
-        models.append((f"loaded: {_short(loaded.name)}", "loaded"))
+    if served:
+        models.append((f"loaded: {_short(served)}", "loaded"))
     with gr.Column(elem_id="explorer"):
         gr.Markdown(INTRO)
         with gr.Row():

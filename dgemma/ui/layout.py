@@ -12,20 +12,21 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, fields
 
 import gradio as gr
 
+from dgemma.errors import SettingsError
 from dgemma.ui import api, lesson
 from dgemma.ui.backend import Backend
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.examples import example_sets
+from dgemma.ui.loading import LoadState
 from dgemma.ui.sessions import Sessions
-from dgemma.errors import SettingsError
 from dgemma.ui.settings import parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.ui.stream import frames
-from dgemma.ui.zerogpu import gpu
 
 log = logging.getLogger(__name__)
 
@@ -84,59 +85,115 @@ def header_facts(info: dict, memory_budget: str) -> str:
         f'<span title="{path}">Model: <b>{name}</b></span> · {_count(info.get("parameters"))} parameters · '
         f'{info.get("dtype")} on {info.get("device")} · vocab {vocab:,} · canvas {info.get("canvas_length")} tokens · '
         f"up to {info.get('max_num_seqs')} requests at once · memory budget {memory_budget}"
-        if isinstance(vocab, int) else f"Model: {name}"
+        if isinstance(vocab, int) else f"Model: {name} (loading …)"
     )
+
+
+def _header(backend: Backend) -> str:
+    facts = backend.info()
+    note = f"<br>{facts['note']}" if facts.get("note") else ""  # e.g. what one click means on ZeroGPU
+    return (
+        "# dgemma · watch a Diffusion-Gemma sampler at work\n"
+        "Many prompts denoise at once: every card is one request's canvas turning from random "
+        "tokens into text. The sampler tiles its work so it fits in memory. "
+        f"<small>{header_facts(api.model_info(backend), facts.get('memory_budget', 'none'))}{note}</small>"
+    )
+
+
+def backend_state(backend: Backend) -> LoadState:
+    """A backend that loads its model after the page is served has a state; any other is ready."""
+    state = getattr(backend, "state", None)
+    return state() if state is not None else LoadState(True, False, "")
+
+
+def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str) -> list:
+    """While loading: the status line. At ready: the model's header, defaults and example prompts,
+    Run enabled, and the timer off."""
+    state = backend_state(backend)
+    if not state.ready:  # still loading, or failed: only the status line changes
+        return [gr.skip(), state.message, *[gr.skip()] * 13, gr.Timer(active=not state.failed)]
+    d, sets = backend.defaults, example_sets(api.model_info(backend)["examples"])
+    prompts = sets[0][0] if shown_prompts == first_examples else gr.skip()  # keep what the user typed
+    p = d.params
+    return [_header(backend), "Idle.", gr.Button(interactive=True), d.max_new_tokens, p.max_denoising_steps, p.t_min,
+            p.t_max, p.entropy_bound, p.confidence_threshold, p.stability_threshold, d.options.sampler,
+            backend.info().get("lesson_budget", gr.skip()), prompts, gr.Dataset(samples=sets), gr.Timer(active=False)]
+
+
+@dataclass
+class Controls:
+    """The Generate tab's inputs, in the order `generate_stream` takes them."""
+
+    prompts: gr.Textbox
+    concurrent: gr.Slider
+    tiling: gr.Radio
+    tile_size: gr.Number
+    budget: gr.Textbox
+    sampler: gr.Radio
+    max_new_tokens: gr.Number
+    max_steps: gr.Number
+    t_min: gr.Number
+    t_max: gr.Number
+    entropy_bound: gr.Number
+    confidence: gr.Number
+    stability: gr.Number
+    seed: gr.Number
+    greedy: gr.Checkbox
+
+    def inputs(self) -> list:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+def _settings_panel(backend: Backend, prompts: gr.Textbox, concurrent: gr.Slider) -> Controls:
+    """The settings accordion, filled with the model's defaults."""
+    defaults, limits, p = backend.defaults, backend.limits, backend.defaults.params
+    with gr.Accordion("Settings (the model's defaults)", open=False):
+        with gr.Row():
+            max_new_tokens = gr.Number(defaults.max_new_tokens, label="max new tokens", precision=0,
+                                       minimum=1, maximum=limits.max_new_tokens)
+            max_steps = gr.Number(p.max_denoising_steps, label="denoising steps", precision=0)
+            seed = gr.Number(p.seed, label="seed (request i gets seed + i)", precision=0)
+            greedy = gr.Checkbox(p.greedy, label="greedy")
+        with gr.Row():
+            t_min = gr.Number(p.t_min, label="t_min")
+            t_max = gr.Number(p.t_max, label="t_max")
+            entropy_bound = gr.Number(p.entropy_bound, label="entropy bound")
+            confidence = gr.Number(p.confidence_threshold, label="confidence threshold")
+            stability = gr.Number(p.stability_threshold, label="stability threshold", precision=0)
+        with gr.Row():
+            tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
+                              info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
+            tile_size = gr.Number(4, label="fixed tile size N", precision=0)
+            sampler = gr.Radio(["reference", "chunked"], value=defaults.options.sampler, label="sampler step",
+                               info="reference: eager, ~2 fp32 vocab copies per request; chunked: streams the vocabulary")
+            budget = gr.Textbox("", label="memory budget",
+                                placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
+                                info="empty: the server's --memory-budget; e.g. 64MiB caps this run's sampler step")
+    return Controls(prompts, concurrent, tiling, tile_size, budget, sampler, max_new_tokens, max_steps, t_min, t_max,
+                    entropy_bound, confidence, stability, seed, greedy)
 
 
 def build_demo(backend: Backend) -> gr.Blocks:
     """The whole app for one backend (one engine, one model)."""
-    defaults, limits = backend.defaults, backend.limits
-    sessions = Sessions(limits.max_queued)
-    info = api.model_info(backend)
-    examples = example_sets(info["examples"])
+    sessions = Sessions(backend.limits.max_queued)
+    loading = backend_state(backend)
+    examples = example_sets(api.model_info(backend)["examples"])
 
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
-        gr.Markdown(
-            "# dgemma · watch a Diffusion-Gemma sampler at work\n"
-            "Many prompts denoise at once: every card is one request's canvas turning from random "
-            "tokens into text. The sampler tiles its work so it fits in memory. "
-            f"<small>{header_facts(info, backend.info().get('memory_budget', 'none'))}</small>"
-        )
+        header = gr.Markdown(_header(backend))
 
         with gr.Tab("Generate"):
             with gr.Row():
-                prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3,
-                                     value=examples[0][0])
+                prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3, value=examples[0][0])
                 with gr.Column(scale=1, min_width=220):
                     concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
                                            label="Concurrent requests",
                                            info="Fills the batch by cycling the prompts (seed S + i each).")
-                    run = gr.Button("Run", variant="primary", elem_id="run")
+                    run = gr.Button("Run", variant="primary", elem_id="run", interactive=loading.ready)
                     stop = gr.Button("Stop", variant="stop", elem_id="stop")
-            gr.Examples(examples, inputs=[prompts], label="Example prompts")
-            with gr.Accordion("Settings (the model's defaults)", open=False):
-                with gr.Row():
-                    max_new_tokens = gr.Number(defaults.max_new_tokens, label="max new tokens", precision=0,
-                                               minimum=1, maximum=limits.max_new_tokens)
-                    max_steps = gr.Number(defaults.params.max_denoising_steps, label="denoising steps", precision=0)
-                    seed = gr.Number(defaults.params.seed, label="seed (request i gets seed + i)", precision=0)
-                    greedy = gr.Checkbox(defaults.params.greedy, label="greedy")
-                with gr.Row():
-                    t_min = gr.Number(defaults.params.t_min, label="t_min")
-                    t_max = gr.Number(defaults.params.t_max, label="t_max")
-                    entropy_bound = gr.Number(defaults.params.entropy_bound, label="entropy bound")
-                    confidence = gr.Number(defaults.params.confidence_threshold, label="confidence threshold")
-                    stability = gr.Number(defaults.params.stability_threshold, label="stability threshold", precision=0)
-                with gr.Row():
-                    tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
-                                      info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
-                    tile_size = gr.Number(4, label="fixed tile size N", precision=0)
-                    sampler = gr.Radio(["reference", "chunked"], value=defaults.options.sampler, label="sampler step",
-                                       info="reference: eager, ~2 fp32 vocab copies per request; chunked: streams the vocabulary")
-                    budget = gr.Textbox("", label="memory budget",
-                                        placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
-                                        info="empty: the server's --memory-budget; e.g. 64MiB runs on a budgeted engine of its own")
-            status = gr.Markdown("Idle.", elem_id="status")
+            example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
+            controls = _settings_panel(backend, prompts, concurrent)
+            status = gr.Markdown("Idle." if loading.ready else loading.message, elem_id="status")
             cards = gr.HTML(render_board(Board()), elem_id="cards")
             with gr.Row():
                 with gr.Column():
@@ -150,76 +207,17 @@ def build_demo(backend: Backend) -> gr.Blocks:
             lesson_parts = lesson.build(backend)
 
         # ---------------------------------------------------------------- events
-
-        def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-                            seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
-            values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
-            try:
-                batch = parse_prompts(prompts_from_text(text, n), limits)
-                raw = dict(zip(SETTING_NAMES, values, strict=True))
-                raw["tiling"] = _tiling(mode, fixed)
-                raw["memory_budget"] = (budget_ or "").strip() or None
-                raw["sampler"] = sampler_
-                settings = parse_call_settings(raw, defaults, limits, backend.max_num_seqs, len(batch))
-            except SettingsError as err:
-                raise gr.Error(str(err)) from None
-            session = request.session_hash or "anonymous"
-            if sessions.pending(session) + len(batch) > limits.max_queued:
-                raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait or press Stop.")
-            try:
-                handle = backend.start(batch, settings)
-            except ValueError as err:
-                raise gr.Error(str(err)) from None
-            try:
-                sessions.add(session, handle)
-            except ValueError as err:  # another click of this session got in first
-                handle.close()
-                raise gr.Error(str(err)) from None
-            if getattr(handle, "notice", ""):
-                gr.Warning(handle.notice)
-            started = time.monotonic()
-            # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
-            # period apart, and both at the end: a Plotly redraw costs the browser far more than
-            # the cards do, and two at once would stall a busy laptop's page for a moment.
-            due = [started, started + CHART_PERIOD_S / 2]
-            board = Board()
-            try:
-                for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
-                    now = time.monotonic()
-                    charts = []
-                    for i, figure in enumerate((entropy_figure, board_tile_figure)):
-                        if now >= due[i] or board.finished:
-                            due[i] = now + CHART_PERIOD_S
-                            charts.append(plot(figure(board)))
-                        else:
-                            charts.append(gr.skip())
-                    yield render_board(board), *charts, _status(board, started)
-            finally:
-                if not board.finished:
-                    log.info("stream ended early: cancelling its unfinished requests")
-                handle.close()  # a closed page: free the slots; a no-op for requests already done
-                sessions.remove(session, handle)
-
-        def stop_session(request: gr.Request) -> None:
-            n = sessions.cancel(request.session_hash or "anonymous")
-            log.info("stop: cancelled %d requests", n)
-            if not n:
-                gr.Info("Nothing to stop.")
-
-        run.click(
-            gpu(generate_stream),
-            inputs=[prompts, concurrent, tiling, tile_size, budget, sampler, max_new_tokens, max_steps, t_min, t_max,
-                    entropy_bound, confidence, stability, seed, greedy],
-            outputs=[cards, entropy_plot, tile_plot, status],
-            api_name="generate_stream", api_visibility="undocumented",
-            concurrency_limit=None,  # sessions share the engine; the engine does the batching
-            show_progress="minimal",
-        )
-        # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
-        # the stream ends by itself once the engine has freed every slot (within one step).
-        stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)
+        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status])
         lesson.wire(backend, lesson_parts)
         api.register(backend, sessions)
+        # Page first: until the model has loaded, a timer refreshes the status line; at ready it
+        # enables Run, fills in the model's own defaults and example prompts, and stops.
+        c = controls
+        model_fields = [header, status, run, c.max_new_tokens, c.max_steps, c.t_min, c.t_max, c.entropy_bound,
+                        c.confidence, c.stability, c.sampler, lesson_parts.budget, prompts, example_list.dataset]
+        timer = gr.Timer(0.5, active=not loading.ready)
+        timer.tick(lambda shown: _loading_tick(backend, shown, examples[0][0]), [prompts], [*model_fields, timer],
+                   show_progress="hidden", api_visibility="private", concurrency_limit=None)
 
         def closed(request: gr.Request) -> None:
             # A closed tab (or a client gone for good): its requests stop and free their slots.
@@ -229,3 +227,77 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         demo.unload(closed)
     return demo
+
+
+def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run: gr.Button, stop: gr.Button,
+                   outputs: list) -> None:
+    """Run streams one call's cards, charts and status line; Stop cancels the session's requests."""
+    limits = backend.limits
+
+    def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
+                        seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
+        values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
+        try:
+            batch = parse_prompts(prompts_from_text(text, n), limits)
+            raw = dict(zip(SETTING_NAMES, values, strict=True))
+            raw["tiling"] = _tiling(mode, fixed)
+            raw["memory_budget"] = (budget_ or "").strip() or None
+            raw["sampler"] = sampler_
+            settings = parse_call_settings(raw, backend.defaults, limits, backend.max_num_seqs, len(batch))
+        except SettingsError as err:
+            raise gr.Error(str(err)) from None
+        session = request.session_hash or "anonymous"
+        if sessions.pending(session) + len(batch) > limits.max_queued:
+            raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait or press Stop.")
+        try:
+            handle = backend.start(batch, settings)
+        except ValueError as err:
+            raise gr.Error(str(err)) from None
+        try:
+            sessions.add(session, handle)
+        except ValueError as err:  # another click of this session got in first
+            handle.close()
+            raise gr.Error(str(err)) from None
+        if getattr(handle, "notice", ""):
+            gr.Warning(handle.notice)
+        started = time.monotonic()
+        # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
+        # period apart, and both at the end: a Plotly redraw costs the browser far more than
+        # the cards do, and two at once would stall a busy laptop's page for a moment.
+        due = [started, started + CHART_PERIOD_S / 2]
+        board = Board()
+        try:
+            for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+                now = time.monotonic()
+                charts = []
+                for i, figure in enumerate((entropy_figure, board_tile_figure)):
+                    if now >= due[i] or board.finished:
+                        due[i] = now + CHART_PERIOD_S
+                        charts.append(plot(figure(board)))
+                    else:
+                        charts.append(gr.skip())
+                yield render_board(board), *charts, _status(board, started)
+        except gr.Error as err:  # ZeroGPU refused the call (quota, queue, duration) or the GPU call failed
+            yield gr.skip(), gr.skip(), gr.skip(), err.message  # one sentence in the status line too
+            raise
+        finally:
+            if not board.finished:
+                log.info("stream ended early: cancelling its unfinished requests")
+            handle.close()  # a closed page: free the slots; a no-op for requests already done
+            sessions.remove(session, handle)
+
+    def stop_session(request: gr.Request) -> None:
+        n = sessions.cancel(request.session_hash or "anonymous")
+        log.info("stop: cancelled %d requests", n)
+        if not n:
+            gr.Info("Nothing to stop.")
+
+    run.click(
+        generate_stream, inputs=controls.inputs(), outputs=outputs,
+        api_name="generate_stream", api_visibility="undocumented",
+        concurrency_limit=None,  # sessions share the engine; the engine does the batching
+        show_progress="minimal",
+    )
+    # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
+    # the stream ends by itself once the engine has freed every slot (within one step).
+    stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)

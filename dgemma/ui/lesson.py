@@ -15,14 +15,13 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from dgemma.errors import SettingsError
+from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
 from dgemma.memory import format_bytes
 from dgemma.ui import explorer
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
-from dgemma.ui.lesson_run import REAL_VOCAB
-from dgemma.errors import SettingsError
 from dgemma.ui.settings import parse_call_settings
-from dgemma.ui.zerogpu import gpu
 
 
 CHUNKED = "Chunked sampler, untiled (one tile)"
@@ -189,7 +188,7 @@ def wire(backend: Backend, parts: LessonParts) -> None:
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.run.click(
-        gpu(run_lesson),
+        run_lesson,
         [parts.requests, parts.budget, parts.real_scale, parts.steps],
         [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart],
         api_name="lesson", api_visibility="undocumented",

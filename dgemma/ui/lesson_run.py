@@ -26,12 +26,13 @@ from dgemma.memory import (
     CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
 )  # fmt: skip
 from dgemma.engine import EngineCore
+from dgemma.gpus import RELEASED_VOCAB
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import TiledSampler, build_sampler
 from dgemma.settings import Settings
 from dgemma.ui.backend import LessonOutcome
 
-REAL_VOCAB = 262_144
+REAL_VOCAB = RELEASED_VOCAB
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
 PROMPTS = ("add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park")  # the embedded model's tasks
 

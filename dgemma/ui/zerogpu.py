@@ -1,28 +1,16 @@
-"""Hugging Face ZeroGPU: run GPU work inside `spaces.GPU` when the `spaces` package is present.
+"""Hugging Face ZeroGPU: is this process running on it?
 
-On a dedicated GPU Space, or anywhere else, `spaces` is absent and `gpu` returns the function
-unchanged, so the app runs as is.
+The mode is chosen by the variable ZeroGPU Spaces set (`SPACES_ZERO_GPU`), read the way the
+`spaces` package reads it -- never by whether `spaces` imports (it is installed everywhere the
+tests run). On ZeroGPU the GPU work runs in `dgemma.ui.gpu_run.run_on_gpu` in a forked worker and
+the main process holds the backend of `dgemma.ui.gpu_backend`; anywhere else nothing changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
-F = TypeVar("F", bound=Callable)
-
-try:  # pragma: no cover - only on Hugging Face Spaces
-    import spaces as _spaces
-except ImportError:  # the ordinary case: no ZeroGPU
-    _spaces = None
+import os
 
 
-def gpu(fn: F, duration: int = 120) -> F:
-    """`spaces.GPU(duration=...)(fn)` on ZeroGPU; `fn` itself everywhere else."""
-    if _spaces is None:
-        return fn
-    return _spaces.GPU(duration=duration)(fn)  # pragma: no cover
-
-
-def available() -> bool:
-    return _spaces is not None
+def enabled() -> bool:
+    """True on a ZeroGPU Space (or its simulation in tests/test_zerogpu.py)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")

@@ -1,0 +1,181 @@
+"""The one `spaces.GPU` call: Run, the API and the lesson all go through `run_on_gpu`.
+
+On ZeroGPU each decorated function gets its own forked worker holding its own copy of the
+weights, so there is exactly one, defined at module level. It runs in the worker process (the
+only one with the GPU): the engine is created once per worker and driven synchronously through
+the threadless `EngineCore` (`step()` until nothing is left), and what crosses back to the main
+process are `Snapshot`s -- frozen dataclasses of Python scalars, tuples and the engine's own
+plain event dataclasses -- at most `SNAPSHOT_HZ` a second, because every yield is pickled.
+
+Off ZeroGPU `run_on_gpu` is the plain generator: the tests drive it directly as well.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from dgemma.events import Event, RequestEvent
+from dgemma.ui.backend import LessonOutcome
+from dgemma.settings import Settings, run_options
+from dgemma.ui.zerogpu import enabled
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_HZ = 6.0  # the page redraws a few times a second; more would only cost pickling
+DEADLINE_FRACTION = 0.85  # stop starting work at this share of the GPU time asked for
+TIME_UP = "stopped: this run's GPU time is used up"
+# What one call may ask ZeroGPU for, in seconds (the Space's own limit may be lower).
+MAX_DURATION_S = int(os.environ.get("DGEMMA_ZEROGPU_MAX_DURATION", "120"))
+# A generous guess at one engine step at full batch on a ZeroGPU slice, plus start-up (the
+# weights' move to the GPU on a cold worker): duration = START + steps x STEP, capped.
+STEP_S = float(os.environ.get("DGEMMA_ZEROGPU_STEP_S", "0.2"))
+START_S = 20.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything one GPU call needs; pickled into the worker, so plain values only."""
+
+    kind: str  # "generate" | "lesson"
+    settings: Settings
+    prompts: tuple[str, ...] = ()
+    stream: bool = True  # generate: per-step events (cards) or only the results
+    # lesson: (requests, budget, real_scale, tiling, impl)
+    lesson: tuple[int, str | None, bool, str, str] | None = None
+    canvas_length: int = 32  # the model's, for the duration estimate
+    max_num_seqs: int = 32
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the worker sends back: the events since the last snapshot, or the lesson's outcome."""
+
+    pid: int  # the process that did the work
+    events: tuple[Event, ...] = ()
+    done: bool = False
+    lesson: LessonOutcome | None = None
+
+
+def duration(job: Job) -> int:
+    """Seconds to ask ZeroGPU for: from the call's prompts and settings, capped at MAX_DURATION_S."""
+    settings = job.settings
+    canvases = math.ceil(settings.max_new_tokens / max(1, job.canvas_length))
+    if job.kind == "lesson":
+        batches, canvases = 4, 1  # untiled, tiled, chunked and a rerun: one canvas each
+    else:
+        batches = math.ceil(len(job.prompts) / max(1, job.max_num_seqs))
+    steps = batches * canvases * settings.params.max_denoising_steps
+    return int(min(MAX_DURATION_S, START_S + steps * STEP_S))
+
+
+# ---------------------------------------------------------------- the worker's state
+
+_model = None  # the LoadedModel installed by the main process before launch (on "cuda")
+_config = None  # the main EngineConfig
+_engine_core = None  # the EngineCore, created in the worker on its first call
+_keys = itertools.count(1)
+
+
+def install(loaded, config) -> None:
+    """The main process hands over the model (already put on "cuda") and the engine settings."""
+    global _model, _config
+    _model, _config = loaded, config
+
+
+def _loaded_here():
+    """The model as this process sees it: its device is where its parameters are (not "cuda")."""
+    device = next(_model.model.parameters()).device
+    return _model if device == _model.device else replace(_model, device=device)
+
+
+def _core():
+    """This worker's engine, created on its first call: free memory is measured here, on the GPU."""
+    from dgemma.engine import EngineCore
+
+    global _engine_core
+    if _engine_core is None:
+        _engine_core = EngineCore(_loaded_here(), _config)
+    return _engine_core
+
+
+def _generate(job: Job) -> Iterator[Snapshot]:
+    pid = os.getpid()
+    core = _core()
+    options = run_options(job.settings, _config.memory_budget)
+    problem = core.check_options(options)
+    if problem:
+        raise ValueError(problem)
+    session = f"gpu-{next(_keys)}"
+    mailbox = core.subscribe(session)
+    deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
+    finished = False
+    try:
+        for i, prompt in enumerate(job.prompts):
+            core.submit(prompt, job.settings.request_params(i), job.settings.max_new_tokens, session=session,
+                        stream_steps=job.stream, options=options)
+        yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
+        last = time.monotonic()
+        timed_out = False
+        while core.has_unfinished():
+            if not timed_out and time.monotonic() >= deadline:
+                timed_out = True  # what runs now stops; nothing new starts
+                core.cancel_session(session, reason=TIME_UP)
+            core.step()
+            if time.monotonic() - last >= 1.0 / SNAPSHOT_HZ:
+                last = time.monotonic()
+                yield Snapshot(pid, tuple(mailbox.poll(0.0)))
+        finished = True
+        yield Snapshot(pid, tuple(mailbox.poll(0.0)), done=True)
+    finally:
+        # Closed early (Stop, a closed page): leave this warm worker's engine empty for the next call.
+        if not finished:
+            log.info("GPU call closed early: cancelled its unfinished requests")
+        core.cancel_session(session, reason="stopped")
+        while core.has_unfinished():
+            core.step()
+        core.unsubscribe(mailbox)
+
+
+def _lesson(job: Job) -> Iterator[Snapshot]:
+    from dgemma.ui import lesson_run
+
+    requests, budget, real_scale, tiling, impl = job.lesson
+    outcome = lesson_run.run(_core(), requests, budget, real_scale, tiling, job.settings, impl)
+    yield Snapshot(os.getpid(), done=True, lesson=outcome)
+
+
+def _run(job: Job) -> Iterator[Snapshot]:
+    """The GPU call's body; any failure becomes one sentence (spaces would show only its class name)."""
+    from gradio.exceptions import Error
+
+    try:
+        yield from (_lesson(job) if job.kind == "lesson" else _generate(job))
+    except Error:
+        raise
+    except Exception as err:  # noqa: BLE001 - the page gets a sentence, the log the traceback
+        log.exception("the GPU call failed")
+        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise Error(f"The GPU run failed: {text.rstrip('.')}.") from None
+
+
+if enabled():  # pragma: no cover - exercised by tests/test_zerogpu.py in a subprocess
+    import spaces
+
+    run_on_gpu = spaces.GPU(duration=duration)(_run)
+else:
+    run_on_gpu = _run
+
+
+def final_events(events: list[Event], seen: dict[int, str], reason: str) -> list[RequestEvent]:
+    """Final "cancelled" events for requests the worker stopped reporting on (Stop ends its loop)."""
+    for e in events:
+        if isinstance(e, RequestEvent):
+            seen[e.request_id] = e.status
+    open_ids = [rid for rid, status in seen.items() if status not in ("done", "cancelled", "error")]
+    return [RequestEvent(rid, "cancelled", error=reason) for rid in open_ids]

@@ -1,0 +1,110 @@
+"""Page first: a Backend that answers while the model is still loading on a thread of its own.
+
+`python app.py` binds its port and serves the page before torch, transformers and the weights have
+loaded (they take most of the start-up). Until then every run says "the model is still loading"
+as one sentence; the page polls `state()` to show "loading model … (n s)" and enables Run when
+ready. A load that fails stays reported here (page and API) until the process exits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dgemma.model.source import DEFAULT_MODEL, is_embedded
+from dgemma.settings import Settings
+from dgemma.ui.backend import Backend, LessonOutcome, Run
+from dgemma.ui.settings import Limits
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """What the page shows in its status line while (or after) the model loads."""
+
+    ready: bool
+    failed: bool
+    message: str  # one sentence: "Loading model … (4 s): reading the weights." | the failure | ""
+
+
+class LoadingBackend:
+    """Stands in for the real backend until `load()` (run on a thread) has built it."""
+
+    def __init__(self, limits: Limits, max_num_seqs: int, budget_text: str | None, model: str | None = None):
+        self.limits = limits
+        self.model = model  # what was asked for: the examples fit it before it has loaded
+        self.max_num_seqs = max_num_seqs
+        self.budget_text = budget_text
+        self.defaults = Settings(max_new_tokens=min(limits.max_new_tokens, 64))  # the model's come at ready
+        self.loaded = threading.Event()  # set when the load ended, either way
+        self._real: Backend | None = None
+        self._error = ""
+        self._stage = "starting"
+        self._started = time.monotonic()
+
+    # ------------------------------------------------------------ the loader thread
+
+    def load(self, build: Callable[[Callable[[str], None]], Backend]) -> None:
+        """Run `build(report_stage)`; keep its backend, or its error's first line as the failure."""
+        try:
+            real = build(self._set_stage)
+        except Exception as err:  # noqa: BLE001 - any failure is shown as one sentence, never a traceback
+            text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            self._error = f"{text[:1].upper()}{text[1:].rstrip('.')}."
+        else:
+            self._real = real
+            self.defaults = real.defaults
+        finally:
+            self.loaded.set()
+
+    def _set_stage(self, stage: str) -> None:
+        self._stage = stage
+
+    # ------------------------------------------------------------ what the page and the API see
+
+    @property
+    def real(self) -> Backend | None:
+        return self._real
+
+    @property
+    def error(self) -> str:
+        return self._error
+
+    def state(self) -> LoadState:
+        if self._real is not None:
+            return LoadState(True, False, "")
+        if self._error:
+            return LoadState(False, True, f"The model failed to load: {self._error}")
+        seconds = time.monotonic() - self._started
+        return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {self._stage}.")
+
+    def _backend(self) -> Backend:
+        if self._real is None:
+            if self._error:
+                raise ValueError(f"The model failed to load: {self._error}")
+            raise ValueError("The model is still loading; try again when the page says it is ready.")
+        return self._real
+
+    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
+        return self._backend().start(prompts, settings, stream)
+
+    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
+               impl: str = "reference") -> LessonOutcome:
+        return self._backend().lesson(requests, budget, real_scale, tiling, settings, impl)
+
+    def suggest_budget(self, requests: int, real_scale: bool) -> str:
+        if self._real is None:
+            return "256MiB"  # replaced by the model's own suggestion when it is ready
+        return self._real.suggest_budget(requests, real_scale)
+
+    def info(self) -> dict[str, Any]:
+        if self._real is None:
+            return {"model": self.model or DEFAULT_MODEL, "embedded": is_embedded(self.model),
+                    "memory_budget": self.budget_text or "none", "lesson_budget": self.suggest_budget(16, False)}
+        return self._real.info()
+
+    def close(self) -> None:
+        if self._real is not None:
+            self._real.close()

@@ -1,0 +1,96 @@
+"""Page first: `python app.py` serves its page before torch and the model have loaded.
+
+- the page answers at once, with Run disabled and "Loading model … (n s)" in the status line;
+- until the model is ready the API answers "the model is still loading" as one sentence; then it serves;
+- a checkpoint that fails to load is one sentence on the page's API and on stderr, and the exit is non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from app_server import MODEL_ARGS, ROOT, launch
+from dgemma.serve import PAGE_LINE, READY_LINE, free_port
+
+LOADING = "The model is still loading; try again when the page says it is ready."
+
+
+def _component(config: dict, elem_id: str) -> dict:
+    return next(c for c in config["components"] if c.get("props", {}).get("elem_id") == elem_id)
+
+
+def test_the_page_comes_before_the_model(tmp_path):
+    server = launch(MODEL_ARGS, tmp_path / "app.log", timeout=120, ready_line=PAGE_LINE)
+    try:
+        config = json.loads(urllib.request.urlopen(f"{server.url}/config", timeout=30).read())
+        model_was_ready = READY_LINE in server.log()
+        if not model_was_ready:  # the page was built before the model: Run waits for it
+            assert _component(config, "run")["props"]["interactive"] is False
+            assert _component(config, "status")["props"]["value"].startswith("Loading model … (")
+        client = Client(server.url, verbose=False)
+        try:
+            client.predict(["add 12+34"], {"seed": 1}, api_name="/generate")
+            answered_before_ready = False
+        except AppError as err:
+            assert str(err) == LOADING
+            answered_before_ready = True
+        assert answered_before_ready or READY_LINE in server.log()
+        deadline = time.monotonic() + 120
+        while READY_LINE not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log = server.log()
+        assert log.index(PAGE_LINE) < log.index(READY_LINE)
+        assert client.predict(["add 12+34"], {"seed": 1}, api_name="/generate")["outputs"][0]["text"]
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def broken_checkpoint(tmp_path) -> Path:
+    """The embedded model's config and tokenizer with weights that are not a safetensors file."""
+    source = Path(MODEL_ARGS[1]) if MODEL_ARGS else ROOT / "assets" / "model"
+    broken = tmp_path / "broken"
+    shutil.copytree(source, broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file" * 100)
+    return broken
+
+
+def test_a_checkpoint_that_fails_to_load_is_one_sentence_on_the_page_and_stderr(tmp_path, broken_checkpoint):
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1,localhost",
+           "DGEMMA_FAILED_LINGER_S": "6"}
+    stderr_path = tmp_path / "stderr.log"
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--model", str(broken_checkpoint)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )  # fmt: skip
+    try:
+        assert PAGE_LINE in proc.stdout.readline()  # the page is served first
+        client = Client(f"http://127.0.0.1:{port}", verbose=False)
+        message = LOADING
+        deadline = time.monotonic() + 120
+        while message == LOADING and time.monotonic() < deadline:
+            with pytest.raises(AppError) as err:
+                client.predict(["add 12+34"], None, api_name="/generate")
+            message = str(err.value)
+            time.sleep(0.2)
+        assert message.startswith("The model failed to load: ") and message.count(". ") == 0, message
+        assert proc.wait(timeout=60) == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    errors = [line for line in stderr_path.read_text().splitlines() if line.startswith("app.py: error:")]
+    assert len(errors) == 1 and errors[0].removeprefix("app.py: error: ") in message, stderr_path.read_text()

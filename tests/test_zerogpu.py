@@ -1,0 +1,241 @@
+"""ZeroGPU, simulated: `python app.py` with SPACES_ZERO_GPU=1 and the real `spaces` package.
+
+Only what talks to Hugging Face's device API (the scheduler client) and what needs a CUDA device
+(a worker's CUDA init and the weights' move) are stubbed, in tests/zerogpu_sim; spaces' own
+wrappers fork the worker, pickle every argument and yield, and relay errors as on a Space.
+
+- the app serves, and the generate API gives the texts `python -m dgemma.generate` gives;
+- the model ran in another process (spaces' worker), and the main process has no engine thread;
+- a quota error from ZeroGPU reaches the API caller as one sentence;
+- closing a stream (a closed page) ends the worker's loop; the worker stays usable;
+- every snapshot the GPU call yields pickles and holds only plain values; Stop ends it;
+- no worker process outlives the server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from app_server import MODEL_ARGS, ROOT, launch
+
+SIM = Path(__file__).resolve().parent / "zerogpu_sim"
+PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park"]
+SETTINGS = {"seed": 40, "max_new_tokens": 32}
+QUOTA = "You have exceeded your free ZeroGPU quota (60s requested vs. 12s left). Try again in 0:04:10."
+
+
+def _calls(sim_dir: Path) -> list[list[str]]:
+    path = sim_dir / "calls.log"
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in state  # a zombie has ended
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("zerogpu")
+
+
+@pytest.fixture(scope="module")
+def server(sim_dir):
+    env = {
+        "SPACES_ZERO_GPU": "1",
+        "SPACES_ZERO_DEVICE_API_URL": "http://127.0.0.1:9",  # never called: the client is stubbed
+        "ZEROGPU_OFFLOAD_DIR": str(sim_dir / "tensors"),
+        "DGEMMA_SIM_DIR": str(sim_dir),
+        "PYTHONPATH": os.pathsep.join([str(SIM), os.environ.get("PYTHONPATH", "")]),
+    }
+    server = launch(MODEL_ARGS, sim_dir / "app.log", timeout=180, env=env)
+    yield server
+    server.stop()
+    workers = {int(pid) for name, pid, *_ in _calls(sim_dir) if name == "allow"}
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers and not [pid for pid in workers if _alive(pid)], "a ZeroGPU worker outlived the server"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.url, verbose=False)
+
+
+def test_the_app_serves_on_zerogpu(server, client):
+    assert "dgemma page at" in server.log()
+    assert "/generate" in client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+
+
+def test_generate_runs_in_a_worker_and_matches_the_cli(server, client, sim_dir):
+    cli = subprocess.run(
+        [sys.executable, "-m", "dgemma.generate", *MODEL_ARGS, "--seed", str(SETTINGS["seed"]),
+         "--max-new-tokens", str(SETTINGS["max_new_tokens"]), "--json",
+         *[arg for p in PROMPTS for arg in ("--prompt", p)]],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    expected = [json.loads(line) for line in cli.stdout.splitlines() if line.strip()]
+    expected = [r for r in expected if "summary" not in r]
+    result = client.predict(PROMPTS, SETTINGS, api_name="/generate")
+    got = [(o["prompt"], o["text"], o["steps"], o["seed"]) for o in result["outputs"]]
+    assert got == [(r["prompt"], r["text"], r["steps"], r["seed"]) for r in expected]
+    workers = {int(pid) for name, pid, *_ in _calls(sim_dir) if name == "allow"}
+    assert result["pid"] != server.process.pid and result["pid"] in workers
+
+
+def test_the_main_process_has_no_engine_thread(server, client, sim_dir):
+    client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")
+    dump = sim_dir / f"threads-{server.process.pid}.txt"
+    dump.unlink(missing_ok=True)
+    os.kill(server.process.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not dump.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    names = dump.read_text().split()
+    assert "MainThread" in names and "dgemma-engine" not in names
+
+
+def test_a_quota_error_reaches_the_caller_as_one_sentence(client, sim_dir):
+    (sim_dir / "quota").touch()
+    try:
+        with pytest.raises(AppError) as err:
+            client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")
+    finally:
+        (sim_dir / "quota").unlink()
+    assert str(err.value) == QUOTA
+    assert client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")["outputs"][0]["text"]  # serves on
+
+
+def test_closing_a_stream_ends_the_workers_loop(server, client):
+    # Stability 8 and a tiny confidence threshold: a canvas takes (nearly) all 32 steps, the run minutes.
+    inputs = ["\n".join(PROMPTS), 8, "auto", 4, "", "reference", 256, 32, 0.4, 0.8, 0.1, 1e-6, 8, 7, False]
+    job = client.submit(*inputs, api_name="/generate_stream")
+    deadline = time.monotonic() + 120
+    while len(job.outputs()) < 2 and time.monotonic() < deadline:  # streaming from the worker
+        time.sleep(0.1)
+    assert len(job.outputs()) >= 2
+    job.cancel()
+    deadline = time.monotonic() + 60
+    while "GPU call closed early" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "GPU call closed early" in server.log()
+    assert client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")["outputs"][0]["text"]  # the worker is free
+
+
+# ------------------------------------------------------------ the GPU call itself, in this process
+
+
+def _plain(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
+    if dataclasses.is_dataclass(value):
+        return all(_plain(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return False
+
+
+@pytest.fixture(scope="module")
+def gpu_backend():
+    from dgemma.engine import EngineConfig
+    from dgemma.model.loading import load_model
+    from dgemma.ui import gpu_run
+    from dgemma.ui.gpu_backend import ZeroGpuBackend
+    from dgemma.ui.settings import Limits
+
+    loaded = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
+    config = EngineConfig(max_num_seqs=8)
+    gpu_run.install(loaded, config)
+    return ZeroGpuBackend(loaded, config, Limits(), None)
+
+
+def test_every_snapshot_pickles_and_is_plain(gpu_backend):
+    from dgemma.ui import gpu_run
+
+    job = gpu_backend._job("generate", gpu_backend.defaults, prompts=tuple(PROMPTS))
+    snapshots = list(gpu_run.run_on_gpu(job))
+    assert snapshots[-1].done and any(s.events for s in snapshots)
+    for snapshot in snapshots:
+        assert _plain(snapshot), snapshot
+        assert pickle.loads(pickle.dumps(snapshot)) == snapshot
+
+
+def test_a_lesson_snapshot_pickles_and_is_plain(gpu_backend):
+    from dgemma.ui import gpu_run
+
+    job = gpu_backend._job("lesson", gpu_backend.defaults, lesson=(4, None, False, "auto", "reference"))
+    (snapshot,) = list(gpu_run.run_on_gpu(job))
+    assert snapshot.lesson is not None and snapshot.lesson.ok
+    assert _plain(snapshot) and pickle.loads(pickle.dumps(snapshot)) == snapshot
+
+
+def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
+    from dgemma.ui import gpu_run
+    from dgemma.ui.board import Board, apply
+
+    run = gpu_backend.start(PROMPTS * 2, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256))
+    board = Board()
+    for e in run.poll(0.0):
+        apply(board, e)
+    run.cancel()
+    for e in run.poll(0.0):
+        apply(board, e)
+    assert run.poll(0.0) == []
+    assert run._stream.gi_frame is None  # the generator is closed: its loop has ended
+    assert board.finished and len(board.requests) == run.size
+    assert {v.status for v in board.requests.values()} <= {"done", "cancelled"}
+    assert not gpu_run._core().has_unfinished()  # the warm worker's engine is left empty
+
+
+def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, monkeypatch):
+    from dgemma.ui import gpu_run
+
+    monkeypatch.setattr(gpu_run, "duration", lambda job: 0)  # the GPU time is used up at once
+    run = gpu_backend.start(PROMPTS, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), stream=False)
+    outputs, _ = run.results()
+    assert len(outputs) == len(PROMPTS)
+    assert {o.error for o in outputs} == {gpu_run.TIME_UP}
+
+
+def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
+    from dgemma.ui import gpu_run
+
+    small = gpu_backend._job("generate", gpu_backend.defaults, prompts=("a",))
+    big = gpu_backend._job("generate", dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), prompts=("a",) * 64)
+    huge = dataclasses.replace(big, settings=dataclasses.replace(
+        big.settings, params=dataclasses.replace(big.settings.params, max_denoising_steps=512)))
+    assert gpu_run.duration(small) < gpu_run.duration(big) <= gpu_run.MAX_DURATION_S
+    assert gpu_run.duration(huge) == gpu_run.MAX_DURATION_S
+
+
+def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
+    from gradio.exceptions import Error
+
+    from dgemma.ui import gpu_run
+
+    settings = dataclasses.replace(  # 1 KiB: less than the weights
+        gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))
+    job = gpu_backend._job("generate", settings, prompts=("add 1+2",))
+    with pytest.raises(Error) as err:
+        list(gpu_run.run_on_gpu(job))
+    message = err.value.message
+    assert message.startswith("The GPU run failed: ") and message.endswith(".") and "\n" not in message
