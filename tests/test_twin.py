@@ -8,6 +8,8 @@ way a user loads the release, through `--model DIR`, and the engine must stay ex
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -88,8 +90,25 @@ def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examp
     assert info["examples"] == CHAT_PROMPTS  # chat questions, not the embedded model's "add 12+34"
 
 
+def page_at_ready(url: str) -> tuple[str, str]:
+    """(header text, prompt box) of a page opened in chromium once Run is enabled."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page()
+        page.goto(url, wait_until="load")
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        page.wait_for_function("() => document.body.innerText.includes('vocab ')", timeout=30_000)
+        header = page.inner_text("h1 + p, .prose")
+        prompts = page.input_value("textarea")
+        browser.close()
+    return header, prompts
+
+
+@pytest.mark.browser
 def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tmp_path, monkeypatch):
-    import httpx
     from gradio_client import Client
 
     from dgemma.serve import launch
@@ -102,9 +121,11 @@ def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tm
         info = client.predict(api_name="/info")
         assert (info["model"], info["vocab_size"], info["canvas_length"]) == (twin_dir, 262_144, 8)
         assert info["examples"] == CHAT_PROMPTS
-        page = httpx.get(server.url, timeout=30).text  # the header's Markdown is in the page's config
-        assert "vocab 262,144 · canvas 8 tokens · up to 4 requests at once" in page
-        assert CHAT_PROMPTS[0] in page and "add 12+34" not in page
+        # The page is served before the model loads; once it has, a page shows the model's header
+        # and chat examples (a real browser: the page fills them in from the server at ready).
+        header, prompts = page_at_ready(server.url)
+        assert "vocab 262,144 · canvas 8 tokens · up to 4 requests at once" in header
+        assert prompts.startswith(CHAT_PROMPTS[0]) and "add 12+34" not in prompts
         result = client.predict(["Why is the sky blue?"], {"seed": 0, "max_new_tokens": 8, "max_denoising_steps": 1},
                                 api_name="/generate")
         assert result["outputs"][0]["steps"] == 1
