@@ -24,6 +24,7 @@ if zerogpu_enabled():  # `import spaces` before anything touches CUDA (torch inc
     import spaces  # noqa: F401
 
 from dgemma.cli import ArgumentParser, positive_int  # noqa: E402  (after the environment is set)
+from dgemma.errors import first_line  # noqa: E402
 from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
 
 FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
@@ -182,7 +183,7 @@ def main_zerogpu(args: argparse.Namespace, started: float) -> int:
     try:
         backend = make_zerogpu_backend(args)
     except Exception as err:  # noqa: BLE001 - one sentence, never a traceback
-        return _fail((str(err).strip().splitlines() or [type(err).__name__])[0])
+        return _fail(first_line(err))
     demo = build_demo(backend)
     # One batch per click: visitors queue in ZeroGPU's scheduler, so Gradio's queue only holds
     # clicks waiting for it; on ZeroGPU its max_size would otherwise default to 1.

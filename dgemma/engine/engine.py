@@ -14,6 +14,7 @@ from dgemma.engine.config import EngineConfig
 from dgemma.engine.core import EngineCore
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import RequestHandle
+from dgemma.errors import first_line
 from dgemma.events import RequestEvent
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import RunOptions, SamplingParams
@@ -138,7 +139,7 @@ class Engine:
             self._die(err)
 
     def _die(self, err: BaseException) -> None:
-        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        reason = f"{type(err).__name__}: {first_line(err) if str(err).strip() else ''}"
         log.exception("engine thread died: %s", reason)
         self.last_error = reason
         self.deaths += 1

@@ -17,12 +17,13 @@ from dgemma.engine.requests import FINAL, Request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
 from dgemma.engine.scheduler import Scheduler
+from dgemma.errors import first_line
 
 log = logging.getLogger(__name__)
 
 
 def oom_sentence(err: BaseException | str, what: str) -> str:
-    first = str(err).strip().splitlines()[0] if str(err).strip() else "out of memory"
+    first = first_line(err) if str(err).strip() else "out of memory"
     return f"out of memory: {what} ({first})"
 
 

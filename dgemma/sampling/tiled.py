@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dgemma.errors import first_line
 from dgemma.events import TilePlan, TileSplit
 from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, split_tiles
 from dgemma.sampling.calibration import calibrate_tile
@@ -231,7 +232,7 @@ class TiledSampler:
             except torch.OutOfMemoryError as err:
                 if self.tiling == "off" or end - start == 1:
                     raise
-                splits.append(TileSplit(start, end - start, str(err).splitlines()[0][:300]))
+                splits.append(TileSplit(start, end - start, first_line(err, 300)))
                 mid = start + (end - start) // 2
                 pending[:0] = [(start, mid), (mid, end)]
         return ran, splits

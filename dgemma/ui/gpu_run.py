@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent
 from dgemma.ui.backend import LessonOutcome
 from dgemma.settings import Settings, run_options
@@ -160,7 +161,7 @@ def _run(job: Job) -> Iterator[Snapshot]:
         raise
     except Exception as err:  # noqa: BLE001 - the page gets a sentence, the log the traceback
         log.exception("the GPU call failed")
-        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        text = first_line(err)
         raise Error(f"The GPU run failed: {text.rstrip('.')}.") from None
 
 

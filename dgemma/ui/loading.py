@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dgemma.errors import first_line
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
 from dgemma.settings import Settings
 from dgemma.ui.backend import Backend, LessonOutcome, Run
@@ -51,7 +52,7 @@ class LoadingBackend:
         try:
             real = build(self._set_stage)
         except Exception as err:  # noqa: BLE001 - any failure is shown as one sentence, never a traceback
-            text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            text = first_line(err)
             self._error = f"{text[:1].upper()}{text[1:].rstrip('.')}."
         else:
             self._real = real
