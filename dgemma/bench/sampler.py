@@ -142,7 +142,7 @@ class _Config:
             "group": plan.group,
             "tiles": len(plan.tiles),
             "peak_transient_bytes": plan.peak_transient_bytes,
-            # design.md: copies per request = peak / (requests in the tile x CL x vocab x 4)
+            # docs/design.md: copies per request = peak / (requests in the tile x CL x vocab x 4)
             "copies_per_request": round(plan.peak_transient_bytes / (max(plan.tiles) * case.canvas_length * case.vocab * 4), 3),
             "seconds": None if case.meta else statistics.median(self.times),
             "identical_to_untiled": None,

@@ -18,7 +18,7 @@ So a request's logits do not depend on who shares its batch — on CPU they are 
 to its solo run, which is what makes a seeded request give the same tokens alone or among 32.
 (On CUDA, cuBLAS picks kernels by matrix shape, so expect agreement to float tolerance only.)
 
-The decoder is fed the sampler's stored soft embeddings `[CL, hidden]` (design.md phase 6)
+The decoder is fed the sampler's stored soft embeddings `[CL, hidden]` (docs/design.md, step 7: carry-over)
 instead of `[CL, vocab]` logits: `decode` re-states `DiffusionGemmaDecoderModel.forward` from the
 point where transformers turns logits into soft embeddings.
 """
