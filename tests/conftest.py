@@ -10,7 +10,8 @@
 Random weights never converge, so tests keep `max_denoising_steps` small.
 
 Tests are marked by kind (pytest.ini lists the markers): `embedded` (uses the shipped model),
-`server` (starts a real process), `browser` (drives chromium), `slow` (seconds each). The fast
+`twin` (the released checkpoint's structure twin), `server` (starts a real process), `browser`
+(drives chromium), `slow` (all of those). The fast
 subset is `python -m pytest -m "not slow"`; the README's test command runs everything.
 """
 
@@ -38,9 +39,14 @@ KIND_BY_MODULE = {
     "test_bench_sampler": "server",
     "test_zerogpu": "server",
     "test_startup": "server",
+    "test_gpu_check": "server",
     "test_browser": "browser",
+    "test_embedded_model": "embedded",
+    "test_train": "embedded",
+    "test_engine_backend": "embedded",
+    "test_twin": "twin",
 }
-SLOW_KINDS = ("embedded", "server", "browser")
+SLOW_KINDS = ("embedded", "twin", "server", "browser")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

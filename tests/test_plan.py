@@ -101,6 +101,7 @@ def test_the_plan_picks_the_chunk_the_sampler_picks(requests, free):
     assert plan.chunk_for(requests, free, model, 64) == expected
 
 
+@pytest.mark.server
 def test_json_prints_one_row_per_gpu_and_request_count_then_a_summary():
     done = subprocess.run([sys.executable, "-m", "dgemma.plan", "--json"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
