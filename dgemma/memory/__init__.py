@@ -6,9 +6,9 @@ budget), probes (CPU and CUDA, and choosing one), planner (calibration and tile 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from dgemma.lazy import lazy_attributes
 from dgemma.memory.units import GiB, MiB, format_bytes, parse_size
 
 if TYPE_CHECKING:
@@ -33,8 +33,4 @@ _LAZY = {
     "raise_out_of_memory": "tracker", "VirtualDevice": "virtual",
 }  # fmt: skip
 
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"dgemma.memory.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -8,8 +8,9 @@ the tiling loop).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from dgemma.lazy import lazy_attributes
 
 from dgemma.sampling.params import (
     MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling,
@@ -39,8 +40,4 @@ _LAZY = {
     "TiledSampler": "tiled", "build_sampler": "tiled",
 }  # fmt: skip
 
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"dgemma.sampling.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
