@@ -18,7 +18,7 @@ from dgemma.ui.examples import example_prompts
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import parse_call_settings, parse_prompts
 
-INFO_KEYS = ("model", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+INFO_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
 
 
 def model_info(backend: Backend) -> dict:
@@ -75,8 +75,9 @@ def register(backend: Backend, sessions: Sessions) -> None:
     gr.api(generate, api_name="generate", concurrency_limit=None)
 
     def info() -> dict:
-        """The served model: {"model" (name or path), "parameters", "dtype", "device",
-        "vocab_size", "canvas_length", "max_num_seqs", "examples" (prompts that fit it)}."""
+        """The served model: {"model" (name or path), "embedded" (this project's teaching model or not),
+        "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs", "examples"
+        (prompts that fit it)}."""
         return model_info(backend)
 
     gr.api(info, api_name="info", concurrency_limit=None)

@@ -79,7 +79,7 @@ def _count(n: int | None) -> str:
 def header_facts(info: dict, memory_budget: str) -> str:
     """The facts line under the title: the same facts `/info` returns."""
     path = html.escape(str(info.get("model") or "?"))
-    name = path.rstrip("/").rsplit("/", 1)[-1]
+    name = "the embedded teaching model" if info.get("embedded") else path.rstrip("/").rsplit("/", 1)[-1]
     vocab = info.get("vocab_size")
     return (
         f'<span title="{path}">Model: <b>{name}</b></span> · {_count(info.get("parameters"))} parameters · '
