@@ -82,7 +82,7 @@ def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examp
     from dgemma.ui.api import model_info
     from dgemma.ui.examples import CHAT_PROMPTS
 
-    info = model_info(backend)
+    info = model_info(backend.info(), backend.max_num_seqs)
     assert info["model"] == twin_dir
     assert (info["vocab_size"], info["canvas_length"], info["max_num_seqs"]) == (262_144, 8, 6)
     assert info["device"] == "cpu" and info["dtype"] == "float32"

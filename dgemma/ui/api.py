@@ -21,12 +21,11 @@ from dgemma.ui.settings import parse_call_settings, parse_prompts
 INFO_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
 
 
-def model_info(backend: Backend) -> dict:
-    """What `/info` returns and the page header shows: the model's facts, the batch limit and
-    example prompts that fit it."""
-    facts = backend.info()
+def model_info(facts: dict, max_num_seqs: int) -> dict:
+    """What `/info` returns and the page header shows, from a backend's `info()`: the model's
+    facts, the batch limit and example prompts that fit it."""
     info = {key: facts.get(key) for key in INFO_KEYS}
-    info["max_num_seqs"] = backend.max_num_seqs
+    info["max_num_seqs"] = max_num_seqs
     info["examples"] = example_prompts(facts)
     return info
 
@@ -78,6 +77,6 @@ def register(backend: Backend, sessions: Sessions) -> None:
         """The served model: {"model" (name or path), "embedded" (this project's teaching model or not),
         "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs", "examples"
         (prompts that fit it)}."""
-        return model_info(backend)
+        return model_info(backend.info(), backend.max_num_seqs)
 
     gr.api(info, api_name="info", concurrency_limit=None)

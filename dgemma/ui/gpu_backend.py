@@ -110,13 +110,13 @@ class ZeroGpuBackend:
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
         self._call = call
-        self._facts = _model_facts(loaded)
+        self._budget_model = _budget_model(loaded)
         p = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.defaults = Settings(
             params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),
             max_new_tokens=min(limits.max_new_tokens, 64),
         )  # the engine's own defaults (dgemma/ui/engine_backend.py), read from the same config
-        self._model_facts = {**loaded.facts(), "device": "cuda (ZeroGPU)"}  # plain values, read before launch
+        self._facts = {**loaded.facts(), "device": "cuda (ZeroGPU)"}  # plain values, read before launch
 
     def _job(self, kind: str, settings: Settings, **fields) -> Job:
         return Job(kind, settings, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs, **fields)
@@ -141,10 +141,10 @@ class ZeroGpuBackend:
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         from dgemma.ui import lesson_run
 
-        return lesson_run.suggest_budget(self._facts, requests, real_scale)
+        return lesson_run.suggest_budget(self._budget_model, requests, real_scale)
 
     def info(self) -> dict:
-        return {**self._model_facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
+        return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
                 "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False),
                 "note": f"Each Run is one batch on a borrowed GPU (at most {gpu_run.MAX_DURATION_S} s); "
                         "visitors' runs wait in ZeroGPU's own queue."}
@@ -153,7 +153,7 @@ class ZeroGpuBackend:
         pass  # the workers belong to spaces; they end with this process
 
 
-def _model_facts(loaded):
+def _budget_model(loaded):
     """What the lesson's budget suggestion reads of the model, kept as plain values: after launch
     spaces moves the main process's copy of the weights to disk (only the worker has them)."""
     import torch

@@ -89,14 +89,14 @@ def header_facts(info: dict, memory_budget: str) -> str:
     )
 
 
-def _header(backend: Backend) -> str:
-    facts = backend.info()
+def _header(facts: dict, max_num_seqs: int) -> str:
+    """The page's title block from a backend's `info()`."""
     note = f"<br>{facts['note']}" if facts.get("note") else ""  # e.g. what one click means on ZeroGPU
     return (
         "# dgemma · watch a Diffusion-Gemma sampler at work\n"
         "Many prompts denoise at once: every card is one request's canvas turning from random "
         "tokens into text. The sampler tiles its work so it fits in memory. "
-        f"<small>{header_facts(api.model_info(backend), facts.get('memory_budget', 'none'))}{note}</small>"
+        f"<small>{header_facts(api.model_info(facts, max_num_seqs), facts.get('memory_budget', 'none'))}{note}</small>"
     )
 
 
@@ -112,12 +112,13 @@ def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str) -> 
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
         return [gr.skip(), state.message, *[gr.skip()] * 13, gr.Timer(active=not state.failed)]
-    d, sets = backend.defaults, example_sets(api.model_info(backend)["examples"])
+    facts = backend.info()  # once: it counts the weights and sizes the lesson's budget
+    d, sets = backend.defaults, example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
     prompts = sets[0][0] if shown_prompts == first_examples else gr.skip()  # keep what the user typed
     p = d.params
-    return [_header(backend), "Idle.", gr.Button(interactive=True), d.max_new_tokens, p.max_denoising_steps, p.t_min,
-            p.t_max, p.entropy_bound, p.confidence_threshold, p.stability_threshold, d.options.sampler,
-            backend.info().get("lesson_budget", gr.skip()), prompts, gr.Dataset(samples=sets), gr.Timer(active=False)]
+    return [_header(facts, backend.max_num_seqs), "Idle.", gr.Button(interactive=True), d.max_new_tokens,
+            p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold, p.stability_threshold,
+            d.options.sampler, facts.get("lesson_budget", gr.skip()), prompts, gr.Dataset(samples=sets), gr.Timer(active=False)]
 
 
 @dataclass
@@ -177,10 +178,11 @@ def build_demo(backend: Backend) -> gr.Blocks:
     """The whole app for one backend (one engine, one model)."""
     sessions = Sessions(backend.limits.max_queued)
     loading = backend_state(backend)
-    examples = example_sets(api.model_info(backend)["examples"])
+    facts = backend.info()
+    examples = example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
 
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
-        header = gr.Markdown(_header(backend))
+        header = gr.Markdown(_header(facts, backend.max_num_seqs))
 
         with gr.Tab("Generate"):
             with gr.Row():
