@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
-from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, Gpu
+from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, ZEROGPU_SIZES, Gpu
 from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
 from dgemma.sampling.chunked import chunk_ladder
@@ -157,6 +157,16 @@ def plan_rows(model: ModelSpec = RELEASED, gpus: tuple[Gpu, ...] = GPUS, request
     return [plan_row(g, n, model, canvas_length, reserve_bytes) for g in gpus for n in requests]
 
 
+def zerogpu_size(model: ModelSpec, reserve_bytes: int = RUNTIME_RESERVE) -> str | None:
+    """The smallest ZeroGPU workload (`large`, then `xlarge`) that holds the weights, the reserve
+    and the sampler step of at least one request (the planner tiles any batch into what is left);
+    None where not even `xlarge` does."""
+    for gpu in ZEROGPU_SIZES:
+        if plan_row(gpu, 1, model, reserve_bytes=reserve_bytes)["tile_size"] is not None:
+            return gpu.zerogpu_size
+    return None
+
+
 def summary(rows: list[dict], model: ModelSpec, seconds: float) -> dict:
     """The closing line: the model, the copies per request each step holds, what fits where."""
     cl, vocab, hidden = rows[0]["canvas_length"], model.vocab_size, model.hidden_size
@@ -171,6 +181,7 @@ def summary(rows: list[dict], model: ModelSpec, seconds: float) -> dict:
             chunked={str(c): round(v, 4) for c, v in chunked.items()},
         ),
         gpus_fitting_weights=sorted({r["gpu"] for r in rows if r["fits_weights"]}),
+        zerogpu_size=zerogpu_size(model, rows[0]["reserve_bytes"]),
         rows=len(rows), seconds=round(seconds, 2),
     )  # fmt: skip
 
@@ -256,7 +267,7 @@ def _gib(n: int | None) -> str:
 
 def _text_row(r: dict) -> str:
     tiled = "-" if r["tile_size"] is None else f"{r['tiles']}x{r['tile_size']}"
-    return (f"{r['gpu']:<18} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
+    return (f"{r['gpu']:<20} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
             f"{'' if r['fits_untiled'] else '!':<1} {r['seed_group']:>5} {_gib(r['seed_peak_bytes']):>9} "
             f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
 
@@ -278,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{model.name}: weights {format_bytes(model.weights_bytes)} (bf16), reserve {format_bytes(args.reserve)}, "
           f"canvas {rows[0]['canvas_length']}, vocab {model.vocab_size:,}; GiB; ! = untiled runs out of memory")  # fmt: skip
-    print(f"{'gpu':<18} {'reqs':>4} {'free':>8} {'untiled':>10} {'seed':>5} {'seed pk':>9} {'tiles':>7} "
+    print(f"{'gpu':<20} {'reqs':>4} {'free':>8} {'untiled':>10} {'seed':>5} {'seed pk':>9} {'tiles':>7} "
           f"{'tiled pk':>9} {'chunked':>9}")  # fmt: skip
     for row in rows:
         print(_text_row(row))
@@ -286,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     chunked = ", ".join(f"{v} (chunk {c})" for c, v in copies["chunked"].items()) or "-"
     print(f"copies per request: untiled {copies['untiled']}, seed assumes {copies['seed_assumed']}, tiled "
           f"{copies['tiled']}, chunked {chunked}; {closing['seconds']} s")  # fmt: skip
+    size = closing["zerogpu_size"]
+    print(f"on ZeroGPU: spaces.GPU(size={size!r}) holds it" if size else "on ZeroGPU: no workload size holds it")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import subprocess
@@ -37,11 +38,40 @@ def rows_of(rows: list[dict], gpu: str) -> list[dict]:
 def test_defaults_cover_the_issue_gpus_and_request_counts(rows):
     assert {r["gpu"] for r in rows} == {
         "T4 16 GB", "L4 24 GB", "A10G 24 GB", "L40S 48 GB", "A100 40 GB", "A100 80 GB", "H100 80 GB",
-        "H200 141 GB", "RTX Pro 6000 96 GB",
+        "H200 141 GB", "RTX Pro 6000 96 GB", "ZeroGPU large 48 GB", "ZeroGPU xlarge 96 GB",
     }  # fmt: skip
     assert sorted({r["requests"] for r in rows}) == [1, 2, 4, 8, 16, 32, 64]
     assert all(r["canvas_length"] == 256 and r["vocab"] == 262_144 for r in rows)
     assert all(r["weights_bytes"] == 26 * 10**9 * 2 for r in rows)
+
+
+def test_the_released_model_fits_zerogpus_xlarge_workload_only(rows):
+    large, xlarge = rows_of(rows, "ZeroGPU large 48 GB"), rows_of(rows, "ZeroGPU xlarge 96 GB")
+    assert not any(r["fits_weights"] for r in large)  # 48.4 GiB of weights in half a card (47.5 GiB)
+    assert all(r["fits_weights"] and r["tile_size"] for r in xlarge)
+    (at32,) = [r for r in xlarge if r["requests"] == 32]
+    assert at32["tiles"] == 1 and at32["chunked_tiles"] == 1  # 32 requests in one sampler call
+    assert plan.zerogpu_size(plan.RELEASED) == "xlarge"
+
+
+def test_zerogpu_size_is_the_smallest_workload_that_holds_the_model():
+    assert plan.zerogpu_size(dataclasses.replace(plan.RELEASED, weights_bytes=20 * GiB)) == "large"
+    assert plan.zerogpu_size(dataclasses.replace(plan.RELEASED, weights_bytes=100 * GiB)) is None
+
+
+def test_zerogpu_workloads_are_half_and_all_of_the_card_spaces_reports():
+    import json
+    from importlib.resources import files
+
+    from dgemma.gpus import ZEROGPU_CARD_BYTES, ZEROGPU_SIZES
+
+    configs = json.loads(files("spaces.zero").joinpath("configs.json").read_text())
+    (card,) = [c for c in configs if c["model"].startswith("NVIDIA RTX PRO 6000")]
+    assert card["memory"] == ZEROGPU_CARD_BYTES
+    assert [(g.zerogpu_size, g.total_bytes) for g in ZEROGPU_SIZES] == [
+        ("large", card["memory"] // 2), ("xlarge", card["memory"])]
+    # spaces itself switches to xlarge above this many packed bytes: the released weights are above it
+    assert card["xlarge_threshold"] < plan.RELEASED.weights_bytes
 
 
 def test_seed_group_is_the_seeds_formula_row_by_row(rows):
@@ -61,7 +91,8 @@ def test_untiled_16_requests_at_cl256_is_the_seeds_28672_mib_within_10_percent(r
 
 def test_every_tiled_peak_is_at_most_half_of_free_where_the_weights_fit(rows):
     fitting = [r for r in rows if r["fits_weights"]]
-    assert {r["gpu"] for r in fitting} == {"A100 80 GB", "H100 80 GB", "H200 141 GB", "RTX Pro 6000 96 GB"}
+    assert {r["gpu"] for r in fitting} == {"A100 80 GB", "H100 80 GB", "H200 141 GB", "RTX Pro 6000 96 GB",
+                                          "ZeroGPU xlarge 96 GB"}
     for r in fitting:
         assert r["tiled_peak_bytes"] <= r["free_bytes"] / 2, r
         assert r["chunked_peak_bytes"] <= r["free_bytes"] / 2, r
@@ -107,9 +138,10 @@ def test_json_prints_one_row_per_gpu_and_request_count_then_a_summary():
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(lines) == 9 * 7 + 1
+    assert len(lines) == 11 * 7 + 1  # nine cards and ZeroGPU's two workload sizes
     assert all(FIELDS <= set(row) for row in lines[:-1])
     assert lines[-1]["summary"] and lines[-1]["copies_per_request"]["seed_assumed"] == 10
+    assert lines[-1]["zerogpu_size"] == "xlarge"
 
 
 def test_a_local_checkpoint_is_planned_from_its_config(capsys):

@@ -5,6 +5,7 @@ Only what talks to Hugging Face's device API (the scheduler client) and what nee
 wrappers fork the worker, pickle every argument and yield, and relay errors as on a Space.
 
 - the app serves, and the generate API gives the texts `python -m dgemma.generate` gives;
+- every GPU call asks for the workload size that holds the model (`large` for the embedded one);
 - the model ran in another process (spaces' worker), and the main process has no engine thread;
 - a quota error from ZeroGPU reaches the API caller as one sentence;
 - closing a stream (a closed page) ends the worker's loop; the worker stays usable;
@@ -61,6 +62,8 @@ def server(sim_dir):
         "SPACES_ZERO_DEVICE_API_URL": "http://127.0.0.1:9",  # never called: the client is stubbed
         "ZEROGPU_OFFLOAD_DIR": str(sim_dir / "tensors"),
         "DGEMMA_SIM_DIR": str(sim_dir),
+        # The simulated GPU is this CPU, where bf16 (auto on CUDA) would change the CLI's fp32 texts.
+        "DGEMMA_DTYPE": "float32",
         "PYTHONPATH": os.pathsep.join([str(SIM), os.environ.get("PYTHONPATH", "")]),
     }
     server = launch(MODEL_ARGS, sim_dir / "app.log", timeout=180, env=env)
@@ -98,6 +101,13 @@ def test_generate_runs_in_a_worker_and_matches_the_cli(server, client, sim_dir):
     assert got == [(r["prompt"], r["text"], r["steps"], r["seed"]) for r in expected]
     workers = {int(pid) for name, pid, *_ in _calls(sim_dir) if name == "allow"}
     assert result["pid"] != server.process.pid and result["pid"] in workers
+
+
+def test_every_gpu_call_asks_for_the_workload_size_that_holds_the_model(server, client, sim_dir):
+    client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")
+    sizes = [detail[-1] for name, _pid, *detail in _calls(sim_dir) if name == "schedule"]
+    assert sizes and set(sizes) == {"large"}
+    assert "ZeroGPU workload size: large" in server.log()
 
 
 def test_the_main_process_has_no_engine_thread(server, client, sim_dir):

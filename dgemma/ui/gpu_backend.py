@@ -146,11 +146,16 @@ class ZeroGpuBackend:
     def info(self) -> dict:
         return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
                 "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False),
-                "note": f"Each Run is one batch on a borrowed GPU (at most {gpu_run.MAX_DURATION_S} s); "
+                "note": f"Each Run is one batch on a borrowed GPU ({_workload()}at most {gpu_run.MAX_DURATION_S} s); "
                         "visitors' runs wait in ZeroGPU's own queue."}
 
     def close(self) -> None:
         pass  # the workers belong to spaces; they end with this process
+
+
+def _workload() -> str:
+    size = gpu_run.workload_size
+    return f"a ZeroGPU {size} workload, " if size else ""
 
 
 def _budget_model(loaded):
@@ -170,10 +175,13 @@ def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:
     worker) and hand it to the GPU call: before launch, as ZeroGPU requires."""
     from dgemma.engine import EngineConfig
     from dgemma.memory import format_bytes, parse_size
-    from dgemma.model.loading import load_model
+    import torch
+
+    from dgemma.model.loading import load_model, parse_dtype
 
     budget = parse_size(args.memory_budget) if args.memory_budget else None
-    loaded = load_model(args.model, device="cpu")
+    # Loaded on the CPU, run on CUDA: `auto` is CUDA's bf16 (the packed weights decide the workload size).
+    loaded = load_model(args.model, device="cpu", dtype=parse_dtype(getattr(args, "dtype", None), torch.device("cuda")))
     loaded.model.to("cuda")
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
     config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,

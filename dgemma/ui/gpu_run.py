@@ -80,13 +80,40 @@ def duration(job: Job) -> int:
 _model = None  # the LoadedModel installed by the main process before launch (on "cuda")
 _config = None  # the main EngineConfig
 _engine_core = None  # the EngineCore, created in the worker on its first call
+_gpu_call = None  # on ZeroGPU: `_run` wrapped by spaces.GPU, made by install()
+workload_size: str | None = None  # on ZeroGPU: the size install() asked for
 _keys = itertools.count(1)
 
 
 def install(loaded, config) -> None:
-    """The main process hands over the model (already put on "cuda") and the engine settings."""
-    global _model, _config
+    """The main process hands over the model (already put on "cuda") and the engine settings.
+
+    On ZeroGPU this also makes the one `spaces.GPU` call, asking for the smallest workload size
+    that holds the model (`workload_size`): before launch, as spaces requires."""
+    global _model, _config, _gpu_call, workload_size
     _model, _config = loaded, config
+    if enabled() and _gpu_call is None:  # pragma: no cover - exercised by tests/test_zerogpu.py in a subprocess
+        workload_size = size_for(loaded)
+        log.info("ZeroGPU workload size: %s", workload_size)
+        _gpu_call = spaces.GPU(duration=duration, size=workload_size)(_run)
+
+
+def size_for(loaded) -> str:
+    """The ZeroGPU workload size for a loaded model: `large` (half an RTX Pro 6000) when its
+    weights as loaded, the runtime reserve and one request's sampler step fit there, else
+    `xlarge` (the whole card); a model too large for both is refused with one sentence."""
+    from dgemma import plan
+    from dgemma.gpus import ZEROGPU_SIZES
+    from dgemma.memory import format_bytes
+
+    model = replace(plan.model_from_facts(loaded.facts()), weights_bytes=loaded.weight_bytes)
+    size = plan.zerogpu_size(model)
+    if size is None:
+        largest = ZEROGPU_SIZES[-1]
+        raise ValueError(f"{loaded.name} does not fit a ZeroGPU workload: its weights take "
+                         f"{format_bytes(loaded.weight_bytes)}, the largest workload ({largest.zerogpu_size}) "
+                         f"holds {format_bytes(largest.total_bytes)}")  # fmt: skip
+    return size
 
 
 def _loaded_here():
@@ -166,11 +193,13 @@ def _run(job: Job) -> Iterator[Snapshot]:
 
 
 if enabled():  # pragma: no cover - exercised by tests/test_zerogpu.py in a subprocess
-    import spaces
+    import spaces  # before anything touches CUDA, as spaces requires
 
-    run_on_gpu = spaces.GPU(duration=duration)(_run)
-else:
-    run_on_gpu = _run
+
+def run_on_gpu(job: Job) -> Iterator[Snapshot]:
+    """The GPU call: through spaces.GPU on ZeroGPU (once install() has made it), else the plain
+    generator (the tests drive it directly as well)."""
+    return (_gpu_call or _run)(job)
 
 
 def final_events(events: list[Event], seen: dict[int, str], reason: str) -> list[RequestEvent]:

@@ -53,7 +53,7 @@ def _install() -> None:
             _record("schedule-refused", str(task_id))
             raise error("ZeroGPU quota exceeded",
                         "You have exceeded your free ZeroGPU quota (60s requested vs. 12s left). Try again in 0:04:10.")
-        _record("schedule", f"{task_id} {duration.total_seconds() if duration is not None else None}")
+        _record("schedule", f"{task_id} {duration.total_seconds() if duration is not None else None} {gpu_size}")
         return api.ScheduleResponse(idle=True, nvidiaIndex=0, nvidiaUUID="GPU-sim", allowToken=f"token-{next(tokens)}")
 
     def allow(allow_token):
