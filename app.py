@@ -156,7 +156,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
         from dgemma.ui.engine_backend import make_backend
 
         stage("reading the weights and starting the engine")
-        return make_backend(args)
+        return make_backend(args, progress=backend.download)
 
     threading.Thread(target=backend.load, args=(build,), name="dgemma-load", daemon=True).start()
     try:

@@ -22,6 +22,7 @@ import torch
 
 from dgemma.errors import first_line
 from dgemma.memory import format_bytes, resolve_device
+from dgemma.model.download import DownloadProgress, download_checkpoint
 
 # Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
 from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, resolve_source  # noqa: F401
@@ -225,8 +226,11 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
     memory_budget: int | None = None,
+    progress: DownloadProgress | None = None,
 ) -> LoadedModel:
-    """Load a DiffusionGemma checkpoint for serving; raise ModelLoadError with one sentence on failure."""
+    """Load a DiffusionGemma checkpoint for serving; raise ModelLoadError with one sentence on failure.
+
+    A hub id's files are fetched first (`download_checkpoint`), `progress` following the bytes."""
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     source, is_local = resolve_source(name)
@@ -249,10 +253,11 @@ def load_model(
             f"is free on {device.type}{' under the memory budget' if memory_budget else ''}"
         )
 
-    kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=is_local, **where)
+    kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=True, **where)
     try:
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(source, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=is_local, trust_remote_code=False)
+        files = source if is_local else download_checkpoint(source, progress)
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(files, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(files, local_files_only=True, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - surface any loader failure as one sentence
         raise ModelLoadError(hub_error_sentence(source, err) or f"cannot load {source}: {first_line(err, 300)}") from None
     model.eval().requires_grad_(False)

@@ -20,6 +20,7 @@ from dgemma.engine import Engine, EngineConfig, EngineError
 from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
+from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
 from dgemma.settings import Settings, run_options
@@ -145,12 +146,13 @@ class EngineBackend:
         self.engine.shutdown(timeout=5)
 
 
-def make_backend(args: argparse.Namespace) -> EngineBackend:
-    """Load the model named on the command line and start the main engine."""
+def make_backend(args: argparse.Namespace, progress: DownloadProgress | None = None) -> EngineBackend:
+    """Load the model named on the command line (`progress` follows a hub download) and start the main engine."""
     try:
         device = resolve_device(args.device)
         budget = parse_size(args.memory_budget) if args.memory_budget else None
-        loaded = load_model(args.model, device=device, dtype=getattr(args, "dtype", None), memory_budget=budget)
+        loaded = load_model(args.model, device=device, dtype=getattr(args, "dtype", None), memory_budget=budget,
+                            progress=progress)
         limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
         config = EngineConfig(
             max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,

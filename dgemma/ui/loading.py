@@ -3,7 +3,8 @@
 `python app.py` binds its port and serves the page before torch, transformers and the weights have
 loaded (they take most of the start-up). Until then every run says "the model is still loading"
 as one sentence; the page polls `state()` to show "loading model … (n s)" and enables Run when
-ready. A load that fails stays reported here (page and API) until the process exits.
+ready; while a hub checkpoint downloads, the stage is its bytes ("downloading weights 12.3 / 52.0
+GB", from `download`). A load that fails stays reported here (page and API) until the process exits.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgemma.errors import first_line
+from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
 from dgemma.settings import Settings
 from dgemma.ui.backend import Backend, LessonOutcome, Run
@@ -43,6 +45,7 @@ class LoadingBackend:
         self._real: Backend | None = None
         self._error = ""
         self._stage = "starting"
+        self.download = DownloadProgress()  # the loader passes it to load_model for a hub checkpoint
         self._started = time.monotonic()
 
     # ------------------------------------------------------------ the loader thread
@@ -79,7 +82,8 @@ class LoadingBackend:
         if self._error:
             return LoadState(False, True, f"The model failed to load: {self._error}")
         seconds = time.monotonic() - self._started
-        return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {self._stage}.")
+        stage = self.download.describe() or self._stage
+        return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {stage}.")
 
     def _backend(self) -> Backend:
         if self._real is None:
