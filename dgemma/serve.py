@@ -46,15 +46,15 @@ class AppServer:
 
 
 def launch(args: list[str], log_path: Path, timeout: float = 90.0, env: dict[str, str] | None = None,
-           ready_line: str = READY_LINE) -> AppServer:
-    """Start the app on a free port and wait for `ready_line` (the model answers; PAGE_LINE: the
-    page does); raise with the log if it dies or times out. `env` adds to the environment."""
+           ready_line: str = READY_LINE, python: str = sys.executable) -> AppServer:
+    """Start the app (under `python`) on a free port and wait for `ready_line` (the model answers;
+    PAGE_LINE: the page does); raise with the log if it dies or times out. `env` adds to the environment."""
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
     started = time.monotonic()
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *args],
+            [python, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *args],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     server = AppServer(f"http://127.0.0.1:{port}", process, log_path, 0.0)
