@@ -27,7 +27,9 @@ INTRO = (
     "minus the weights and a 2 GiB runtime reserve, and every step's peak is calibrated on meta tensors "
     "(`python -m dgemma.plan` prints the same rows for every GPU). *Untiled*: the seed's eager step as one "
     "tile. *Seed heuristic*: the same step in groups of `max(1, min(n, 0.5 × free // (CL × vocab × 4 × 10)))`. "
-    "*Calibrated tiling*: this project's planner over its reference step. *Chunked*: the step that streams the vocabulary."
+    "*Calibrated tiling*: this project's planner over its reference step. *Chunked*: the step that streams the vocabulary. "
+    "*ZeroGPU large / xlarge*: the two workload sizes a ZeroGPU Space can ask for, half and all of an RTX Pro 6000 "
+    "(the bytes the `spaces` package states); the app asks for the smaller one that holds the model."
 )
 
 
