@@ -4,8 +4,9 @@
 # whole suite on that one). An interpreter is found as a pyenv version ($PYENV_ROOT/versions/3.X.*)
 # or as `python3.X` on PATH; each gets its own virtual environment under $DGEMMA_PYTHONS_DIR
 # (default ~/.cache/dgemma-pythons), made once and brought up to requirements-dev.txt on every
-# run. Ends with one line naming the interpreters run and those skipped (and why); exits non-zero
-# when any run failed (its requirements did not install, a test failed, or no test ran).
+# run (by uv when the main interpreter has it, else pip). Ends with one line naming the
+# interpreters run and those skipped (and why); exits non-zero when any run failed (its
+# requirements did not install, a test failed, or no test ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,15 @@ find_python() {  # an interpreter of minor version $1 (e.g. 3.10), newest pyenv 
   if [[ "$(version_of "$candidate")" == "$1".* ]]; then echo "$candidate"; fi  # a pyenv shim may not run
 }
 
+install_into() {  # requirements-dev.txt into the environment of $1: with uv (requirements-dev.txt pins
+  # it: parallel downloads, one cache whose files every environment links to), else with pip
+  if python -m uv --version >/dev/null 2>&1; then
+    python -m uv pip install --quiet --python "$1" -r requirements-dev.txt
+  else
+    "$1" -m pip install -q -r requirements-dev.txt
+  fi
+}
+
 run_on() {  # $1: minor version, $2: interpreter; sets ran/failed
   local minor=$1 python=$2 venv="$ROOT_DIR/py$1" log="$ROOT_DIR/py$1.log" full started rc=0
   full="$(version_of "$python")"
@@ -35,9 +45,9 @@ run_on() {  # $1: minor version, $2: interpreter; sets ran/failed
     skipped+=("$full (no venv module: $(tail -n 1 "$log"))"); return
   fi
   echo "== Python $full: installing requirements-dev.txt into $venv"
-  if ! "$venv/bin/python" -m pip install -q -r requirements-dev.txt >"$log" 2>&1; then
+  if ! install_into "$venv/bin/python" >"$log" 2>&1; then
     grep -E "^ERROR" "$log" | head -n 5
-    failed+=("$full (pip install failed, see $log)"); ran+=("$full: install failed"); return
+    failed+=("$full (requirements did not install, see $log)"); ran+=("$full: install failed"); return
   fi
   echo "== Python $full: the fast subset"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" || rc=$?
