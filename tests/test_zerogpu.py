@@ -226,6 +226,15 @@ def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, 
     assert {o.error for o in outputs} == {gpu_run.TIME_UP}
 
 
+def test_the_workload_size_is_large_for_a_small_model_and_a_sentence_beyond_xlarge(gpu_backend):
+    from dgemma.ui import gpu_run
+
+    assert gpu_run.size_for(gpu_backend.loaded) == "large"
+    huge = dataclasses.replace(gpu_backend.loaded, weight_bytes=200 * 1024**3)
+    with pytest.raises(ValueError, match=r"does not fit a ZeroGPU workload: its weights take 200\.00 GiB"):
+        gpu_run.size_for(huge)
+
+
 def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
     from dgemma.ui import gpu_run
 

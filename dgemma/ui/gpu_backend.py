@@ -173,10 +173,10 @@ def _budget_model(loaded):
 def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:
     """Load the model in the main thread, put it on "cuda" (recorded by spaces, moved in each
     worker) and hand it to the GPU call: before launch, as ZeroGPU requires."""
-    from dgemma.engine import EngineConfig
-    from dgemma.memory import format_bytes, parse_size
     import torch
 
+    from dgemma.engine import EngineConfig
+    from dgemma.memory import format_bytes, parse_size
     from dgemma.model.loading import load_model, parse_dtype
 
     budget = parse_size(args.memory_budget) if args.memory_budget else None

@@ -1,7 +1,8 @@
 """The one `spaces.GPU` call: Run, the API and the lesson all go through `run_on_gpu`.
 
 On ZeroGPU each decorated function gets its own forked worker holding its own copy of the
-weights, so there is exactly one, defined at module level. It runs in the worker process (the
+weights, so there is exactly one, made once by `install()` before launch with the workload size
+that holds the model (`large` or `xlarge`, `size_for`). It runs in the worker process (the
 only one with the GPU): the engine is created once per worker and driven synchronously through
 the threadless `EngineCore` (`step()` until nothing is left), and what crosses back to the main
 process are `Snapshot`s -- frozen dataclasses of Python scalars, tuples and the engine's own
