@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from app_server import MODEL_ARGS, ROOT, shared
+from vanishing import BOUND_S, wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
@@ -45,6 +47,7 @@ def page(tmp_path_factory):
         for selector in ("#run", "#cards", "#status", "#entropy-plot", "#tile-plot"):  # the whole page is up
             page.wait_for_selector(selector, timeout=60_000)
         page.errors = errors
+        page.server = server
         yield page
         browser.close()
 
@@ -143,3 +146,40 @@ def test_explorer_chart_renders_and_follows_the_gpu(page, shots):
     assert "untiled runs out of memory at 32 requests" in page.inner_text("#explorer-sentence")
     page.locator("#explorer").screenshot(path=str(shots / "explorer.png"))
     assert not page.errors, page.errors
+
+
+def test_a_too_small_lesson_budget_is_one_sentence_on_its_card(page):
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    budget = page.locator("#lesson-budget textarea")
+    shown = budget.input_value()
+    budget.fill("1KiB")
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-untiled [data-outcome=error]", timeout=90_000)
+    untiled = page.inner_text("#lesson-untiled")
+    assert "cannot even hold the model's weights" in untiled and "suggested budget" in untiled, untiled
+    cards = page.inner_text("#lesson-tiled") + page.inner_text("#lesson-chunked") + page.inner_text("#lesson-verdict")
+    assert "running" not in cards and "not run yet" in page.inner_text("#lesson-tiled"), cards
+    budget.fill(shown)  # leave the tab as it was for the next test
+    assert not page.errors, page.errors
+
+
+def test_a_closed_tab_cancels_its_requests_within_2_s_and_a_prompt_outside_the_tasks_gets_a_note(page):
+    """A second tab asks the teaching model something it was never taught, for minutes of work, then closes."""
+    tab = page.context.browser.new_page(viewport={"width": 1360, "height": 1000})  # a tab of its own session
+    tab.goto(page.server.url, wait_until="load")
+    tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+    tab.locator("#component-0 textarea, textarea").first.fill("what is 2+2?")
+    tab.get_by_text("Settings (the model's defaults)").click()
+    for label, value in (("max new tokens", "256"), ("denoising steps", "512"), ("confidence threshold", "1e-9"),
+                         ("stability threshold", "8")):
+        tab.get_by_label(label, exact=True).fill(value)
+    tab.click("#run")
+    tab.wait_for_selector("#cards .card.status-running", timeout=60_000)
+    note = tab.locator("#cards .card .note").first.inner_text()
+    assert "only knows its task families" in note and "example prompts" in note, note
+    before = page.server.log().count("client left")
+    tab.close()
+    closed = time.monotonic()
+    seen = wait_until(lambda: page.server.log().count("client left") > before, bound_s=60)
+    assert seen is not None, page.server.log()[-2000:]
+    assert seen - closed <= BOUND_S, f"cancelled {seen - closed:.2f} s after the tab closed"

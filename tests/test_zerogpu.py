@@ -8,6 +8,7 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 - the model ran in another process (spaces' worker), and the main process has no engine thread;
 - a quota error from ZeroGPU reaches the API caller as one sentence;
 - closing a stream (a closed page) ends the worker's loop; the worker stays usable;
+- a client process killed mid-stream has the worker's loop ended and the GPU released within 2 s;
 - every snapshot the GPU call yields pickles and holds only plain values; Stop ends it;
 - no worker process outlives the server.
 """
@@ -29,6 +30,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
+from vanishing import BOUND_S, stream_then_kill, wait_until
 
 SIM = Path(__file__).resolve().parent / "zerogpu_sim"
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park"]
@@ -137,6 +139,19 @@ def test_closing_a_stream_ends_the_workers_loop(server, client):
         time.sleep(0.2)
     assert "GPU call closed early" in server.log()
     assert client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")["outputs"][0]["text"]  # the worker is free
+
+
+def test_a_client_that_vanishes_mid_stream_frees_the_gpu_within_2_s(server, sim_dir):
+    """SIGKILL a streaming client's process: the worker's loop ends and spaces releases the GPU within 2 s."""
+    def released() -> int:
+        return sum(1 for name, *_ in _calls(sim_dir) if name == "release")
+
+    closed, freed = server.log().count("GPU call closed early"), released()
+    killed = stream_then_kill(server.url, frames=3)
+    seen = wait_until(lambda: server.log().count("GPU call closed early") > closed and released() > freed, bound_s=60)
+    assert seen is not None, server.log()[-2000:]
+    assert seen - killed <= BOUND_S, f"the GPU was released {seen - killed:.2f} s after the kill"
+    assert "client left" in server.log()
 
 
 # ------------------------------------------------------------ the GPU call itself, in this process

@@ -101,7 +101,7 @@ def render_committed(view: RequestView) -> str:
     return "".join(spans)
 
 
-def render_card(view: RequestView) -> str:
+def render_card(view: RequestView, note: str = "") -> str:
     step = view.last_step
     seed = f" · seed {view.seed}" if view.seed is not None else ""
     prompt = html.escape(view.prompt[:80] + ("…" if len(view.prompt) > 80 else ""))
@@ -126,7 +126,8 @@ def render_card(view: RequestView) -> str:
         f'<div class="card-head"><b title="engine request {view.request_id}">#{view.index}</b>{seed}'
         f'<span class="status">{html.escape(status_text(view))}</span></div>'
         f'<div class="prompt" title="prompt">{prompt}</div>'
-        f'<div class="committed">{committed}</div>'
+        + (f'<div class="note" role="note">{html.escape(note)}</div>' if note else "")
+        + f'<div class="committed">{committed}</div>'
         f'<div class="canvas">{live}</div>{meter}</div>'
     )
 
@@ -145,5 +146,5 @@ def render_board(board: Board) -> str:
     """All cards of a session, in submission order, with the legend; a hint when empty."""
     if not board.requests:
         return '<div class="board empty-board">Press <b>Run</b> to watch the canvases denoise.</div>'
-    cards = "".join(render_card(v) for v in board.requests.values())
+    cards = "".join(render_card(v, board.notes.get(v.index, "")) for v in board.requests.values())
     return f'{LEGEND}<div class="board">{cards}</div>'
