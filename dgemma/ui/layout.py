@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
-from dgemma.errors import SettingsError
+from dgemma.errors import SettingsError, first_line
 from dgemma.ui import api, lesson
 from dgemma.ui.backend import Backend
 from dgemma.ui.board import FINAL, Board, fail_unfinished
@@ -290,10 +290,16 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
                     else:
                         charts.append(gr.skip())
                 yield render_board(board), *charts, _status(board, started)
-        except gr.Error as err:  # ZeroGPU refused the call (quota, queue, duration) or the GPU call failed
+        except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
             # One sentence where the user looks: the status line, and every card it stopped.
-            fail_unfinished(board, err.message)
-            yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(err.message)
+            if not isinstance(err, gr.Error):
+                log.exception("a run's stream failed")
+            sentence = err.message if isinstance(err, gr.Error) else f"The run failed: {first_line(err)}"
+            if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
+                yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence)
+            else:
+                fail_unfinished(board, sentence)
+                yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence)
         except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
             client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
             raise
