@@ -134,6 +134,14 @@ def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
     assert "ok" in render_board(board)  # what a finished card showed stays
 
 
+def test_the_header_says_what_the_teaching_model_can_do_and_only_for_it():
+    from dgemma.ui.layout import _header
+
+    facts = {"model": "assets/model", "vocab_size": 45, "canvas_length": 16, "parameters": 1_100_000}
+    assert "teaching model knows counting" in _header({**facts, "embedded": True}, 32)
+    assert "teaching model knows" not in _header({**facts, "embedded": False}, 32)
+
+
 def test_a_card_shows_its_note_and_only_its_own():
     from dgemma.events import RequestEvent
     from dgemma.ui.board import fold
