@@ -1,7 +1,8 @@
 """Canvas cards: one HTML card per request, drawn from the board (pure: board in, HTML out).
 
-A card shows, top to bottom: who it is (request, seed, status), the committed text (canvases
-that converged and were appended to the cache), and the live canvas being denoised. Each live
+A card shows, top to bottom: who it is (request, seed, status), a note when the served model was
+not trained for its prompt, the committed text (canvases that converged and were appended to the
+cache), and the live canvas being denoised. Each live
 token is shaded by its confidence, exp(-entropy): dark = the model is sure of this position.
 Accepted positions (kept the sampled token) are green; re-noised ones (replaced by uniform
 random tokens for the next step) are grey and dashed. Colours come from CSS variables set in
