@@ -128,6 +128,7 @@ def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
         "rss_start_mib": round(samples[0][2] / MiB, 1) if samples else None,
         "rss_end_mib": round(samples[-1][2] / MiB, 1) if samples else None,
         "warmup_requests": after[0][0] if after else None,
+        "rss_after_warmup_mib": round(after[0][1] / MiB, 1) if after else None,
         "rss_growth_mib_per_10k_requests": round(growth * 10_000 / MiB, 2) if growth is not None else None,
     }
 
