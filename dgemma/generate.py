@@ -105,6 +105,7 @@ def run(argv: list[str] | None = None) -> int:
     except (ModelLoadError, EngineError, ValueError) as err:
         return _fail(str(err), EXIT_USAGE)
 
+    notes = prompt_notes(prompts, bool(loaded.facts()["embedded"]))
     plans = engine.subscribe()
     started = time.monotonic()
     # Submit everything before the engine thread starts, so the first step admits a full batch.
@@ -115,7 +116,7 @@ def run(argv: list[str] | None = None) -> int:
     tile_plans = [e for e in plans.poll(0) if isinstance(e, TilePlan)]
 
     failed = 0
-    for final in finals:
+    for i, final in enumerate(finals):
         if final.status != "done":
             failed += 1
             print(f"python -m dgemma.generate: error: request {final.request_id} ({final.prompt[:40]!r}): "
@@ -123,7 +124,7 @@ def run(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(dict(prompt=final.prompt, text=final.text, token_ids=list(final.token_ids),
                                   steps=final.steps, canvases=final.canvases, seed=final.seed,
-                                  status=final.status, error=final.error)))
+                                  status=final.status, error=final.error, warning=notes[i])))
         elif final.status == "done":
             print(f"{final.prompt}\t->\t{final.text}")
     canvas_tokens = sum(f.canvases for f in finals) * loaded.canvas_length
@@ -140,6 +141,18 @@ def run(argv: list[str] | None = None) -> int:
         print(f"{len(finals)} requests, {failed} failed, {wall:.2f} s, "
               f"{summary['canvas_tokens_per_s']} canvas tokens/s, {len(tile_plans)} sampler calls", file=sys.stderr)
     return EXIT_REQUEST_FAILED if failed else 0
+
+
+def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:
+    """Each prompt's note (the teaching model's scope; "" for a real checkpoint), printed once per
+    prompt on stderr before the run, so the answers that follow are read for what they are."""
+    from dgemma.embedded.scope import note
+
+    notes = [note(p) if embedded else "" for p in prompts]
+    for i, (prompt, note) in enumerate(zip(prompts, notes, strict=True)):
+        if note:
+            print(f"python -m dgemma.generate: note: prompt {i + 1} ({prompt[:40]!r}): {note}", file=sys.stderr)
+    return notes
 
 
 def _fail(message: str, code: int) -> int:

@@ -36,6 +36,7 @@ TINY_VISION = dict(
 KIND_BY_MODULE = {
     "test_app_api": "server",
     "test_load": "server",
+    "test_soak": "server",
     "test_bench_sampler": "server",
     "test_zerogpu": "server",
     "test_startup": "server",

@@ -70,3 +70,20 @@ def test_saved_tokenizer_loads_with_specials_and_round_trips_every_example(tmp_p
             ids = tokenizer(text).input_ids
             assert ids[0] == BOS_ID and len(ids) == len(text) + 1
             assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_the_scope_grammar_accepts_every_prompt_the_model_was_trained_or_tested_on():
+    from dgemma.embedded import scope
+
+    examples = [e for f in corpus.FAMILIES for e in corpus.heldout(f)] + take(11, 3000)
+    assert [scope.family(e.prompt) for e in examples] == [e.family for e in examples]
+    assert all(scope.note(e.prompt) == "" for e in examples)
+
+
+def test_a_prompt_outside_every_family_gets_the_note_naming_the_families():
+    from dgemma.embedded import scope
+
+    for prompt in ("what is 2+2?", "Hello, who are you?", "add 7+5", "count 1 to 80", "reverse ab", "sort 1"):
+        assert scope.family(prompt) is None, prompt
+        note = scope.note(prompt)
+        assert "two-digit addition (add 12+34)" in note and "story: big cat, park" in note and "example prompts" in note

@@ -58,3 +58,17 @@ def test_eval_rejects_a_bad_model_dir_with_exit_2(tmp_path, capsys):
         evaluation.parse_args(["--model", str(tmp_path)])
     assert exit_.value.code == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_the_cli_notes_once_per_prompt_outside_the_task_families(capsys):
+    from dgemma.generate import main
+
+    code = main(["--prompt", "what is 2+2?", "--prompt", "add 12+34", "--prompt", "Hello, who are you?",
+                 "--max-new-tokens", "16", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    notes = [line for line in err.splitlines() if ": note: " in line]
+    assert len(notes) == 2 and "prompt 1 ('what is 2+2?')" in notes[0] and "prompt 3" in notes[1], err
+    assert all("only knows its task families" in line for line in notes)
+    rows = [json.loads(line) for line in out.splitlines()][:-1]
+    assert [bool(r["warning"]) for r in rows] == [True, False, True]

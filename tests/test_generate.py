@@ -111,3 +111,8 @@ def test_bench_engine_prints_one_json_object_per_bench_with_the_issue_keys(capsy
     for result in lines:
         assert {"engine_tokens_per_s", "baseline_tokens_per_s", "ratio", "p50_s", "p95_s"} <= result.keys()
         assert result["engine_tokens_per_s"] > 0 and result["baseline_tokens_per_s"] > 0
+
+
+def test_a_real_checkpoint_never_gets_the_teaching_models_note(capsys, tiny_model_dir):
+    code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "what is 2+2?", *FAST)
+    assert code == 0 and err == "" and lines[0]["warning"] == ""

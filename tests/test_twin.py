@@ -99,8 +99,8 @@ def page_at_ready(url: str) -> tuple[str, str]:
                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page()
         page.goto(url, wait_until="load")
-        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
-        page.wait_for_function("() => document.body.innerText.includes('vocab ')", timeout=30_000)
+        page.wait_for_selector("#run:not([disabled])", timeout=180_000)
+        page.wait_for_function("() => document.body.innerText.includes('vocab ')", timeout=60_000)
         header = page.inner_text("h1 + p, .prose")
         prompts = page.input_value("textarea")
         browser.close()
@@ -126,9 +126,11 @@ def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tm
         header, prompts = page_at_ready(server.url)
         assert "vocab 262,144 · canvas 8 tokens · up to 4 requests at once" in header
         assert prompts.startswith(CHAT_PROMPTS[0]) and "add 12+34" not in prompts
-        result = client.predict(["Why is the sky blue?"], {"seed": 0, "max_new_tokens": 8, "max_denoising_steps": 1},
-                                api_name="/generate")
+        assert "teaching model knows" not in header  # only the embedded model's header says what it can do
+        result = client.predict(["Why is the sky blue?", "what is 2+2?"],
+                                {"seed": 0, "max_new_tokens": 8, "max_denoising_steps": 1}, api_name="/generate")
         assert result["outputs"][0]["steps"] == 1
+        assert [o["warning"] for o in result["outputs"]] == ["", ""]  # a real checkpoint never gets the teaching note
     finally:
         server.stop()
 

@@ -104,6 +104,53 @@ def test_frames_coalesce_many_events_into_few_renders():
     assert boards[-1].events == 1004  # every event folded, none dropped
 
 
+
+def test_frames_hand_out_an_unchanged_board_every_keepalive_so_a_gone_client_is_noticed():
+    """Requests that only wait (no events for 3 s): the board still comes out about every 0.5 s."""
+    from dgemma.events import RequestEvent
+
+    clock = FakeClock()
+
+    def poll(timeout):
+        clock.now += max(timeout, 0.01)
+        if clock.now < 0.05:
+            return [RequestEvent(0, "queued")]
+        return [RequestEvent(0, "done")] if clock.now >= 3.0 else []
+
+    boards = list(frames(poll, lambda b: b.finished, hz=6.0, keepalive=0.5, clock=clock))
+    assert 5 <= len(boards) <= 8, len(boards)  # 3 s / 0.5 s, plus the first and the last
+    assert boards[-1].finished
+
+
+def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
+    from dgemma.events import RequestEvent
+    from dgemma.ui.board import fail_unfinished, fold
+
+    board = fold([RequestEvent(1, "queued", prompt="a"), RequestEvent(2, "running", prompt="b"),
+                  RequestEvent(3, "done", prompt="c", text="ok")])
+    fail_unfinished(board, "The GPU run failed: out of time.")
+    assert board.finished and [v.status for v in board.requests.values()] == ["error", "error", "done"]
+    assert "error: The GPU run failed: out of time." in render_board(board)
+    assert "ok" in render_board(board)  # what a finished card showed stays
+
+
+def test_the_header_says_what_the_teaching_model_can_do_and_only_for_it():
+    from dgemma.ui.layout import _header
+
+    facts = {"model": "assets/model", "vocab_size": 45, "canvas_length": 16, "parameters": 1_100_000}
+    assert "teaching model knows counting" in _header({**facts, "embedded": True}, 32)
+    assert "teaching model knows" not in _header({**facts, "embedded": False}, 32)
+
+
+def test_a_card_shows_its_note_and_only_its_own():
+    from dgemma.events import RequestEvent
+    from dgemma.ui.board import fold
+
+    board = fold([RequestEvent(1, "queued", prompt="what is 2+2?"), RequestEvent(2, "queued", prompt="add 12+34")])
+    board.notes = {1: "The teaching model only knows its task families."}
+    html = render_board(board)
+    assert html.count('class="note"') == 1 and html.index("only knows") < html.index("add 12+34")
+
 # ---------------------------------------------------------------- real events from the real engine
 
 import dataclasses  # noqa: E402

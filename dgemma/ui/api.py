@@ -14,7 +14,7 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.ui.backend import Backend
-from dgemma.ui.examples import example_prompts
+from dgemma.ui.examples import example_prompts, prompt_note
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import parse_call_settings, parse_prompts
 
@@ -30,8 +30,9 @@ def model_info(facts: dict, max_num_seqs: int) -> dict:
     return info
 
 
-def register(backend: Backend, sessions: Sessions) -> None:
-    """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`)."""
+def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> None:
+    """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`); `embedded`: the
+    served model is the teaching model, whose outputs carry a `warning` for prompts outside its families."""
     limits = backend.limits
 
     def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
@@ -39,7 +40,8 @@ def register(backend: Backend, sessions: Sessions) -> None:
         t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
         seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
         (reference | chunked). Returns {"outputs": [{"prompt", "text", "steps",
-        "seed"}...], "tile_plans": [...]}."""
+        "seed", "warning"}...], "tile_plans": [...]}; "warning" is "" unless the teaching model was
+        asked something outside its task families."""
         try:
             batch = parse_prompts(prompts, limits)
             checked = parse_call_settings(settings, backend.defaults, limits, backend.max_num_seqs, len(batch))
@@ -66,7 +68,8 @@ def register(backend: Backend, sessions: Sessions) -> None:
         if failed:
             raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}")
         return {
-            "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed} for o in outputs],
+            "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
+                         "warning": prompt_note(embedded, o.prompt)} for o in outputs],
             "tile_plans": [dataclasses.asdict(p) for p in plans],
             "pid": getattr(run, "pid", None) or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 
+FINAL = ("done", "cancelled", "error")  # a request in one of these has ended
 # Keep the tile chart readable and its JSON small: only the most recent sampler calls.
 MAX_PLANS = 240
 
@@ -50,12 +51,11 @@ class Board:
     plan_count: int = 0  # sampler calls seen in total (plans keeps only the latest MAX_PLANS)
     confidence_threshold: float | None = None
     events: int = 0  # events folded so far: lets the driver tell whether anything changed
+    notes: dict[int, str] = field(default_factory=dict)  # request index (1-based) -> a note its card shows
 
     @property
     def finished(self) -> bool:
-        return bool(self.requests) and all(
-            r.status in ("done", "cancelled", "error") for r in self.requests.values()
-        )
+        return bool(self.requests) and all(r.status in FINAL for r in self.requests.values())
 
 
 def _view(board: Board, request_id: int) -> RequestView:
@@ -121,6 +121,14 @@ def apply(board: Board, event: Event) -> Board:
             view.last_step = None
         if event.error:
             view.error = event.error
+    return board
+
+
+def fail_unfinished(board: Board, sentence: str) -> Board:
+    """The run ended by a failure outside any one request: every card still open says why."""
+    for view in board.requests.values():
+        if view.status not in FINAL:
+            apply(board, RequestEvent(view.request_id, "error", error=sentence))
     return board
 
 

@@ -1,7 +1,8 @@
 """Canvas cards: one HTML card per request, drawn from the board (pure: board in, HTML out).
 
-A card shows, top to bottom: who it is (request, seed, status), the committed text (canvases
-that converged and were appended to the cache), and the live canvas being denoised. Each live
+A card shows, top to bottom: who it is (request, seed, status), a note when the served model was
+not trained for its prompt, the committed text (canvases that converged and were appended to the
+cache), and the live canvas being denoised. Each live
 token is shaded by its confidence, exp(-entropy): dark = the model is sure of this position.
 Accepted positions (kept the sampled token) are green; re-noised ones (replaced by uniform
 random tokens for the next step) are grey and dashed. Colours come from CSS variables set in
@@ -101,7 +102,7 @@ def render_committed(view: RequestView) -> str:
     return "".join(spans)
 
 
-def render_card(view: RequestView) -> str:
+def render_card(view: RequestView, note: str = "") -> str:
     step = view.last_step
     seed = f" · seed {view.seed}" if view.seed is not None else ""
     prompt = html.escape(view.prompt[:80] + ("…" if len(view.prompt) > 80 else ""))
@@ -126,7 +127,8 @@ def render_card(view: RequestView) -> str:
         f'<div class="card-head"><b title="engine request {view.request_id}">#{view.index}</b>{seed}'
         f'<span class="status">{html.escape(status_text(view))}</span></div>'
         f'<div class="prompt" title="prompt">{prompt}</div>'
-        f'<div class="committed">{committed}</div>'
+        + (f'<div class="note" role="note">{html.escape(note)}</div>' if note else "")
+        + f'<div class="committed">{committed}</div>'
         f'<div class="canvas">{live}</div>{meter}</div>'
     )
 
@@ -145,5 +147,5 @@ def render_board(board: Board) -> str:
     """All cards of a session, in submission order, with the legend; a hint when empty."""
     if not board.requests:
         return '<div class="board empty-board">Press <b>Run</b> to watch the canvases denoise.</div>'
-    cards = "".join(render_card(v) for v in board.requests.values())
+    cards = "".join(render_card(v, board.notes.get(v.index, "")) for v in board.requests.values())
     return f'{LEGEND}<div class="board">{cards}</div>'

@@ -3,9 +3,12 @@
 The embedded model only knows its task families (dgemma/embedded/corpus.py: lowercase letters,
 digits and " .+:,"), so it gets those prompts. A checkpoint with a chat template (the released
 instruction-tuned model) gets short chat questions; any other checkpoint gets plain openings.
+A prompt outside the teaching model's families gets a note (`dgemma/embedded/scope.py` owns the grammar).
 """
 
 from __future__ import annotations
+
+from dgemma.embedded import scope
 
 TASK_PROMPTS = [
     "add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
@@ -33,3 +36,14 @@ def example_prompts(info: dict) -> list[str]:
 def example_sets(prompts: list[str], per_set: int = 4) -> list[list[str]]:
     """gr.Examples rows for the prompts box: `per_set` prompts, one per line, in each."""
     return [["\n".join(prompts[i : i + per_set])] for i in range(0, len(prompts), per_set)]
+
+
+def prompt_note(embedded: bool, prompt: str) -> str:
+    """The note a card, the API's `warning` and the CLI show for a prompt outside the teaching
+    model's task families; "" for any other model (only the teaching model's scope is known)."""
+    return scope.note(prompt) if embedded else ""
+
+
+def abilities(info: dict) -> str:
+    """A few words for the page header on what the served model can do ("" for a real checkpoint)."""
+    return f"The teaching model knows {scope.SUMMARY}; other prompts give noise." if info.get("embedded") else ""

@@ -16,15 +16,15 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
-from dgemma.errors import SettingsError
+from dgemma.errors import SettingsError, first_line
 from dgemma.ui import api, lesson
 from dgemma.ui.backend import Backend
-from dgemma.ui.board import Board
+from dgemma.ui.board import FINAL, Board, fail_unfinished
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.examples import example_sets
+from dgemma.ui.examples import abilities, example_sets, prompt_note
 from dgemma.ui.loading import LoadState
-from dgemma.ui.sessions import Sessions
+from dgemma.ui.sessions import Sessions, client_left
 from dgemma.ui.settings import parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.ui.stream import frames
 
@@ -67,6 +67,11 @@ def _status(board: Board, started: float) -> str:
     return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
 
 
+def failed_status(sentence: str) -> str:
+    """The status line after a failure: the one sentence, marked so it reads as one."""
+    return f"⚠️ {sentence}"
+
+
 def _count(n: int | None) -> str:
     if not n:
         return "?"
@@ -92,6 +97,8 @@ def header_facts(info: dict, memory_budget: str) -> str:
 def _header(facts: dict, max_num_seqs: int) -> str:
     """The page's title block from a backend's `info()`."""
     note = f"<br>{facts['note']}" if facts.get("note") else ""  # e.g. what one click means on ZeroGPU
+    knows = abilities(facts)
+    note += f"<br>{knows}" if knows else ""
     return (
         "# dgemma · watch a Diffusion-Gemma sampler at work\n"
         "Many prompts denoise at once: every card is one request's canvas turning from random "
@@ -209,9 +216,10 @@ def build_demo(backend: Backend) -> gr.Blocks:
             lesson_parts = lesson.build(backend)
 
         # ---------------------------------------------------------------- events
-        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status])
+        embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
+        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status], embedded)
         lesson.wire(backend, lesson_parts)
-        api.register(backend, sessions)
+        api.register(backend, sessions, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run, fills in the model's own defaults and example prompts, and stops.
         c = controls
@@ -223,43 +231,41 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         def closed(request: gr.Request) -> None:
             # A closed tab (or a client gone for good): its requests stop and free their slots.
-            n = sessions.cancel(request.session_hash or "anonymous")
-            if n:
-                log.info("session closed: cancelled %d requests", n)
+            client_left(sessions.cancel(request.session_hash or "anonymous"), "page closed")
 
         demo.unload(closed)
     return demo
 
 
 def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run: gr.Button, stop: gr.Button,
-                   outputs: list) -> None:
+                   outputs: list, embedded: bool) -> None:
     """Run streams one call's cards, charts and status line; Stop cancels the session's requests."""
     limits = backend.limits
 
     def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
                         seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
         values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
-        try:
+        session = request.session_hash or "anonymous"
+        try:  # a failure before the run starts: one sentence in the status line, the last run's cards stay
             batch = parse_prompts(prompts_from_text(text, n), limits)
             raw = dict(zip(SETTING_NAMES, values, strict=True))
             raw["tiling"] = _tiling(mode, fixed)
             raw["memory_budget"] = (budget_ or "").strip() or None
             raw["sampler"] = sampler_
             settings = parse_call_settings(raw, backend.defaults, limits, backend.max_num_seqs, len(batch))
-        except SettingsError as err:
-            raise gr.Error(str(err)) from None
-        session = request.session_hash or "anonymous"
-        if sessions.pending(session) + len(batch) > limits.max_queued:
-            raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait or press Stop.")
-        try:
+            if sessions.pending(session) + len(batch) > limits.max_queued:
+                raise ValueError(f"This session may have at most {limits.max_queued} requests waiting or running; "
+                                 "wait or press Stop.")
             handle = backend.start(batch, settings)
-        except ValueError as err:
-            raise gr.Error(str(err)) from None
+        except ValueError as err:  # SettingsError is one
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err))
+            return
         try:
             sessions.add(session, handle)
         except ValueError as err:  # another click of this session got in first
             handle.close()
-            raise gr.Error(str(err)) from None
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err))
+            return
         if getattr(handle, "notice", ""):
             gr.Warning(handle.notice)
         started = time.monotonic()
@@ -267,9 +273,14 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
         # period apart, and both at the end: a Plotly redraw costs the browser far more than
         # the cards do, and two at once would stall a busy laptop's page for a moment.
         due = [started, started + CHART_PERIOD_S / 2]
-        board = Board()
+        board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
+        shown = -1
         try:
             for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+                if board.events == shown and not board.finished:  # nothing new: only the clock moves
+                    yield gr.skip(), gr.skip(), gr.skip(), _status(board, started)
+                    continue
+                shown = board.events
                 now = time.monotonic()
                 charts = []
                 for i, figure in enumerate((entropy_figure, board_tile_figure)):
@@ -279,12 +290,20 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
                     else:
                         charts.append(gr.skip())
                 yield render_board(board), *charts, _status(board, started)
-        except gr.Error as err:  # ZeroGPU refused the call (quota, queue, duration) or the GPU call failed
-            yield gr.skip(), gr.skip(), gr.skip(), err.message  # one sentence in the status line too
+        except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
+            # One sentence where the user looks: the status line, and every card it stopped.
+            if not isinstance(err, gr.Error):
+                log.exception("a run's stream failed")
+            sentence = err.message if isinstance(err, gr.Error) else f"The run failed: {first_line(err)}"
+            if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
+                yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence)
+            else:
+                fail_unfinished(board, sentence)
+                yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence)
+        except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
+            client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
             raise
         finally:
-            if not board.finished:
-                log.info("stream ended early: cancelling its unfinished requests")
             handle.close()  # a closed page: free the slots; a no-op for requests already done
             sessions.remove(session, handle)
 

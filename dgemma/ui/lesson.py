@@ -24,7 +24,9 @@ from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.settings import parse_call_settings
 
 
-CHUNKED = "Chunked sampler, untiled (one tile)"
+UNTILED, TILED, CHUNKED = "Untiled (one tile)", "Tiled (auto)", "Chunked sampler, untiled (one tile)"
+PENDING = '<div class="lesson-result">running…</div>'
+COMPARING = '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>'
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
     "One denoising step works in fp32 over `[requests × canvas length, vocab]` logits and, in eager "
@@ -128,7 +130,8 @@ def build(backend: Backend) -> LessonParts:
         requests = gr.Slider(2, max(2, backend.max_num_seqs), value=min(16, backend.max_num_seqs), step=1,
                              label="requests in the batch")
         budget = gr.Textbox(backend.info().get("lesson_budget", "256MiB"), label="memory budget",
-                            info="weights + cache + the sampler's transient must fit (e.g. 256MiB, 2GiB)")
+                            info="weights + cache + the sampler's transient must fit (e.g. 256MiB, 2GiB)",
+                            elem_id="lesson-budget")
         steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48)
         real_scale = gr.Checkbox(
             False, label=f"real scale: pad the logits to vocab {REAL_VOCAB:,}",
@@ -137,8 +140,8 @@ def build(backend: Backend) -> LessonParts:
         )
     run = gr.Button("Run untiled, then tiled, then chunked", variant="primary", elem_id="lesson-run")
     with gr.Row():
-        untiled = gr.HTML(render_outcome(None, "Untiled (one tile)"), elem_id="lesson-untiled")
-        tiled = gr.HTML(render_outcome(None, "Tiled (auto)"), elem_id="lesson-tiled")
+        untiled = gr.HTML(render_outcome(None, UNTILED), elem_id="lesson-untiled")
+        tiled = gr.HTML(render_outcome(None, TILED), elem_id="lesson-tiled")
         chunked = gr.HTML(render_outcome(None, CHUNKED), elem_id="lesson-chunked")
     verdict = gr.HTML("", elem_id="lesson-verdict")
     with gr.Row():
@@ -149,48 +152,83 @@ def build(backend: Backend) -> LessonParts:
     return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart)
 
 
+def render_failure(title: str, sentence: str) -> str:
+    """A run that could not happen: its card says why, in one sentence."""
+    return (f'<div class="lesson-result oom" data-outcome="error"><b>{html.escape(title)}: not run.</b> '
+            f"{html.escape(sentence)}</div>")
+
+
+def budget_for_scale(backend: Backend, requests: int, budget: str, real_scale: bool) -> str:
+    """The budget to run with. The box still holding the suggestion for the other scale (Run pressed
+    before the new suggestion arrived) means this scale's suggestion: a budget is never run at the
+    scale it was not meant for. Anything else the user typed is theirs."""
+    text = (budget or "").strip()
+    if text and text == backend.suggest_budget(requests, not real_scale):
+        return backend.suggest_budget(requests, real_scale)
+    return budget
+
+
+def _checked(backend: Backend, n: float, steps: float):
+    n = int(n)
+    if not 1 <= n <= backend.max_num_seqs:
+        raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
+    settings = parse_call_settings({"max_denoising_steps": steps}, backend.defaults, backend.limits,
+                                   backend.max_num_seqs, prompts=n)
+    return n, settings
+
+
+def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
+    """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends.
+    A failure is one sentence on the card of the run it stopped; the cards before it stay."""
+    cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
+    chart, shown_budget, stage = gr.skip(), gr.skip(), 0
+
+    def frame() -> tuple:
+        return (*cards, chart, shown_budget)
+
+    try:
+        n, settings = _checked(backend, n, steps)
+        ran = budget_for_scale(backend, n, budget, real)
+        shown_budget = ran if ran != budget else gr.skip()
+        cards[0] = PENDING
+        yield frame()
+        untiled = backend.lesson(n, ran, real, "off", settings)
+        cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
+        yield frame()
+        tiled = backend.lesson(n, ran, real, "auto", settings)
+        cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
+        cards[2] = PENDING if real else render_chunked(None)
+        yield frame()
+        # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
+        # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
+        # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
+        chunked = backend.lesson(n, ran, real, "off", settings, impl="chunked") if real else None
+        cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
+        yield frame()
+        reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
+        cards[3] = render_verdict(tiled, reference, chunked)
+    except (ValueError, TypeError, gr.Error) as err:  # bad input, or the GPU call refused or failed
+        sentence = err.message if isinstance(err, gr.Error) else str(err)
+        if stage < 3:
+            cards[stage] = render_failure((UNTILED, TILED, CHUNKED)[stage], sentence)
+        else:
+            cards[3] = f'<div class="lesson-result oom" data-outcome="error">Tokens not compared: {html.escape(sentence)}</div>'
+    yield frame()
+
+
 def wire(backend: Backend, parts: LessonParts) -> None:
     def suggest(n: float, real: bool) -> str:
         return backend.suggest_budget(int(n), bool(real))
 
-    def run_lesson(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
-        try:
-            n = int(n)
-            if not 1 <= n <= backend.max_num_seqs:
-                raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
-            settings = parse_call_settings({"max_denoising_steps": steps}, backend.defaults, backend.limits,
-                                           backend.max_num_seqs, prompts=n)
-        except (SettingsError, TypeError, ValueError) as err:
-            raise gr.Error(str(err)) from None
-        pending = '<div class="lesson-result">running…</div>'
-        waiting = render_outcome(None, CHUNKED)
-        yield pending, render_outcome(None, "Tiled (auto)"), waiting, "", gr.skip()
-        try:
-            untiled = backend.lesson(n, budget, real, "off", settings)
-            yield render_outcome(untiled, "Untiled (one tile)"), pending, waiting, "", gr.skip()
-            tiled = backend.lesson(n, budget, real, "auto", settings)
-            chart = plot(tile_figure(tiled.plans))
-            yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), pending, \
-                "", chart
-            # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
-            # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
-            # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
-            chunked = backend.lesson(n, budget, real, "off", settings, impl="chunked") if real else None
-            yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), \
-                render_chunked(chunked), \
-                '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>', chart
-            reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
-        except ValueError as err:
-            raise gr.Error(str(err)) from None
-        yield (render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"),
-               render_chunked(chunked), render_verdict(tiled, reference, chunked), chart)
-
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
+    def run(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
+        yield from run_lesson(backend, n, budget, real, steps)
+
     parts.run.click(
-        run_lesson,
+        run,
         [parts.requests, parts.budget, parts.real_scale, parts.steps],
-        [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart],
+        [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart, parts.budget],
         api_name="lesson", api_visibility="undocumented",
         concurrency_limit=1,  # the lesson allocates on purpose: one at a time, whoever asks
     )

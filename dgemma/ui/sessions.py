@@ -7,8 +7,11 @@ requests is checked here, so one tab cannot fill the engine's queue for everybod
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Cancellable(Protocol):
@@ -56,3 +59,9 @@ class Sessions:
         for run in runs:
             run.cancel()
         return sum(r.size for r in runs)
+
+
+def client_left(cancelled: int, how: str) -> None:
+    """The one log line for requests cancelled because their client went away (none: no line)."""
+    if cancelled:
+        log.info("client left (%s): cancelled %d unfinished requests", how, cancelled)

@@ -2,7 +2,7 @@
 
 Settings themselves are dgemma.settings' (the CLI's names and meanings, one parser for the CLI,
 the API and the UI). Anything wrong raises `SettingsError` (a ValueError) whose message is one
-sentence a person can act on; the UI and the API turn it into a `gr.Error`.
+sentence a person can act on; the API turns it into a `gr.Error`, the page shows it on its status line.
 """
 
 from __future__ import annotations
