@@ -13,12 +13,13 @@ import os
 import gradio as gr
 
 from dgemma.errors import SettingsError
+from dgemma.recording import MODEL_KEYS, Recording, run_header
 from dgemma.ui.backend import Backend
 from dgemma.ui.examples import example_prompts
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import parse_call_settings, parse_prompts
 
-INFO_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+INFO_KEYS = MODEL_KEYS  # what /info returns and what a run file's header keeps of the model
 
 
 def model_info(facts: dict, max_num_seqs: int) -> dict:
@@ -34,24 +35,30 @@ def register(backend: Backend, sessions: Sessions) -> None:
     """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`)."""
     limits = backend.limits
 
-    def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
+    def generate(prompts: list[str], settings: dict | None = None, record: bool = False,
+                 request: gr.Request = None) -> dict:
         """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
         t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
         seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
-        (reference | chunked). Returns {"outputs": [{"prompt", "text", "steps",
-        "seed"}...], "tile_plans": [...]}."""
+        (reference | chunked). record (optional, default false): also return the run as the page's
+        "Download run" file. Returns {"outputs": [{"prompt", "text", "steps", "seed"}...],
+        "tile_plans": [...], "recording": the file's text (JSON lines; only with record)}."""
         try:
             batch = parse_prompts(prompts, limits)
             checked = parse_call_settings(settings, backend.defaults, limits, backend.max_num_seqs, len(batch))
+            if not isinstance(record, bool):
+                raise SettingsError(f"record must be true or false, got {str(record)[:40]!r}.")
         except SettingsError as err:
             raise gr.Error(str(err)) from None
         session = (request.session_hash if request is not None else None) or "api"
         if sessions.pending(session) + len(batch) > limits.max_queued:
             raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait for them first.")
         try:
-            run = backend.start(batch, checked, stream=False)  # results only: no step frames to build
+            run = backend.start(batch, checked, stream=record)  # step frames only for a recording
         except ValueError as err:
             raise gr.Error(str(err)) from None
+        if record:
+            run.recording = Recording(run_header(backend.info(), checked, batch))
         try:
             sessions.add(session, run)
         except ValueError as err:  # a concurrent call of this client got in first
@@ -65,11 +72,14 @@ def register(backend: Backend, sessions: Sessions) -> None:
         failed = [o for o in outputs if o.error]
         if failed:
             raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}")
-        return {
+        result = {
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed} for o in outputs],
             "tile_plans": [dataclasses.asdict(p) for p in plans],
             "pid": getattr(run, "pid", None) or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
+        if record:
+            result["recording"] = run.recording.text()
+        return result
 
     gr.api(generate, api_name="generate", concurrency_limit=None)
 

@@ -21,6 +21,7 @@ from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
+from dgemma.recording import Recording
 from dgemma.sampling import RunOptions
 from dgemma.settings import Settings, run_options
 from dgemma.ui import lesson_run
@@ -46,8 +47,10 @@ class EngineRun:
         self.key = f"run-{next(self._keys)}"
         self.size = len(prompts)
         self.plans: list[TilePlan] = []
-        # Subscribe first: the "queued" events of the submits below must not be missed.
-        self.mailbox = engine.subscribe(self.key)
+        self.recording: Recording | None = None  # set by a reader that keeps the run (Run's contract)
+        # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
+        # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
+        self.mailbox = engine.subscribe(self.key, coalesce=False)
         self.handles = [
             engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
                           stream_steps=stream, options=options)
@@ -58,6 +61,8 @@ class EngineRun:
     def poll(self, timeout: float) -> list[Event]:
         events = self.mailbox.poll(timeout)
         self.plans.extend(e for e in events if isinstance(e, TilePlan))
+        if self.recording is not None:
+            self.recording.extend(events)
         return events
 
     def cancel(self) -> None:

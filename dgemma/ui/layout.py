@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from dgemma.errors import SettingsError
-from dgemma.ui import api, lesson
+from dgemma.recording import run_header
+from dgemma.ui import api, lesson, playback
 from dgemma.ui.backend import Backend
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
@@ -196,6 +197,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
             example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
             controls = _settings_panel(backend, prompts, concurrent)
             status = gr.Markdown("Idle." if loading.ready else loading.message, elem_id="status")
+            player = playback.build()  # step slider, play / pause, download and load a run
             cards = gr.HTML(render_board(Board()), elem_id="cards")
             with gr.Row():
                 with gr.Column():
@@ -209,7 +211,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
             lesson_parts = lesson.build(backend)
 
         # ---------------------------------------------------------------- events
-        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status])
+        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status], player)
+        playback.wire(player, [cards, entropy_plot, tile_plot], status)
         lesson.wire(backend, lesson_parts)
         api.register(backend, sessions)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
@@ -232,12 +235,13 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
 
 def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run: gr.Button, stop: gr.Button,
-                   outputs: list) -> None:
-    """Run streams one call's cards, charts and status line; Stop cancels the session's requests."""
+                   outputs: list, player: playback.Player) -> None:
+    """Run streams one call's cards, charts and status line, and records it for playback (the
+    slider follows the run until the user takes it); Stop cancels the session's requests."""
     limits = backend.limits
 
     def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-                        seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
+                        seed_, greedy_, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
         values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
         try:
             batch = parse_prompts(prompts_from_text(text, n), limits)
@@ -262,6 +266,7 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
             raise gr.Error(str(err)) from None
         if getattr(handle, "notice", ""):
             gr.Warning(handle.notice)
+        handle.recording = played.start(run_header(backend.info(), settings, batch))
         started = time.monotonic()
         # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
         # period apart, and both at the end: a Plotly redraw costs the browser far more than
@@ -270,6 +275,10 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
         board = Board()
         try:
             for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+                kept = playback.finished(played) if board.finished else gr.skip()
+                if not played.follow:  # the user has the slider: the view is theirs
+                    yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
+                    continue
                 now = time.monotonic()
                 charts = []
                 for i, figure in enumerate((entropy_figure, board_tile_figure)):
@@ -278,11 +287,12 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
                         charts.append(plot(figure(board)))
                     else:
                         charts.append(gr.skip())
-                yield render_board(board), *charts, _status(board, started)
+                yield render_board(board), *charts, _status(board, started), playback.live_slider(played), kept
         except gr.Error as err:  # ZeroGPU refused the call (quota, queue, duration) or the GPU call failed
-            yield gr.skip(), gr.skip(), gr.skip(), err.message  # one sentence in the status line too
+            yield gr.skip(), gr.skip(), gr.skip(), err.message, gr.skip(), gr.skip()  # one sentence in the status line too
             raise
         finally:
+            played.live = False
             if not board.finished:
                 log.info("stream ended early: cancelling its unfinished requests")
             handle.close()  # a closed page: free the slots; a no-op for requests already done
@@ -295,7 +305,7 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
             gr.Info("Nothing to stop.")
 
     run.click(
-        generate_stream, inputs=controls.inputs(), outputs=outputs,
+        generate_stream, inputs=[*controls.inputs(), player.state], outputs=[*outputs, player.slider, player.download],
         api_name="generate_stream", api_visibility="undocumented",
         concurrency_limit=None,  # sessions share the engine; the engine does the batching
         show_progress="minimal",
