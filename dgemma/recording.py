@@ -9,9 +9,11 @@ Steps. Step k is the state after the run's k-th sampler call: the events before 
 start); the last step holds every final text.
 
 Memory. A step frame is kept compact (token ids int32, entropies float64, accepted as bytes; its
-pieces once per token id in one table), about 13 bytes a canvas position instead of ~90 as event
-objects. The bound: MAX_POSITIONS = the released model's canvas (256) x 32 requests x the step
-limit (512 denoising steps), 4,194,304 positions, ~55 MB. Frames past it are counted in
+pieces once per token id in one table, at most the vocabulary). The bound: MAX_POSITIONS = the
+released model's canvas (256) x 32 requests x the step limit (512 denoising steps) = 4,194,304
+canvas positions; filled to it a recording holds 80 MB (19 bytes a position, the piece table of
+the whole 262,144 vocabulary included) where the same frames as event objects hold 375 MB, and
+its file is 127 MB (`python -m dgemma.bench recording`). Frames past the bound are counted in
 `dropped_frames` and not kept (request events and tile plans still are: the final texts stay right).
 
 File (JSON lines, UTF-8): a header line {"format": "dgemma-run", "version": 1, model, settings,
@@ -39,7 +41,7 @@ from dgemma.settings import Settings
 FORMAT = "dgemma-run"
 VERSION = 1
 MAX_POSITIONS = 256 * 32 * 512  # canvas positions over all kept step frames (see the module's docstring)
-# A file can hold at most MAX_POSITIONS positions at under ~35 bytes each, plus small lines.
+# A file at the bound is 127 MB (about 30 bytes a position); twice that is no run file.
 MAX_FILE_BYTES = 256 * 2**20
 PACKAGES = ("torch", "transformers", "gradio")
 # The model's facts a header keeps (those `/info` returns).

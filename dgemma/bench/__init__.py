@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|recording`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ BENCHES = {
     "sampler": "dgemma.bench.sampler",  # the step's transient memory and time, untiled vs tiled
     "engine": "dgemma.bench.engine",  # engine throughput vs transformers' generate()
     "load": "dgemma.bench.load",  # the app under many concurrent clients
+    "recording": "dgemma.bench.recording",  # a run's recording at its bound vs keeping the events
 }
 
 

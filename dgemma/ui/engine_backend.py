@@ -51,11 +51,14 @@ class EngineRun:
         # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
         # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
         self.mailbox = engine.subscribe(self.key, coalesce=False)
-        self.handles = [
-            engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
-                          stream_steps=stream, options=options)
-            for i, p in enumerate(prompts)
-        ]
+        # All or none: holding the intake, the engine's next step takes the whole run at once (up to
+        # max_num_seqs start together, so step 0 of a recording shows every canvas's random start).
+        with engine.core.intake:
+            self.handles = [
+                engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
+                              stream_steps=stream, options=options)
+                for i, p in enumerate(prompts)
+            ]
         self._closed = False
 
     def poll(self, timeout: float) -> list[Event]:
