@@ -37,11 +37,12 @@ class Playback:
         self.recording: Recording | None = None
         self.live = False  # the run is still streaming
         self.follow = True  # the view shows the latest step, until the user takes the slider
+        self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
         self.path: str | None = None  # the last finished run's file (Download run)
 
     def start(self, header: dict) -> Recording:
         self.discard()
-        self.recording, self.live, self.follow = Recording(header), True, True
+        self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
         return self.recording
 
     def save(self) -> str:
@@ -155,32 +156,33 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
         return [*view(playback.recording, step), line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
 
     def take(playback: Playback, step: float) -> list:
-        if playback.recording is not None:
-            playback.follow = False  # the user has the slider now: the live stream leaves the view alone
+        # The user has the slider now: the live stream leaves the view alone, and play stops.
+        playback.follow = playback.playing = False
         return show(playback, step)
 
     def move(by: int):
         def handler(playback: Playback, step: float) -> list:
-            if playback.recording is not None:
-                playback.follow = False
-            return [*show(playback, (step or 0) + by), gr.Timer(active=False)]
+            return [*take(playback, (step or 0) + by), gr.Timer(active=False)]
         return handler
 
     def play(playback: Playback, step: float, pace: float) -> list:
         if playback.recording is not None:
-            playback.follow = False
+            playback.follow, playback.playing = False, True
             if int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
         return [*show(playback, step, True, pace), gr.Timer(value=pace, active=True)]
 
     def tick(playback: Playback, step: float, pace: float) -> list:
-        if playback.recording is None or (playback.live and playback.follow):  # a new Run took the view
+        # Paused, taken by the user, or a new Run that the view follows: this tick stops the timer.
+        if playback.recording is None or not playback.playing or (playback.live and playback.follow):
+            playback.playing = False
             return [*[gr.skip()] * len(outputs), gr.Timer(active=False)]
         nxt = int(step or 0) + 1
         at_end = nxt >= playback.recording.steps
-        if at_end and playback.live:
-            playback.follow = True  # caught up with a run still streaming: follow it again
-        return [*show(playback, nxt, not at_end, pace), gr.Timer(active=not at_end)]
+        if at_end:
+            playback.playing = False
+            playback.follow = playback.live  # caught up with a run still streaming: follow it again
+        return [*show(playback, nxt, not at_end, pace), gr.Timer(active=False) if at_end else gr.skip()]
 
     def pause(playback: Playback, step: float) -> list:
         return [*take(playback, step), gr.Timer(active=False)]
@@ -197,7 +199,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
         except OSError as err:
             raise gr.Error(f"The file could not be read: {err.strerror or err}.") from None
         playback.discard()
-        playback.recording, playback.follow = recording, False
+        playback.recording, playback.follow, playback.playing = recording, False, False
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
