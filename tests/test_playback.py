@@ -168,3 +168,24 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
         other.wait_for_selector("text=This run file is cut short", timeout=30_000)
     finally:
         fresh.stop()
+
+
+def test_the_lessons_runs_step_call_by_call_showing_each_tiles_requests_and_memory(browser, tmp_path_factory):
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    page = open_page(browser, server.url)
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=120_000)
+    # The untiled run: its one call is the out-of-memory one, every request in one tile.
+    page.wait_for_selector("#lesson-call .lesson-call.oom", timeout=30_000)
+    assert re.search(r"one tile holding requests #1–#\d+\. It needs .+ free: out of memory", page.inner_text("#lesson-call"))
+    page.get_by_label("Tiled (auto)").check()
+    page.wait_for_selector("#lesson-call [data-call='1'].ok", timeout=30_000)
+    first = page.inner_text("#lesson-call")
+    assert re.search(r"tile 1: (\d+) requests, #1–#\1 · about", first) and "tile 2:" in first, first
+    page.click("#lesson-forward")
+    page.wait_for_selector("#lesson-call [data-call='2']", timeout=30_000)
+    page.wait_for_function("() => (document.querySelector('#lesson-plot .js-plotly-plot')?.layout?.annotations || [])"
+                           ".some(a => a.text === 'call 2')", timeout=30_000)  # the chart marks the call
+    assert not page.errors, page.errors
+    page.close()

@@ -59,6 +59,9 @@ class LessonOutcome:
     tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # request index -> committed ids
     seconds: float = 0.0
     detail: str = ""  # the allocator's own line, for the curious
+    # The requests (0-based) of every sampler call in order, the one that ran out of memory last
+    # (it has no plan): tile j of call k held calls[k][sum(tiles[:j]) : sum(tiles[:j + 1])].
+    calls: list[tuple[int, ...]] = field(default_factory=list)
 
 
 class Backend(Protocol):

@@ -18,7 +18,7 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
 from dgemma.memory import format_bytes
-from dgemma.ui import explorer
+from dgemma.ui import explorer, lesson_steps
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.settings import parse_call_settings
@@ -52,6 +52,7 @@ class LessonParts:
     chunked: gr.HTML
     verdict: gr.HTML
     chart: gr.Plot
+    stepper: lesson_steps.Stepper
 
 
 def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
@@ -144,16 +145,17 @@ def build(backend: Backend) -> LessonParts:
     with gr.Row():
         chart = gr.Plot(plot(tile_figure([])), label="tiled run", elem_id="lesson-plot", scale=2)
         gr.Markdown(CHART_TEXT, elem_classes="explain")
+    stepper = lesson_steps.build()  # each run call by call: which requests each tile held, the memory
     gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
     explorer.section(backend)
-    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart)
+    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart, stepper)
 
 
 def wire(backend: Backend, parts: LessonParts) -> None:
     def suggest(n: float, real: bool) -> str:
         return backend.suggest_budget(int(n), bool(real))
 
-    def run_lesson(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
+    def run_lesson(n: float, budget: str, real: bool, steps: float, runs: lesson_steps.LessonRuns) -> Iterator[tuple]:
         try:
             n = int(n)
             if not 1 <= n <= backend.max_num_seqs:
@@ -167,8 +169,10 @@ def wire(backend: Backend, parts: LessonParts) -> None:
         yield pending, render_outcome(None, "Tiled (auto)"), waiting, "", gr.skip()
         try:
             untiled = backend.lesson(n, budget, real, "off", settings)
+            runs.outcomes = {"untiled": untiled}  # for stepping through, call by call
             yield render_outcome(untiled, "Untiled (one tile)"), pending, waiting, "", gr.skip()
             tiled = backend.lesson(n, budget, real, "auto", settings)
+            runs.outcomes["tiled"] = tiled
             chart = plot(tile_figure(tiled.plans))
             yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), pending, \
                 "", chart
@@ -176,6 +180,8 @@ def wire(backend: Backend, parts: LessonParts) -> None:
             # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
             # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
             chunked = backend.lesson(n, budget, real, "off", settings, impl="chunked") if real else None
+            if chunked is not None:
+                runs.outcomes["chunked"] = chunked
             yield render_outcome(untiled, "Untiled (one tile)"), render_outcome(tiled, "Tiled (auto)"), \
                 render_chunked(chunked), \
                 '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>', chart
@@ -189,8 +195,8 @@ def wire(backend: Backend, parts: LessonParts) -> None:
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.run.click(
         run_lesson,
-        [parts.requests, parts.budget, parts.real_scale, parts.steps],
+        [parts.requests, parts.budget, parts.real_scale, parts.steps, parts.stepper.state],
         [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart],
         api_name="lesson", api_visibility="undocumented",
         concurrency_limit=1,  # the lesson allocates on purpose: one at a time, whoever asks
-    )
+    ).then(*lesson_steps.wire(parts.stepper, parts.chart), show_progress="hidden", api_visibility="private")
