@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from app_server import MODEL_ARGS, launch, shared
-from dgemma.serve import PAGE_LINE
 from test_browser import CHROMIUM, shots  # noqa: F401  (the screenshots folder fixture)
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -46,6 +45,9 @@ def open_page(browser, url: str):
     page.on("pageerror", lambda e: page.errors.append(str(e)))
     page.goto(url, wait_until="load")
     page.wait_for_selector("#step-slider", timeout=60_000)
+    # The page's first tick fills in the model's defaults (and the status line): wait for it, so it
+    # cannot overwrite what the test sets.
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('Idle.')", timeout=30_000)
     return page
 
 
@@ -64,8 +66,11 @@ def go_to(page, step: int) -> None:
     box = page.locator("#step-slider input[type=number]")
     box.fill(str(step))
     box.press("Enter")
-    page.wait_for_function(f"() => /Replay[^]*step {step} of/.test(document.querySelector('#status').innerText)",
-                           timeout=30_000)
+    try:
+        page.wait_for_function(f"() => /Replay[^]*step {step} of/.test(document.querySelector('#status').innerText)",
+                               timeout=30_000)
+    except Exception:  # say what the page showed instead
+        raise AssertionError(f"step {step} not shown; the status line reads {status(page)!r}") from None
     # Plotly draws after the status line changes: wait until the tile chart marks this call.
     page.wait_for_function("() => (document.querySelector('#tile-plot .js-plotly-plot')?.layout?.annotations || [])"
                            f".some(a => a.text === 'call {step}')", timeout=30_000)
@@ -150,8 +155,8 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
     path = tmp_path / "run.jsonl"
     download.value.save_as(path)
 
-    # A fresh app, used as soon as its page is served (the model may still be loading).
-    fresh = launch(MODEL_ARGS, tmp_path / "fresh.log", ready_line=PAGE_LINE)
+    # A fresh app (another process: nothing of the first run in it).
+    fresh = launch(MODEL_ARGS, tmp_path / "fresh.log")
     try:
         other = open_page(browser, fresh.url)
         upload(other, path)
@@ -172,7 +177,7 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
 
 def test_the_lessons_runs_step_call_by_call_showing_each_tiles_requests_and_memory(browser, tmp_path_factory):
     server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    page = open_page(browser, server.url)
+    page = open_page(browser, server.url)  # with the model's own lesson budget (untiled runs out)
     page.get_by_role("tab", name="Tiling vs OOM").click()
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=120_000)

@@ -107,9 +107,9 @@ def backend_state(backend: Backend) -> LoadState:
     return state() if state is not None else LoadState(True, False, "")
 
 
-def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str) -> list:
+def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str, replaying: bool = False) -> list:
     """While loading: the status line. At ready: the model's header, defaults and example prompts,
-    Run enabled, and the timer off."""
+    Run enabled, and the timer off (the status line says "Idle." unless a replay holds it)."""
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
         return [gr.skip(), state.message, *[gr.skip()] * 13, gr.Timer(active=not state.failed)]
@@ -117,7 +117,8 @@ def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str) -> 
     d, sets = backend.defaults, example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
     prompts = sets[0][0] if shown_prompts == first_examples else gr.skip()  # keep what the user typed
     p = d.params
-    return [_header(facts, backend.max_num_seqs), "Idle.", gr.Button(interactive=True), d.max_new_tokens,
+    idle = gr.skip() if replaying else "Idle."
+    return [_header(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), d.max_new_tokens,
             p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold, p.stability_threshold,
             d.options.sampler, facts.get("lesson_budget", gr.skip()), prompts, gr.Dataset(samples=sets), gr.Timer(active=False)]
 
@@ -221,7 +222,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
         model_fields = [header, status, run, c.max_new_tokens, c.max_steps, c.t_min, c.t_max, c.entropy_bound,
                         c.confidence, c.stability, c.sampler, lesson_parts.budget, prompts, example_list.dataset]
         timer = gr.Timer(0.5, active=not loading.ready)
-        timer.tick(lambda shown: _loading_tick(backend, shown, examples[0][0]), [prompts], [*model_fields, timer],
+        timer.tick(lambda shown, played: _loading_tick(backend, shown, examples[0][0], played.recording is not None),
+                   [prompts, player.state], [*model_fields, timer],
                    show_progress="hidden", api_visibility="private", concurrency_limit=None)
 
         def closed(request: gr.Request) -> None:
