@@ -31,23 +31,34 @@ def model_info(facts: dict, max_num_seqs: int) -> dict:
     return info
 
 
+def _record_option(settings: object) -> tuple[object, bool]:
+    """`record` is not a sampling setting: the settings without it, and whether to return the run file."""
+    if not isinstance(settings, dict) or "record" not in settings:
+        return settings, False
+    settings = dict(settings)
+    record = settings.pop("record")
+    if record is None:
+        return settings, False
+    if not isinstance(record, bool):
+        raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
+    return settings, record
+
+
 def register(backend: Backend, sessions: Sessions) -> None:
     """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`)."""
     limits = backend.limits
 
-    def generate(prompts: list[str], settings: dict | None = None, record: bool = False,
-                 request: gr.Request = None) -> dict:
+    def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
         """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
         t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
         seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
-        (reference | chunked). record (optional, default false): also return the run as the page's
-        "Download run" file. Returns {"outputs": [{"prompt", "text", "steps", "seed"}...],
+        (reference | chunked), record (true: also return the run as the page's "Download run"
+        file). Returns {"outputs": [{"prompt", "text", "steps", "seed"}...],
         "tile_plans": [...], "recording": the file's text (JSON lines; only with record)}."""
         try:
             batch = parse_prompts(prompts, limits)
+            settings, record = _record_option(settings)
             checked = parse_call_settings(settings, backend.defaults, limits, backend.max_num_seqs, len(batch))
-            if not isinstance(record, bool):
-                raise SettingsError(f"record must be true or false, got {str(record)[:40]!r}.")
         except SettingsError as err:
             raise gr.Error(str(err)) from None
         session = (request.session_hash if request is not None else None) or "api"
