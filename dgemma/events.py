@@ -44,7 +44,7 @@ class StepEvent:
 
     request_id: int
     canvas_index: int  # 0-based: which canvas of this request is denoising
-    step: int  # 1-based denoising step within this canvas
+    step: int  # denoising steps taken on this canvas; 0 = its random start (all re-noised, entropy log(vocab))
     max_steps: int
     token_ids: tuple[int, ...]  # the argmax (draft) canvas after this step
     pieces: tuple[str, ...]  # token_ids decoded one by one, for display

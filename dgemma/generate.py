@@ -4,7 +4,8 @@
 
 `--seed S` gives the i-th request (0-based, in the order given) the seed S + i, so any run of
 the same prompts and seed gives the same tokens, whatever `--max-num-seqs` or `--tiling`.
-With `--json`: one object per request, in input order, then `{"summary": {...}}`.
+With `--json`: one object per request, in input order, then `{"summary": {...}}`. `--record FILE`
+saves the run as the app's run file (every step of every request), for the app's "Load a run".
 Bad input prints one line to stderr and exits non-zero (2 for the command line or start-up,
 1 when a request failed; the other requests still run and print).
 """
@@ -15,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from typing import TextIO
 
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.sampling import SamplingParams
@@ -47,6 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      "or chunked (streams the vocabulary)")
     p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
+    p.add_argument("--record", metavar="FILE", help="also save the run, every step of every request, as the app's "
+                                                    "run file (JSON lines; the app's 'Load a run' replays it)")
     return p.parse_args(argv)
 
 
@@ -84,6 +88,7 @@ def run(argv: list[str] | None = None) -> int:
         raw = raw_settings(args)
         limits = dict(max_tile=args.max_num_seqs, prompts=len(prompts))
         early = parse_settings(early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), **limits)
+        record = open_record(args.record)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
 
@@ -92,6 +97,7 @@ def run(argv: list[str] | None = None) -> int:
     from dgemma.engine import Engine, EngineConfig, EngineError, plan_dict
     from dgemma.events import TilePlan
     from dgemma.model.loading import ModelLoadError, load_model
+    from dgemma.recording import Recording, run_header
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
     try:
@@ -106,14 +112,26 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(str(err), EXIT_USAGE)
 
     notes = prompt_notes(prompts, bool(loaded.facts()["embedded"]))
-    plans = engine.subscribe()
+    events = engine.subscribe(coalesce=False)  # every tile plan, and with --record every step frame
+    recording = Recording(run_header({**loaded.facts(), "max_num_seqs": args.max_num_seqs}, settings, prompts))
     started = time.monotonic()
     # Submit everything before the engine thread starts, so the first step admits a full batch.
-    handles = [engine.submit(p, q, settings.max_new_tokens, stream_steps=False) for p, q in zip(prompts, params)]
+    handles = [engine.submit(p, q, settings.max_new_tokens, stream_steps=record is not None)
+               for p, q in zip(prompts, params)]
+    tile_plans: list[TilePlan] = []
     with engine:
+        while True:  # read as the run goes: the recording keeps frames compactly, the mailbox would not
+            done = all(h.done for h in handles)
+            polled = events.poll(0.1)
+            tile_plans += [e for e in polled if isinstance(e, TilePlan)]
+            recording.extend(polled)
+            if done and not polled:
+                break
         finals = [h.result() for h in handles]
     wall = time.monotonic() - started
-    tile_plans = [e for e in plans.poll(0) if isinstance(e, TilePlan)]
+    if record is not None:
+        with record:
+            record.writelines(recording.lines())
 
     failed = 0
     for i, final in enumerate(finals):
@@ -143,16 +161,15 @@ def run(argv: list[str] | None = None) -> int:
     return EXIT_REQUEST_FAILED if failed else 0
 
 
-def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:
-    """Each prompt's note (the teaching model's scope; "" for a real checkpoint), printed once per
-    prompt on stderr before the run, so the answers that follow are read for what they are."""
-    from dgemma.embedded.scope import note
-
-    notes = [note(p) if embedded else "" for p in prompts]
-    for i, (prompt, note) in enumerate(zip(prompts, notes, strict=True)):
-        if note:
-            print(f"python -m dgemma.generate: note: prompt {i + 1} ({prompt[:40]!r}): {note}", file=sys.stderr)
-    return notes
+    notes = prompt_notes(prompts, bool(loaded.facts()["embedded"]))
+def open_record(path: str | None) -> TextIO | None:
+    """The --record file, opened now so a bad path fails before the (slow) model load."""
+    if path is None:
+        return None
+    try:
+        return open(path, "w", encoding="utf-8", newline="\n")
+    except OSError as err:
+        raise ValueError(f"cannot write --record {path}: {err.strerror or err}") from None
 
 
 def _fail(message: str, code: int) -> int:

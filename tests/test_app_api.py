@@ -58,6 +58,21 @@ def test_generate_matches_the_cli(client):
     assert plans and {"num_decode", "group", "tiles", "free_bytes", "peak_transient_bytes"} <= set(plans[0])
 
 
+def test_generate_returns_the_run_file_on_request(client):
+    from dgemma.recording import load
+    from dgemma.ui.board import fold
+
+    result = client.predict(PROMPTS[:3], {**SETTINGS, "record": True}, api_name="/generate")
+    recording = load(result["recording"])
+    assert recording.header["prompts"] == PROMPTS[:3] and recording.header["seeds"] == [100, 101, 102]
+    assert recording.header["model"]["canvas_length"] and recording.steps == len(result["tile_plans"])
+    board = fold(recording.events())
+    assert [v.committed_text for v in board.requests.values()] == [o["text"] for o in result["outputs"]]
+    assert "recording" not in client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")  # only when asked
+    with pytest.raises(AppError, match=r"^Setting 'record' must be true or false, got 'yes'\.$"):
+        client.predict(PROMPTS[:1], {**SETTINGS, "record": "yes"}, api_name="/generate")
+
+
 def test_api_page_lists_generate(client):
     api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     assert "/generate" in api

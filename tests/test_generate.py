@@ -116,3 +116,27 @@ def test_bench_engine_prints_one_json_object_per_bench_with_the_issue_keys(capsy
 def test_a_real_checkpoint_never_gets_the_teaching_models_note(capsys, tiny_model_dir):
     code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "what is 2+2?", *FAST)
     assert code == 0 and err == "" and lines[0]["warning"] == ""
+
+
+def test_record_saves_the_run_as_the_apps_run_file(capsys, tiny_model_dir, tmp_path):
+    from dgemma.recording import load
+    from dgemma.ui.board import fold
+
+    path = tmp_path / "run.jsonl"
+    code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--prompt", "reverse abc",
+                                "--seed", "4", "--record", str(path), *FAST)
+    assert code == 0 and err == ""
+    recording = load(path.read_bytes())
+    assert recording.header["prompts"] == ["add 1+2", "reverse abc"] and recording.header["seeds"] == [4, 5]
+    assert recording.steps == len(lines[-1]["summary"]["tile_plans"]) > 0  # one step per sampler call
+    board = fold(recording.events())
+    assert [v.committed_text for v in board.requests.values()] == [o["text"] for o in lines[:-1]]
+    assert all(v.last_step is None and v.status == "done" for v in board.requests.values())
+    start = fold(recording.events(0))
+    assert all(v.last_step.step == 0 for v in start.requests.values())  # every canvas's random start
+
+
+def test_record_to_a_path_that_cannot_be_written_is_one_line_before_loading(capsys, tmp_path):
+    code = main(["--prompt", "x", "--model", str(tmp_path / "no-such-model"), "--record", str(tmp_path / "no" / "run.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot write --record" in err

@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ BENCHES = {
     "engine": "dgemma.bench.engine",  # engine throughput vs transformers' generate()
     "load": "dgemma.bench.load",  # the app under many concurrent clients
     "soak": "dgemma.bench.soak",  # the app under steady traffic for minutes: errors, latency, RSS growth
+    "recording": "dgemma.bench.recording",  # a run's recording at its bound vs keeping the events
 }
 
 

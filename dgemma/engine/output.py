@@ -6,7 +6,9 @@ sessions); tile plans go to the subscribers whose sessions took part in the step
 
 from __future__ import annotations
 
+import math
 import threading
+from array import array
 from dataclasses import asdict
 
 import torch
@@ -72,6 +74,19 @@ def step_event(req: Request, step: int, draft: list[int], entropy: list[float], 
         mean_entropy=mean_entropy,
         confidence_threshold=req.params.confidence_threshold,
         converged=converged,
+    )
+
+
+def start_event(req: Request, canvas: list[int], vocab_size: int, detok: Detokenizer) -> StepEvent:
+    """Step 0: the canvas as it starts, uniform random tokens. Its entropy is the uniform
+    distribution's, log(vocab) at every position (rounded to float32 as every step's is), and no
+    position is accepted yet."""
+    uniform = array("f", [math.log(vocab_size)])[0]
+    return StepEvent(
+        request_id=req.id, canvas_index=req.canvas_index, step=0, max_steps=req.params.max_denoising_steps,
+        token_ids=tuple(canvas), pieces=tuple(detok.piece(t) for t in canvas), entropy=(uniform,) * len(canvas),
+        accepted=(False,) * len(canvas), mean_entropy=uniform,
+        confidence_threshold=req.params.confidence_threshold, converged=False,
     )
 
 

@@ -17,7 +17,7 @@ import logging
 import torch
 
 from dgemma.engine.lifecycle import Lifecycle
-from dgemma.engine.output import step_event, to_host
+from dgemma.engine.output import start_event, step_event, to_host
 from dgemma.engine.requests import Request
 from dgemma.engine.resident import cache_bytes
 from dgemma.engine.samplers import SamplerPool, by_options, canvases, soft_embeds
@@ -52,6 +52,7 @@ class ModelPhases:
                 req.cache = cache
                 if cache is not None:
                     prefilled.add(req.id)
+        started: list[Request] = []
         for req in running:
             while self.lifecycle.is_running(req) and req.pending_commit is not None:
                 try:
@@ -67,6 +68,19 @@ class ModelPhases:
                     continue
                 req.pending_commit = None
                 self.pool[req.options].start_canvas(req.slot, req.params, req.canvas_index)
+                started.append(req)
+        self._emit_starts(started)
+
+    def _emit_starts(self, started: list[Request]) -> None:
+        """Step 0 of every canvas started this step: the keyed random tokens it starts from, so a
+        page (or a recording) shows the noise before the first denoising step. One host copy."""
+        rows = [r for r in started if r.stream_steps and self.lifecycle.is_running(r)]
+        if not rows:
+            return
+        tokens = canvases(self.pool, rows).tolist()
+        for req, ids in zip(rows, tokens, strict=True):
+            vocab = self.pool[req.options].vocab_size
+            self.lifecycle.emit(req, start_event(req, ids, vocab, self.lifecycle.detok))
 
     # -- decode
 

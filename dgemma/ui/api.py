@@ -13,12 +13,13 @@ import os
 import gradio as gr
 
 from dgemma.errors import SettingsError
+from dgemma.recording import MODEL_KEYS, Recording, run_header
 from dgemma.ui.backend import Backend
 from dgemma.ui.examples import example_prompts, prompt_note
 from dgemma.ui.sessions import Sessions
 from dgemma.ui.settings import parse_call_settings, parse_prompts
 
-INFO_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+INFO_KEYS = MODEL_KEYS  # what /info returns and what a run file's header keeps of the model
 
 
 def model_info(facts: dict, max_num_seqs: int) -> dict:
@@ -30,6 +31,19 @@ def model_info(facts: dict, max_num_seqs: int) -> dict:
     return info
 
 
+def _record_option(settings: object) -> tuple[object, bool]:
+    """`record` is not a sampling setting: the settings without it, and whether to return the run file."""
+    if not isinstance(settings, dict) or "record" not in settings:
+        return settings, False
+    settings = dict(settings)
+    record = settings.pop("record")
+    if record is None:
+        return settings, False
+    if not isinstance(record, bool):
+        raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
+    return settings, record
+
+
 def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> None:
     """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`); `embedded`: the
     served model is the teaching model, whose outputs carry a `warning` for prompts outside its families."""
@@ -39,11 +53,13 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> No
         """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
         t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
         seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
-        (reference | chunked). Returns {"outputs": [{"prompt", "text", "steps",
-        "seed", "warning"}...], "tile_plans": [...]}; "warning" is "" unless the teaching model was
-        asked something outside its task families."""
+        (reference | chunked), record (true: also return the run as the page's "Download run"
+        file). Returns {"outputs": [{"prompt", "text", "steps", "seed", "warning"}...], "tile_plans":
+        [...], "recording": the file's text (JSON lines; only with record)}; "warning" is "" unless
+        the teaching model was asked something outside its task families."""
         try:
             batch = parse_prompts(prompts, limits)
+            settings, record = _record_option(settings)
             checked = parse_call_settings(settings, backend.defaults, limits, backend.max_num_seqs, len(batch))
         except SettingsError as err:
             raise gr.Error(str(err)) from None
@@ -51,9 +67,11 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> No
         if sessions.pending(session) + len(batch) > limits.max_queued:
             raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait for them first.")
         try:
-            run = backend.start(batch, checked, stream=False)  # results only: no step frames to build
+            run = backend.start(batch, checked, stream=record)  # step frames only for a recording
         except ValueError as err:
             raise gr.Error(str(err)) from None
+        if record:
+            run.recording = Recording(run_header(backend.info(), checked, batch))
         try:
             sessions.add(session, run)
         except ValueError as err:  # a concurrent call of this client got in first
@@ -67,12 +85,15 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> No
         failed = [o for o in outputs if o.error]
         if failed:
             raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}")
-        return {
+        result = {
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
                          "warning": prompt_note(embedded, o.prompt)} for o in outputs],
             "tile_plans": [dataclasses.asdict(p) for p in plans],
             "pid": getattr(run, "pid", None) or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
+        if record:
+            result["recording"] = run.recording.text()
+        return result
 
     gr.api(generate, api_name="generate", concurrency_limit=None)
 

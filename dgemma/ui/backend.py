@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dgemma.events import Event, TilePlan
+from dgemma.recording import Recording
 from dgemma.settings import Settings
 from dgemma.ui.settings import Limits
 
@@ -28,6 +29,9 @@ class Output:
 
 class Run(Protocol):
     size: int  # requests in this run
+    # None, or a Recording that every event `poll` returns is appended to (in order, none merged
+    # or dropped), so what the reader folds and what it keeps are the same events.
+    recording: Recording | None
 
     def poll(self, timeout: float) -> list[Event]:
         """Events that arrived within `timeout` seconds (possibly none)."""
@@ -55,6 +59,9 @@ class LessonOutcome:
     tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # request index -> committed ids
     seconds: float = 0.0
     detail: str = ""  # the allocator's own line, for the curious
+    # The requests (0-based) of every sampler call in order, the one that ran out of memory last
+    # (it has no plan): tile j of call k held calls[k][sum(tiles[:j]) : sum(tiles[:j + 1])].
+    calls: list[tuple[int, ...]] = field(default_factory=list)
 
 
 class Backend(Protocol):

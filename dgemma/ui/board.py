@@ -88,7 +88,8 @@ def apply(board: Board, event: Event) -> Board:
         view = _view(board, event.request_id)
         view.last_step = event
         view.steps = view.steps_before_canvas + event.step
-        view.entropy_curve.append((view.steps, event.mean_entropy))
+        if event.step:  # step 0 is the random start: no model output to plot yet
+            view.entropy_curve.append((view.steps, event.mean_entropy))
         if view.status not in ("done", "cancelled", "error"):
             view.status = "converged" if event.converged else "running"
         board.confidence_threshold = event.confidence_threshold

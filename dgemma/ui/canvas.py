@@ -44,6 +44,8 @@ def status_text(view: RequestView) -> str:
         return view.status
     if view.status == "converged" and step is not None:
         return f"converged at step {step.step}"
+    if step is not None and step.step == 0:
+        return f"random start (step 0 of {step.max_steps})"
     if step is not None:
         return f"step {step.step} of {step.max_steps}"
     return "running"

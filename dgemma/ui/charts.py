@@ -142,6 +142,24 @@ def board_tile_figure(board: Board) -> Spec:
     return tile_figure(board.plans, first_call=board.plan_count - len(board.plans) + 1)
 
 
+def mark_step(spec: Spec, x: float, x_range: tuple[float, float], text: str, now: bool = False) -> Spec:
+    """`spec` with a dotted vertical line at `x` (the step a replay shows) and its x axis fixed to
+    `x_range` (the whole run), so the axis stays put while the slider moves; `now` also marks where
+    every line ends (each request's point at this step)."""
+    layout = spec["layout"]
+    layout["shapes"] = [*layout.get("shapes", []), dict(
+        type="line", xref="x", x0=x, x1=x, yref="paper", y0=0, y1=1, line=dict(color="#555", width=1.5, dash="dot"))]
+    layout["annotations"] = [*layout.get("annotations", []), dict(
+        xref="x", x=x, yref="paper", y=1, yanchor="bottom", showarrow=False, text=text, font=dict(size=11, color="#555"))]
+    layout["xaxis"] = {**layout["xaxis"], "range": list(x_range), "autorange": False}
+    if now:
+        ends = [(t["x"][-1], t["y"][-1]) for t in spec["data"] if t.get("mode") == "lines" and t["x"]]
+        spec["data"].append(dict(type="scatter", mode="markers", name="at this step", showlegend=False,
+                                 x=[e[0] for e in ends], y=[e[1] for e in ends],
+                                 marker=dict(color="#333", size=6)))
+    return spec
+
+
 def plot(spec: Spec) -> GradioModel:
     """A spec as gr.Plot's value, serialised once (the fast path past plotly.graph_objects)."""
     from gradio.components.plot import PlotData

@@ -22,6 +22,7 @@ from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
+from dgemma.recording import Recording
 from dgemma.sampling import RunOptions
 from dgemma.settings import Settings, run_options
 from dgemma.ui import lesson_run
@@ -47,18 +48,25 @@ class EngineRun:
         self.key = f"run-{next(self._keys)}"
         self.size = len(prompts)
         self.plans: list[TilePlan] = []
-        # Subscribe first: the "queued" events of the submits below must not be missed.
-        self.mailbox = engine.subscribe(self.key)
-        self.handles = [
-            engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
-                          stream_steps=stream, options=options)
-            for i, p in enumerate(prompts)
-        ]
+        self.recording: Recording | None = None  # set by a reader that keeps the run (Run's contract)
+        # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
+        # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
+        self.mailbox = engine.subscribe(self.key, coalesce=False)
+        # All or none: holding the intake, the engine's next step takes the whole run at once (up to
+        # max_num_seqs start together, so step 0 of a recording shows every canvas's random start).
+        with engine.core.intake:
+            self.handles = [
+                engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
+                              stream_steps=stream, options=options)
+                for i, p in enumerate(prompts)
+            ]
         self._closed = False
 
     def poll(self, timeout: float) -> list[Event]:
         events = self.mailbox.poll(timeout)
         self.plans.extend(e for e in events if isinstance(e, TilePlan))
+        if self.recording is not None:
+            self.recording.extend(events)
         return events
 
     def cancel(self) -> None:

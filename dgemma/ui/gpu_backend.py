@@ -16,6 +16,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from dgemma.events import Event, RequestEvent, TilePlan
+from dgemma.recording import Recording
 from dgemma.settings import Settings
 from dgemma.ui import gpu_run
 from dgemma.ui.backend import LessonOutcome, Output
@@ -37,9 +38,16 @@ class GpuRun:
         self._plans: list[TilePlan] = []
         self._ended = False
         self._reading = threading.Lock()  # one thread drives the generator at a time
+        self.recording: Recording | None = None  # set by a reader that keeps the run (Run's contract)
 
     def poll(self, timeout: float) -> list[Event]:
         """The next snapshot's events (blocks for at most one snapshot period of the worker)."""
+        events = self._poll()
+        if self.recording is not None:
+            self.recording.extend(events)
+        return events
+
+    def _poll(self) -> list[Event]:
         with self._reading:
             if self._ended:
                 return []

@@ -141,7 +141,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     if problem:
         raise ValueError(problem)
     session = f"gpu-{next(_keys)}"
-    mailbox = core.subscribe(session)
+    mailbox = core.subscribe(session, coalesce=False)  # every frame: the page records the run
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
     finished = False
     try:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from dgemma.errors import SettingsError, first_line
-from dgemma.ui import api, lesson
+from dgemma.recording import run_header
+from dgemma.ui import api, lesson, playback
 from dgemma.ui.backend import Backend
 from dgemma.ui.board import FINAL, Board, fail_unfinished
 from dgemma.ui.canvas import render_board
@@ -113,9 +114,9 @@ def backend_state(backend: Backend) -> LoadState:
     return state() if state is not None else LoadState(True, False, "")
 
 
-def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str) -> list:
+def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str, replaying: bool = False) -> list:
     """While loading: the status line. At ready: the model's header, defaults and example prompts,
-    Run enabled, and the timer off."""
+    Run enabled, and the timer off (the status line says "Idle." unless a replay holds it)."""
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
         return [gr.skip(), state.message, *[gr.skip()] * 13, gr.Timer(active=not state.failed)]
@@ -123,7 +124,8 @@ def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str) -> 
     d, sets = backend.defaults, example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
     prompts = sets[0][0] if shown_prompts == first_examples else gr.skip()  # keep what the user typed
     p = d.params
-    return [_header(facts, backend.max_num_seqs), "Idle.", gr.Button(interactive=True), d.max_new_tokens,
+    idle = gr.skip() if replaying else "Idle."
+    return [_header(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), d.max_new_tokens,
             p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold, p.stability_threshold,
             d.options.sampler, facts.get("lesson_budget", gr.skip()), prompts, gr.Dataset(samples=sets), gr.Timer(active=False)]
 
@@ -203,6 +205,7 @@ def build_demo(backend: Backend) -> gr.Blocks:
             example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
             controls = _settings_panel(backend, prompts, concurrent)
             status = gr.Markdown("Idle." if loading.ready else loading.message, elem_id="status")
+            player = playback.build()  # step slider, play / pause, download and load a run
             cards = gr.HTML(render_board(Board()), elem_id="cards")
             with gr.Row():
                 with gr.Column():
@@ -217,7 +220,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         # ---------------------------------------------------------------- events
         embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
-        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status], embedded)
+        _wire_generate(backend, sessions, controls, run, stop, [cards, entropy_plot, tile_plot, status], player, embedded)
+        playback.wire(player, [cards, entropy_plot, tile_plot], status)
         lesson.wire(backend, lesson_parts)
         api.register(backend, sessions, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
@@ -226,7 +230,8 @@ def build_demo(backend: Backend) -> gr.Blocks:
         model_fields = [header, status, run, c.max_new_tokens, c.max_steps, c.t_min, c.t_max, c.entropy_bound,
                         c.confidence, c.stability, c.sampler, lesson_parts.budget, prompts, example_list.dataset]
         timer = gr.Timer(0.5, active=not loading.ready)
-        timer.tick(lambda shown: _loading_tick(backend, shown, examples[0][0]), [prompts], [*model_fields, timer],
+        timer.tick(lambda shown, played: _loading_tick(backend, shown, examples[0][0], played.recording is not None),
+                   [prompts, player.state], [*model_fields, timer],
                    show_progress="hidden", api_visibility="private", concurrency_limit=None)
 
         def closed(request: gr.Request) -> None:
@@ -238,12 +243,13 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
 
 def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run: gr.Button, stop: gr.Button,
-                   outputs: list, embedded: bool) -> None:
-    """Run streams one call's cards, charts and status line; Stop cancels the session's requests."""
+                   outputs: list, player: playback.Player, embedded: bool) -> None:
+    """Run streams one call's cards, charts and status line, and records it for playback (the
+    slider follows the run until the user takes it); Stop cancels the session's requests."""
     limits = backend.limits
 
     def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-                        seed_, greedy_, request: gr.Request) -> Iterator[tuple]:
+                        seed_, greedy_, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
         values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
         session = request.session_hash or "anonymous"
         try:  # a failure before the run starts: one sentence in the status line, the last run's cards stay
@@ -258,16 +264,17 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
                                  "wait or press Stop.")
             handle = backend.start(batch, settings)
         except ValueError as err:  # SettingsError is one
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err))
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
             return
         try:
             sessions.add(session, handle)
         except ValueError as err:  # another click of this session got in first
             handle.close()
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err))
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
             return
         if getattr(handle, "notice", ""):
             gr.Warning(handle.notice)
+        handle.recording = played.start(run_header(backend.info(), settings, batch))
         started = time.monotonic()
         # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
         # period apart, and both at the end: a Plotly redraw costs the browser far more than
@@ -277,8 +284,12 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
         shown = -1
         try:
             for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+                kept = playback.finished(played) if board.finished else gr.skip()
+                if not played.follow:  # the user has the slider: the view is theirs
+                    yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
+                    continue
                 if board.events == shown and not board.finished:  # nothing new: only the clock moves
-                    yield gr.skip(), gr.skip(), gr.skip(), _status(board, started)
+                    yield gr.skip(), gr.skip(), gr.skip(), _status(board, started), gr.skip(), gr.skip()
                     continue
                 shown = board.events
                 now = time.monotonic()
@@ -289,21 +300,22 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
                         charts.append(plot(figure(board)))
                     else:
                         charts.append(gr.skip())
-                yield render_board(board), *charts, _status(board, started)
+                yield render_board(board), *charts, _status(board, started), playback.live_slider(played), kept
         except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
             # One sentence where the user looks: the status line, and every card it stopped.
             if not isinstance(err, gr.Error):
                 log.exception("a run's stream failed")
             sentence = err.message if isinstance(err, gr.Error) else f"The run failed: {first_line(err)}"
             if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
-                yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence)
+                yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence), gr.skip(), gr.skip()
             else:
                 fail_unfinished(board, sentence)
-                yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence)
+                yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
         except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
             client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
             raise
         finally:
+            played.live = False
             handle.close()  # a closed page: free the slots; a no-op for requests already done
             sessions.remove(session, handle)
 
@@ -314,7 +326,7 @@ def _wire_generate(backend: Backend, sessions: Sessions, controls: Controls, run
             gr.Info("Nothing to stop.")
 
     run.click(
-        generate_stream, inputs=controls.inputs(), outputs=outputs,
+        generate_stream, inputs=[*controls.inputs(), player.state], outputs=[*outputs, player.slider, player.download],
         api_name="generate_stream", api_visibility="undocumented",
         concurrency_limit=None,  # sessions share the engine; the engine does the batching
         show_progress="minimal",

@@ -18,7 +18,7 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
 from dgemma.memory import format_bytes
-from dgemma.ui import explorer
+from dgemma.ui import explorer, lesson_steps
 from dgemma.ui.backend import Backend, LessonOutcome
 from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.settings import parse_call_settings
@@ -54,6 +54,7 @@ class LessonParts:
     chunked: gr.HTML
     verdict: gr.HTML
     chart: gr.Plot
+    stepper: lesson_steps.Stepper
 
 
 def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
@@ -147,9 +148,10 @@ def build(backend: Backend) -> LessonParts:
     with gr.Row():
         chart = gr.Plot(plot(tile_figure([])), label="tiled run", elem_id="lesson-plot", scale=2)
         gr.Markdown(CHART_TEXT, elem_classes="explain")
+    stepper = lesson_steps.build()  # each run call by call: which requests each tile held, the memory
     gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
     explorer.section(backend)
-    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart)
+    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart, stepper)
 
 
 def render_failure(title: str, sentence: str) -> str:
@@ -177,9 +179,13 @@ def _checked(backend: Backend, n: float, steps: float):
     return n, settings
 
 
-def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
+def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float,
+               runs: lesson_steps.LessonRuns | None = None) -> Iterator[tuple]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends.
-    A failure is one sentence on the card of the run it stopped; the cards before it stay."""
+    A failure is one sentence on the card of the run it stopped; the cards before it stay. `runs`
+    keeps the outcomes for stepping through them call by call."""
+    runs = runs if runs is not None else lesson_steps.LessonRuns()
+    runs.outcomes = {}
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
     chart, shown_budget, stage = gr.skip(), gr.skip(), 0
 
@@ -192,10 +198,10 @@ def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float
         shown_budget = ran if ran != budget else gr.skip()
         cards[0] = PENDING
         yield frame()
-        untiled = backend.lesson(n, ran, real, "off", settings)
+        untiled = runs.outcomes["untiled"] = backend.lesson(n, ran, real, "off", settings)
         cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
         yield frame()
-        tiled = backend.lesson(n, ran, real, "auto", settings)
+        tiled = runs.outcomes["tiled"] = backend.lesson(n, ran, real, "auto", settings)
         cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
         cards[2] = PENDING if real else render_chunked(None)
         yield frame()
@@ -203,6 +209,8 @@ def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float
         # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
         # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
         chunked = backend.lesson(n, ran, real, "off", settings, impl="chunked") if real else None
+        if chunked is not None:
+            runs.outcomes["chunked"] = chunked
         cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
         yield frame()
         reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
@@ -222,13 +230,13 @@ def wire(backend: Backend, parts: LessonParts) -> None:
 
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
-    def run(n: float, budget: str, real: bool, steps: float) -> Iterator[tuple]:
-        yield from run_lesson(backend, n, budget, real, steps)
+    def run(n: float, budget: str, real: bool, steps: float, runs: lesson_steps.LessonRuns) -> Iterator[tuple]:
+        yield from run_lesson(backend, n, budget, real, steps, runs)
 
     parts.run.click(
         run,
-        [parts.requests, parts.budget, parts.real_scale, parts.steps],
+        [parts.requests, parts.budget, parts.real_scale, parts.steps, parts.stepper.state],
         [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart, parts.budget],
         api_name="lesson", api_visibility="undocumented",
         concurrency_limit=1,  # the lesson allocates on purpose: one at a time, whoever asks
-    )
+    ).then(*lesson_steps.wire(parts.stepper, parts.chart), show_progress="hidden", api_visibility="private")

@@ -152,7 +152,7 @@ def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, 
         caches.append(cache)
         sampler.start_canvas(i, params[i], 0)
 
-    plans, tokens = [], {}
+    plans, tokens, calls = [], {}, []
     active = list(range(requests))
     free_before = memory.free_bytes()
     needed = sampler.calibration().tile_bytes(requests)
@@ -165,6 +165,7 @@ def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, 
                 if vocab != logits.shape[-1]:
                     logits = torch.nn.functional.pad(logits, (0, vocab - logits.shape[-1]), value=PAD_LOGIT)
                 free_before = memory.free_bytes()
+                calls.append(tuple(active))
                 out = sampler.step(logits, active)
             del logits
             plans.append(out.plan)
@@ -179,11 +180,12 @@ def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, 
         return LessonOutcome(
             tiling, False,
             f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError.",
-            needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens,
+            needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, calls=calls,
             seconds=time.monotonic() - started, detail=first_line(err, 300),
         )
     where = f"{memory.name} device" + (f", budget {format_bytes(budget_bytes)}" if budget_bytes else ", no budget")
     return LessonOutcome(
         tiling, True, f"{requests} requests denoised one canvas each ({where}, vocab {vocab:,}).",
-        needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, seconds=time.monotonic() - started,
+        needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, calls=calls,
+        seconds=time.monotonic() - started,
     )

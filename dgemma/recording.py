@@ -1,0 +1,277 @@
+"""A run, kept: every event its board folds, bounded in memory, saved as JSON lines, loaded strictly.
+
+The page, the API (`record: true`) and the CLI (`--record FILE`) record a run the same way: each
+event the reader polls is appended here (the reader's own fold sees the same events). Playback is
+the fold of the events up to a step (dgemma/ui/playback.py): one way to fold, live and replayed.
+
+Steps. Step k is the state after the run's k-th sampler call: the events before the (k+1)-th
+`TilePlan`. Step 0 is what came before the first call (queued, running, every canvas's random
+start); the last step holds every final text.
+
+Memory. A step frame is kept compact (token ids int32, entropies float64, accepted as bytes; its
+pieces once per token id in one table, at most the vocabulary). The bound: MAX_POSITIONS = the
+released model's canvas (256) x 32 requests x the step limit (512 denoising steps) = 4,194,304
+canvas positions; filled to it a recording holds 80 MB (19 bytes a position, the piece table of
+the whole 262,144 vocabulary included) where the same frames as event objects hold 375 MB, and
+its file is 127 MB (`python -m dgemma.bench recording`). Frames past the bound are counted in
+`dropped_frames` and not kept (request events and tile plans still are: the final texts stay right).
+
+File (JSON lines, UTF-8): a header line {"format": "dgemma-run", "version": 1, model, settings,
+prompts, seeds, versions, ...}; one line per event {"type": "step" | "request" | "plan", ...};
+an end line {"end": {"events", "steps", "dropped_frames", "pieces", "sha256"}} whose sha256 covers
+every byte before it. `load` refuses a foreign, truncated or edited file with one sentence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import time
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
+
+from dgemma.events import Event, RequestEvent, StepEvent, TilePlan, TileSplit
+from dgemma.settings import Settings
+
+FORMAT = "dgemma-run"
+VERSION = 1
+MAX_POSITIONS = 256 * 32 * 512  # canvas positions over all kept step frames (see the module's docstring)
+# A file at the bound is 127 MB (about 30 bytes a position); twice that is no run file.
+MAX_FILE_BYTES = 256 * 2**20
+PACKAGES = ("torch", "transformers", "gradio")
+# The model's facts a header keeps (those `/info` returns).
+MODEL_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+
+
+class RecordingError(ValueError):
+    """A run file that cannot be replayed: one sentence saying why."""
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """A StepEvent without its pieces (they live once per token id in the recording's table)."""
+
+    request_id: int
+    canvas_index: int
+    step: int
+    max_steps: int
+    token_ids: array  # int32: any vocabulary fits
+    entropy: array  # float64: the exact floats the engine sent
+    accepted: bytes
+    mean_entropy: float
+    confidence_threshold: float
+    converged: bool
+
+
+def package_versions() -> dict[str, str]:
+    """The versions a run was recorded with (read from the installed metadata, nothing imported)."""
+    versions = {"python": platform.python_version()}
+    for name in ("dgemma", *PACKAGES):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            if name == "dgemma":
+                from dgemma import __version__
+
+                versions[name] = __version__
+    return versions
+
+
+def run_header(model: dict[str, Any], settings: Settings | None, prompts: list[str]) -> dict:
+    """The header line's content: what was run (prompts, settings, each prompt's seed), on which
+    model (the facts `/info` gives), with which versions."""
+    seeds = [settings.request_params(i).seed for i in range(len(prompts))] if settings is not None else []
+    return {
+        "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": {k: v for k, v in model.items() if k in MODEL_KEYS},
+        "settings": asdict(settings) if settings is not None else {}, "prompts": list(prompts), "seeds": seeds,
+        "versions": package_versions(), "max_positions": MAX_POSITIONS,
+    }  # fmt: skip
+
+
+class Recording:
+    """Every event of one run, in order, with the index where each step ends."""
+
+    def __init__(self, header: dict[str, Any] | None = None, max_positions: int = MAX_POSITIONS):
+        self.header = header if header is not None else run_header({}, None, [])
+        self.max_positions = max_positions
+        self.positions = 0  # canvas positions kept
+        self.dropped_frames = 0  # step frames past the bound, not kept
+        self._items: list[_Frame | RequestEvent | TilePlan] = []
+        self._pieces: dict[int, str] = {}
+        self._plan_at: list[int] = []  # index in _items of each TilePlan: step k ends before _plan_at[k]
+
+    # ---------------------------------------------------------------- recording
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, StepEvent):
+            if self.positions + len(event.token_ids) > self.max_positions:
+                self.dropped_frames += 1
+                return
+            self.positions += len(event.token_ids)
+            for token, piece in zip(event.token_ids, event.pieces, strict=True):
+                self._pieces.setdefault(token, piece)
+            self._items.append(_Frame(
+                event.request_id, event.canvas_index, event.step, event.max_steps, array("i", event.token_ids),
+                array("d", event.entropy), bytes(event.accepted), event.mean_entropy, event.confidence_threshold,
+                event.converged,
+            ))  # fmt: skip
+            return
+        if isinstance(event, TilePlan):
+            self._plan_at.append(len(self._items))
+        self._items.append(event)
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.add(event)
+
+    # ---------------------------------------------------------------- reading
+
+    @property
+    def steps(self) -> int:
+        """The last step: the number of sampler calls recorded (step 0 is before the first)."""
+        return len(self._plan_at)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def end_of_step(self, step: int) -> int:
+        """How many events make up the state at `step` (clamped to 0..steps)."""
+        plans = self._plan_at
+        step = max(0, min(step, len(plans)))
+        return plans[step] if step < len(plans) else len(self._items)
+
+    def events(self, upto_step: int | None = None) -> Iterator[Event]:
+        """The events in order, every one (None) or those of the state at `upto_step`."""
+        end = len(self._items) if upto_step is None else self.end_of_step(upto_step)
+        for item in self._items[:end]:
+            yield self._event(item) if isinstance(item, _Frame) else item
+
+    def _event(self, f: _Frame) -> StepEvent:
+        ids = tuple(f.token_ids)
+        return StepEvent(
+            f.request_id, f.canvas_index, f.step, f.max_steps, ids, tuple(self._pieces[t] for t in ids),
+            tuple(f.entropy), tuple(bool(a) for a in f.accepted), f.mean_entropy, f.confidence_threshold, f.converged,
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------- the file
+
+    def lines(self) -> Iterator[str]:
+        """The file, line by line (each ends with a newline): header, events, end line."""
+        digest = hashlib.sha256()
+        count = 0
+        for record in (self.header, *(_encode(item) for item in self._items)):
+            line = json.dumps(record, ensure_ascii=False) + "\n"
+            digest.update(line.encode("utf-8"))
+            count += 1
+            yield line
+        end = {"events": count - 1, "steps": self.steps, "dropped_frames": self.dropped_frames,
+               "pieces": {str(k): v for k, v in sorted(self._pieces.items())}, "sha256": digest.hexdigest()}
+        yield json.dumps({"end": end}, ensure_ascii=False) + "\n"
+
+    def text(self) -> str:
+        return "".join(self.lines())
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(self.lines())
+
+
+def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:
+    if isinstance(item, _Frame):
+        return {"type": "step", "request_id": item.request_id, "canvas_index": item.canvas_index, "step": item.step,
+                "max_steps": item.max_steps, "token_ids": item.token_ids.tolist(),
+                "entropy": [_finite(x) for x in item.entropy], "accepted": "".join("1" if a else "0" for a in item.accepted),
+                "mean_entropy": _finite(item.mean_entropy), "confidence_threshold": item.confidence_threshold,
+                "converged": item.converged}  # fmt: skip
+    if isinstance(item, TilePlan):
+        return {"type": "plan", **asdict(item)}
+    return {"type": "request", **asdict(item)}
+
+
+def _finite(x: float) -> float | str:
+    # JSON has no inf or nan; a step of non-finite logits reports them (the request then fails).
+    return x if math.isfinite(x) else repr(x)
+
+
+def _float(x: Any) -> float:
+    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
+        return float(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"expected a number, got {x!r:.40}")
+    return float(x)
+
+
+def _decode(record: dict, pieces: dict[int, str]) -> Event:
+    kind = record.pop("type", None)
+    if kind == "step":
+        ids = tuple(int(t) for t in record["token_ids"])
+        accepted = record["accepted"]
+        if set(accepted) - {"0", "1"} or len(accepted) != len(ids):
+            raise ValueError("a step's accepted mask is not one 0 or 1 per position")
+        return StepEvent(
+            int(record["request_id"]), int(record["canvas_index"]), int(record["step"]), int(record["max_steps"]),
+            ids, tuple(pieces[t] for t in ids), tuple(_float(x) for x in record["entropy"]),
+            tuple(a == "1" for a in accepted), _float(record["mean_entropy"]), _float(record["confidence_threshold"]),
+            bool(record["converged"]),
+        )  # fmt: skip
+    if kind == "plan":
+        splits = tuple(TileSplit(**s) for s in record.pop("splits"))
+        return TilePlan(**{**record, "tiles": tuple(record["tiles"]), "splits": splits})
+    if kind == "request":
+        return RequestEvent(**{**record, "token_ids": tuple(record["token_ids"])})
+    raise ValueError(f"unknown event type {kind!r:.40}")
+
+
+def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
+    """A recording from a run file's bytes; RecordingError (one sentence) for anything else."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if len(data) > MAX_FILE_BYTES:
+        raise RecordingError(f"This file is {len(data) / 2**20:.0f} MB, more than any run file can be "
+                             f"({MAX_FILE_BYTES // 2**20} MB); it is not a dgemma run.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecordingError("This file is not a dgemma run: it is not text (UTF-8).") from None
+    lines = text.split("\n")
+    header = _json_line(lines[0])
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise RecordingError(f"This file is not a dgemma run: its first line is not a {FORMAT} header.")
+    if header.get("version") != VERSION:
+        raise RecordingError(f"This run file has format version {header.get('version')!r:.20}; this app reads "
+                             f"version {VERSION}.")
+    if lines[-1] != "" or len(lines) < 3:
+        raise RecordingError("This run file is cut short (it does not end with its end line); download it again.")
+    end = _json_line(lines[-2])
+    if not (isinstance(end, dict) and isinstance(end.get("end"), dict)):
+        raise RecordingError("This run file is cut short (it does not end with its end line); download it again.")
+    end = end["end"]
+    body = lines[1:-2]
+    digest = hashlib.sha256("".join(line + "\n" for line in lines[:-2]).encode("utf-8")).hexdigest()
+    if end.get("events") != len(body) or end.get("sha256") != digest:
+        raise RecordingError("This run file was changed after it was recorded: its checksum does not match.")
+    try:
+        pieces = {int(k): str(v) for k, v in end["pieces"].items()}
+        recording = Recording(header, max_positions)
+        for record in body:
+            recording.add(_decode(json.loads(record), pieces))
+        recording.dropped_frames += int(end.get("dropped_frames", 0))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        # The checksum matched, so the file is as written: a writer this app does not understand.
+        raise RecordingError(f"This run file's events cannot be read by this app ({str(err)[:80]}).") from None
+    if recording.steps != end.get("steps"):
+        raise RecordingError("This run file was changed after it was recorded: its step count does not match.")
+    return recording
+
+
+def _json_line(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None

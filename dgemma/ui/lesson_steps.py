@@ -1,0 +1,158 @@
+"""The lesson, call by call: step through the untiled, tiled and chunked runs with the same controls
+as the Generate tab's playback (a call slider, back / play / pause / forward).
+
+At call k the page shows which requests each tile held and the memory it used: the requests of
+every tile (the tiles run in row order, so tile j holds the rows after tiles 0..j-1), the tile's
+calibrated transient (its requests x the calibrated bytes per request), the call's measured peak,
+free memory before it and the budget. The untiled run's last call is the one that ran out of
+memory: one tile of every request, what it needed and what was free.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from dgemma.memory import format_bytes
+from dgemma.ui.backend import LessonOutcome
+from dgemma.ui.charts import mark_step, plot, tile_figure
+
+RUNS = (("Untiled (one tile)", "untiled"), ("Tiled (auto)", "tiled"), ("Chunked, untiled", "chunked"))
+PACE_S = 1.0  # seconds per call while playing
+
+
+class LessonRuns:
+    """One tab's last lesson: its outcomes by run ("untiled", "tiled", "chunked"; a gr.State's value)."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, LessonOutcome] = {}
+        self.playing = False
+
+
+@dataclass
+class Stepper:
+    state: gr.State
+    run: gr.Radio
+    slider: gr.Slider
+    back: gr.Button
+    play: gr.Button
+    pause: gr.Button
+    forward: gr.Button
+    view: gr.HTML
+    timer: gr.Timer = field(repr=False)
+
+
+def calls(outcome: LessonOutcome) -> int:
+    """The calls to step through: every sampler call, and the one that ran out of memory."""
+    return len(outcome.calls)
+
+
+def render_call(outcome: LessonOutcome | None, k: int) -> str:
+    """Call k (1-based) of one run: its tiles, the requests in each, the memory."""
+    if outcome is None or not outcome.calls:
+        return '<div class="lesson-call">Run the lesson, then step through its sampler calls here.</div>'
+    k = max(1, min(k, len(outcome.calls)))
+    rows = outcome.calls[k - 1]
+    plan = outcome.plans[k - 1] if k <= len(outcome.plans) else None
+    head = f"<b>Call {k} of {len(outcome.calls)}</b>: {len(rows)} requests denoising"
+    if plan is None:  # the call that raised torch.OutOfMemoryError: no plan came back
+        return (f'<div class="lesson-call oom" data-call="{k}">{head} in <b>one tile</b> holding requests '
+                f"{_requests(rows)}. It needs {format_bytes(outcome.needed_bytes)} (calibrated) with "
+                f"{format_bytes(outcome.free_bytes)} free: <b>out of memory</b>.</div>")
+    items, start = [], 0
+    for j, size in enumerate(plan.tiles):
+        held = rows[start : start + size]
+        start += size
+        items.append(f"<li>tile {j + 1}: {size} requests, {_requests(held)} · about "
+                     f"{format_bytes(size * plan.bytes_per_request)} ({format_bytes(plan.bytes_per_request)} each)</li>")
+    peak = "measured peak" if plan.peak_measured else "calibrated peak"
+    budget = f" · budget {format_bytes(plan.budget_bytes)}" if plan.budget_bytes else ""
+    splits = f" · {len(plan.splits)} tiles ran out of memory and were split in half" if plan.splits else ""
+    return (f'<div class="lesson-call ok" data-call="{k}">{head} in {len(plan.tiles)} '
+            f"tile{'s' if len(plan.tiles) != 1 else ''} (planned {plan.group} per tile against "
+            f"{format_bytes(plan.free_bytes)} free){splits}<ul>{''.join(items)}</ul>"
+            f"{peak} of the call {format_bytes(plan.peak_transient_bytes)}{budget}</div>")
+
+
+def _requests(rows: tuple[int, ...]) -> str:
+    """Request numbers as the lesson's cards count them (#1 is row 0), ranges where consecutive."""
+    parts, i = [], 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1:
+            j += 1
+        parts.append(f"#{rows[i] + 1}" if i == j else f"#{rows[i] + 1}–#{rows[j] + 1}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def build() -> Stepper:
+    """The controls (call inside the lesson's tab, under its results)."""
+    state = gr.State(LessonRuns)
+    with gr.Row(elem_id="lesson-steps"):
+        run = gr.Radio(list(RUNS), value="untiled", label="step through", scale=2, elem_id="lesson-step-run")
+        slider = gr.Slider(1, 2, value=1, step=1, label="sampler call", scale=3, elem_id="lesson-call-slider")
+        with gr.Column(scale=2, min_width=300):
+            with gr.Row():
+                back = gr.Button("◀ back", size="sm", min_width=60, elem_id="lesson-back")
+                play = gr.Button("▶ play", size="sm", min_width=60, elem_id="lesson-play")
+                pause = gr.Button("❚❚ pause", size="sm", min_width=60, elem_id="lesson-pause")
+                forward = gr.Button("forward ▶", size="sm", min_width=60, elem_id="lesson-forward")
+    view = gr.HTML(render_call(None, 1), elem_id="lesson-call")
+    timer = gr.Timer(PACE_S, active=False)
+    return Stepper(state, run, slider, back, play, pause, forward, view, timer)
+
+
+def wire(stepper: Stepper, chart: gr.Plot) -> list:
+    """The handlers; returns the handler that shows the first call after a lesson ran (for `.then`)."""
+    s = stepper
+
+    def show(runs: LessonRuns, name: str, k: float) -> list:
+        outcome = runs.outcomes.get(name)
+        n = calls(outcome) if outcome is not None else 1
+        k = max(1, min(int(k or 1), n))
+        figure = gr.skip()
+        if name == "tiled" and outcome is not None and outcome.plans:  # the chart is the tiled run's
+            figure = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
+        return [render_call(outcome, k), gr.Slider(maximum=max(2, n), value=k), figure]
+
+    def move(by: int):
+        def handler(runs: LessonRuns, name: str, k: float) -> list:
+            runs.playing = False
+            return [*show(runs, name, (k or 1) + by), gr.Timer(active=False)]
+        return handler
+
+    def play(runs: LessonRuns, name: str, k: float) -> list:
+        runs.playing = True
+        outcome = runs.outcomes.get(name)
+        if outcome is not None and int(k or 1) >= calls(outcome):
+            k = 1
+        return [*show(runs, name, k), gr.Timer(active=True)]
+
+    def tick(runs: LessonRuns, name: str, k: float) -> list:
+        outcome = runs.outcomes.get(name)
+        if not runs.playing or outcome is None:
+            runs.playing = False
+            return [gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)]
+        nxt = int(k or 1) + 1
+        at_end = nxt >= calls(outcome)
+        runs.playing = not at_end
+        return [*show(runs, name, nxt), gr.Timer(active=False) if at_end else gr.skip()]
+
+    def pause(runs: LessonRuns) -> gr.Timer:
+        runs.playing = False
+        return gr.Timer(active=False)
+
+    inputs, outputs = [s.state, s.run, s.slider], [s.view, s.slider, chart]
+    quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
+    s.slider.input(lambda r, n, k: (setattr(r, "playing", False), show(r, n, k))[1], inputs, outputs,
+                   trigger_mode="always_last", **quiet)
+    s.run.input(lambda r, n: show(r, n, 1), [s.state, s.run], outputs, **quiet)
+    s.back.click(move(-1), inputs, [*outputs, s.timer], **quiet)
+    s.forward.click(move(+1), inputs, [*outputs, s.timer], **quiet)
+    s.play.click(play, inputs, [*outputs, s.timer], **quiet)
+    s.pause.click(pause, [s.state], [s.timer], **quiet)
+    s.timer.tick(tick, inputs, [*outputs, s.timer], **quiet)
+    return [lambda r: show(r, "untiled", 1), [s.state], outputs]

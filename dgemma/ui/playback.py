@@ -1,0 +1,214 @@
+"""Playback on the Generate tab: watch a run at human speed, step by step, and keep it.
+
+Every Run is recorded (dgemma/recording.py). A step slider with back / play / pause / forward and
+a pace of 0.25-2 s per step sets every card to its state at step k -- the fold of the recorded
+events up to that step, drawn by the same renderers as the live view -- and marks step k on both
+charts. While a run streams, the view follows it live until the user takes the slider (or a
+button); the next Run follows again. "Download run" saves the run as JSON lines; "Load a run"
+replays such a file in the same views with no model (it works while the model is still loading).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import gradio as gr
+
+from dgemma.recording import Recording, RecordingError, load
+from dgemma.ui.board import fold
+from dgemma.ui.canvas import render_board
+from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
+
+log = logging.getLogger(__name__)
+
+PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
+DEFAULT_PACE_S = 1.0
+RUNS_DIR = os.path.join(tempfile.gettempdir(), "dgemma-runs")  # one file per session: its last run
+
+
+class Playback:
+    """One browser tab's run as the page keeps it (the value of a gr.State: each tab has its own)."""
+
+    def __init__(self) -> None:
+        self.recording: Recording | None = None
+        self.live = False  # the run is still streaming
+        self.follow = True  # the view shows the latest step, until the user takes the slider
+        self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
+        self.path: str | None = None  # the last finished run's file (Download run)
+
+    def start(self, header: dict) -> Recording:
+        self.discard()
+        self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
+        return self.recording
+
+    def save(self) -> str:
+        """Write the run's file (the session's previous one is removed: one file per tab)."""
+        self.discard()
+        os.makedirs(RUNS_DIR, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        fd, path = tempfile.mkstemp(prefix=f"dgemma-run-{stamp}-", suffix=".jsonl", dir=RUNS_DIR)
+        os.close(fd)
+        self.recording.save(path)
+        self.path = path
+        return path
+
+    def discard(self) -> None:
+        if self.path:
+            try:
+                os.remove(self.path)
+            except OSError:
+                pass
+            self.path = None
+
+
+@dataclass
+class Player:
+    """The playback components (built under the charts of the Generate tab)."""
+
+    state: gr.State
+    slider: gr.Slider
+    back: gr.Button
+    play: gr.Button
+    pause: gr.Button
+    forward: gr.Button
+    pace: gr.Slider
+    download: gr.DownloadButton
+    upload: gr.UploadButton
+    timer: gr.Timer
+
+
+def build() -> Player:
+    """The controls (call inside the Generate tab, under the charts)."""
+    state = gr.State(Playback, delete_callback=lambda p: p.discard())
+    with gr.Row(elem_id="playback"):
+        slider = gr.Slider(0, 1, value=0, step=1, label="step shown (after sampler call k)", scale=4, elem_id="step-slider",
+                           info="0: every canvas's random start; the last: the final texts. Drag it to step through.")
+        pace = gr.Slider(*PACE_S, value=DEFAULT_PACE_S, step=0.25, label="seconds per step", scale=1, min_width=150,
+                         elem_id="pace")
+        with gr.Column(scale=2, min_width=380):
+            with gr.Row():
+                back = gr.Button("◀ back", elem_id="step-back", size="sm", min_width=60)
+                play = gr.Button("▶ play", elem_id="play", size="sm", min_width=60)
+                pause = gr.Button("❚❚ pause", elem_id="pause", size="sm", min_width=60)
+                forward = gr.Button("forward ▶", elem_id="step-forward", size="sm", min_width=60)
+            with gr.Row():
+                download = gr.DownloadButton("Download run", value=None, interactive=False, elem_id="download-run",
+                                             size="sm", min_width=120)
+                upload = gr.UploadButton("Load a run", file_types=[".jsonl"], file_count="single", elem_id="load-run",
+                                         size="sm", min_width=120)
+    timer = gr.Timer(DEFAULT_PACE_S, active=False)
+    return Player(state, slider, back, play, pause, forward, pace, download, upload, timer)
+
+
+def view(recording: Recording, step: int) -> tuple:
+    """Cards and both charts at `step`: the fold of the events up to it, the step marked on the charts."""
+    board = fold(recording.events(step))
+    last = recording.steps
+    taken = max((v.steps for v in board.requests.values()), default=0)
+    entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
+    tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
+    return render_board(board), plot(entropy), plot(tiles)
+
+
+def status(playback: Playback, step: int, pace: float | None = None) -> str:
+    """The status line during playback: which step, playing (at what pace) or paused, and which run."""
+    recording = playback.recording
+    what = "live run" if playback.live else "run"
+    state = f"playing at {pace:g} s per step" if pace is not None else "paused"
+    model = recording.header.get("model", {})
+    name = "the embedded model" if model.get("embedded") else str(model.get("model") or "?").rstrip("/").rsplit("/", 1)[-1]
+    return (f"Replay of the {what}: step {step} of {recording.steps} ({state}) · {len(recording.header['prompts'])} "
+            f"requests on {name} · recorded {recording.header.get('created')}")
+
+
+def live_slider(playback: Playback) -> gr.Slider:
+    """During a run: the slider's range grows; its value follows the latest step unless the user took it."""
+    last = max(1, playback.recording.steps)
+    if playback.follow:
+        return gr.Slider(maximum=last, value=playback.recording.steps)
+    return gr.Slider(maximum=last)
+
+
+def finished(playback: Playback) -> gr.DownloadButton:
+    """The run ended: its file is ready to download."""
+    playback.live = False
+    try:
+        return gr.DownloadButton(value=playback.save(), interactive=True)
+    except OSError as err:  # a full or read-only temp disk: the run still shows, only the file is missing
+        log.warning("could not write the run's file: %s", err)
+        return gr.DownloadButton(value=None, interactive=False)
+
+
+def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
+    """Slider, buttons, timer and upload; `views` = [cards, entropy plot, tile plot]."""
+    p = player
+    outputs = [*views, status_line, p.slider]
+
+    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S) -> list:
+        if playback.recording is None:
+            raise gr.Error("Nothing to replay yet: press Run, or load a downloaded run.")
+        step = max(0, min(int(step or 0), playback.recording.steps))
+        line = status(playback, step, pace if playing else None)
+        return [*view(playback.recording, step), line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
+
+    def take(playback: Playback, step: float) -> list:
+        # The user has the slider now: the live stream leaves the view alone, and play stops.
+        playback.follow = playback.playing = False
+        return show(playback, step)
+
+    def move(by: int):
+        def handler(playback: Playback, step: float) -> list:
+            return [*take(playback, (step or 0) + by), gr.Timer(active=False)]
+        return handler
+
+    def play(playback: Playback, step: float, pace: float) -> list:
+        if playback.recording is not None:
+            playback.follow, playback.playing = False, True
+            if int(step or 0) >= playback.recording.steps:
+                step = 0  # at the end, play starts over
+        return [*show(playback, step, True, pace), gr.Timer(value=pace, active=True)]
+
+    def tick(playback: Playback, step: float, pace: float) -> list:
+        # Paused, taken by the user, or a new Run that the view follows: this tick stops the timer.
+        if playback.recording is None or not playback.playing or (playback.live and playback.follow):
+            playback.playing = False
+            return [*[gr.skip()] * len(outputs), gr.Timer(active=False)]
+        nxt = int(step or 0) + 1
+        at_end = nxt >= playback.recording.steps
+        if at_end:
+            playback.playing = False
+            playback.follow = playback.live  # caught up with a run still streaming: follow it again
+        return [*show(playback, nxt, not at_end, pace), gr.Timer(active=False) if at_end else gr.skip()]
+
+    def pause(playback: Playback, step: float) -> list:
+        return [*take(playback, step), gr.Timer(active=False)]
+
+    def load_run(playback: Playback, file) -> list:
+        if playback.live:
+            raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.")
+        path = file if isinstance(file, str) else getattr(file, "name", None)
+        try:
+            with open(path, "rb") as f:
+                recording = load(f.read())
+        except RecordingError as err:
+            raise gr.Error(str(err)) from None
+        except OSError as err:
+            raise gr.Error(f"The file could not be read: {err.strerror or err}.") from None
+        playback.discard()
+        playback.recording, playback.follow, playback.playing = recording, False, False
+        return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
+
+    quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
+    p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **quiet)
+    p.back.click(move(-1), [p.state, p.slider], [*outputs, p.timer], **quiet)
+    p.forward.click(move(+1), [p.state, p.slider], [*outputs, p.timer], **quiet)
+    p.play.click(play, [p.state, p.slider, p.pace], [*outputs, p.timer], **quiet)
+    p.pause.click(pause, [p.state, p.slider], [*outputs, p.timer], **quiet)
+    p.timer.tick(tick, [p.state, p.slider, p.pace], [*outputs, p.timer], **quiet)
+    p.pace.release(lambda pace: gr.Timer(value=pace), [p.pace], [p.timer], **quiet)
+    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download, p.timer], **quiet)
+

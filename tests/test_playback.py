@@ -1,0 +1,196 @@
+"""Playback in a real browser: Playwright driving Debian's chromium against `python app.py`.
+
+After a Run the step slider sets every card to its state at step k (0: the random canvases; the
+last step: the final texts), play at 1 s per step shows each step in turn, and a downloaded run
+reloads in a fresh app with identical frames. Screenshots as in test_browser.py
+(DGEMMA_SCREENSHOTS=assets/screenshots refreshes the README's).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from app_server import MODEL_ARGS, launch, shared
+from test_browser import CHROMIUM, shots  # noqa: F401  (the screenshots folder fixture)
+
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
+# Every element of the cards with its attributes (sorted: the DOM may keep them in either order) and text.
+CARDS = ("() => [...document.querySelectorAll('#cards .board *')].map(e => [e.tagName, "
+         "[...e.attributes].map(a => a.name + '=' + a.value).sort(), "
+         "[...e.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join('')])")
+PLOTS = ("() => ['#entropy-plot', '#tile-plot'].map(id => document.querySelector(id + ' .js-plotly-plot')"
+         ".data.map(t => [t.name, t.x, t.y]))")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1360, "height": 1000})
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.goto(url, wait_until="load")
+    page.wait_for_selector("#step-slider", timeout=60_000)
+    # The page's first tick fills in the model's defaults (and the status line): wait for it, so it
+    # cannot overwrite what the test sets.
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('Idle.')", timeout=30_000)
+    return page
+
+
+def status(page) -> str:
+    return page.inner_text("#status")
+
+
+def shown_step(page) -> tuple[int, int] | None:
+    """(k, last) while the status line reads "Replay of the run: step k of last ..."."""
+    m = re.search(r"Replay of the [a-z ]*run: step (\d+) of (\d+)", status(page))
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def go_to(page, step: int) -> None:
+    """Type `step` into the slider's number box, as a user can, and wait until the page shows it."""
+    box = page.locator("#step-slider input[type=number]")
+    box.fill(str(step))
+    box.press("Enter")
+    try:
+        page.wait_for_function(f"() => /Replay[^]*step {step} of/.test(document.querySelector('#status').innerText)",
+                               timeout=30_000)
+    except Exception:  # say what the page showed instead
+        raise AssertionError(f"step {step} not shown; the status line reads {status(page)!r}") from None
+    # Plotly draws after the status line changes: wait until the tile chart marks this call.
+    page.wait_for_function("() => (document.querySelector('#tile-plot .js-plotly-plot')?.layout?.annotations || [])"
+                           f".some(a => a.text === 'call {step}')", timeout=30_000)
+
+
+def upload(page, path: Path) -> None:
+    """Load a run as a user does: click "Load a run" and pick the file."""
+    with page.expect_file_chooser() as chooser:
+        page.click("#load-run")
+    chooser.value.set_files(str(path))
+
+
+@pytest.fixture(scope="module")
+def ran(browser, tmp_path_factory):
+    """One Run of 8 requests, 2 canvases each, finished: the page, the final texts, the last step."""
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    page = open_page(browser, server.url)
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.get_by_label("max new tokens").fill("32")
+    page.get_by_label("max new tokens").press("Tab")
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.click("#run")
+    page.wait_for_selector("#cards .card", timeout=60_000)
+    page.wait_for_function(ALL_DONE, timeout=120_000)
+    page.wait_for_function("() => document.querySelector('#download-run') && !document.querySelector('#download-run').disabled",
+                           timeout=30_000)
+    finals = [t.strip() for t in page.locator("#cards .card .committed").all_inner_texts()]
+    last = int(page.locator("#step-slider input[type=number]").input_value())
+    yield page, finals, last
+    page.close()
+
+
+def test_the_slider_at_0_shows_every_random_canvas_and_at_the_end_the_final_texts(ran, shots):  # noqa: F811
+    page, finals, last = ran
+    assert last >= 2 and all(finals), finals
+    go_to(page, 0)
+    cards = page.locator("#cards .card")
+    assert cards.count() == 8
+    for i in range(8):
+        card = cards.nth(i)
+        assert card.locator(".status").inner_text().startswith("random start (step 0 of"), card.inner_text()
+        assert card.locator(".canvas .tok.noise").count() > 0 and card.locator(".canvas .tok.acc").count() == 0
+        assert "nothing committed yet" in card.locator(".committed").inner_text()
+    go_to(page, last // 3)
+    page.screenshot(path=str(shots / "generate-paused.png"), full_page=True)
+    go_to(page, last)
+    assert [t.strip() for t in page.locator("#cards .card .committed").all_inner_texts()] == finals
+    assert page.locator("#cards .card.status-done").count() == 8
+    assert not page.errors, page.errors
+
+
+def test_play_at_one_second_per_step_shows_each_step(ran):
+    page, _, last = ran
+    go_to(page, 0)
+    page.evaluate("""() => { window.__steps = [];
+      new MutationObserver(() => { const m = /Replay[^]*step (\\d+) of/.exec(document.querySelector('#status').innerText);
+        if (m && window.__steps[window.__steps.length - 1] !== +m[1]) window.__steps.push(+m[1]); })
+      .observe(document.querySelector('#status'), {subtree: true, childList: true, characterData: true}); }""")
+    started = time.monotonic()
+    page.click("#play")  # the pace slider is at its default, 1 s per step
+    end = min(last, 4)
+    page.wait_for_function(f"() => window.__steps.includes({end})", timeout=60_000)
+    elapsed = time.monotonic() - started
+    page.click("#pause")
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('(paused)')", timeout=30_000)
+    paused_at = shown_step(page)[0]
+    seen = page.evaluate("() => window.__steps")
+    assert seen[: end + 1] == list(range(end + 1)), seen  # every step in turn, none skipped
+    assert elapsed >= 0.9 * (end - 1), elapsed  # no faster than the pace (a loaded machine may be slower)
+    time.sleep(2.5)  # two more ticks' worth: a paused replay stays where it is
+    assert shown_step(page)[0] == paused_at and "(paused)" in status(page)
+
+
+def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, browser, tmp_path):
+    page, _, last = ran
+    frames = []
+    for step in range(last + 1):
+        go_to(page, step)
+        frames.append((page.evaluate(CARDS), page.evaluate(PLOTS)))
+    with page.expect_download() as download:
+        page.click("#download-run")
+    path = tmp_path / "run.jsonl"
+    download.value.save_as(path)
+
+    # A fresh app (another process: nothing of the first run in it).
+    fresh = launch(MODEL_ARGS, tmp_path / "fresh.log")
+    try:
+        other = open_page(browser, fresh.url)
+        upload(other, path)
+        other.wait_for_function("() => /Replay[^]*step 0 of/.test(document.querySelector('#status').innerText)",
+                                timeout=30_000)
+        assert shown_step(other) == (0, last)
+        for step in range(last + 1):
+            go_to(other, step)
+            assert (other.evaluate(CARDS), other.evaluate(PLOTS)) == frames[step], step
+        assert not other.errors, other.errors
+        bad = tmp_path / "cut.jsonl"
+        bad.write_bytes(path.read_bytes()[:-200])
+        upload(other, bad)
+        other.wait_for_selector("text=This run file is cut short", timeout=30_000)
+    finally:
+        fresh.stop()
+
+
+def test_the_lessons_runs_step_call_by_call_showing_each_tiles_requests_and_memory(browser, tmp_path_factory):
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    page = open_page(browser, server.url)  # with the model's own lesson budget (untiled runs out)
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=120_000)
+    # The untiled run: its one call is the out-of-memory one, every request in one tile.
+    page.wait_for_selector("#lesson-call .lesson-call.oom", timeout=30_000)
+    assert re.search(r"one tile holding requests #1–#\d+\. It needs .+ free: out of memory", page.inner_text("#lesson-call"))
+    page.get_by_label("Tiled (auto)").check()
+    page.wait_for_selector("#lesson-call [data-call='1'].ok", timeout=30_000)
+    first = page.inner_text("#lesson-call")
+    assert re.search(r"tile 1: (\d+) requests, #1–#\1 · about", first) and "tile 2:" in first, first
+    page.click("#lesson-forward")
+    page.wait_for_selector("#lesson-call [data-call='2']", timeout=30_000)
+    page.wait_for_function("() => (document.querySelector('#lesson-plot .js-plotly-plot')?.layout?.annotations || [])"
+                           ".some(a => a.text === 'call 2')", timeout=30_000)  # the chart marks the call
+    assert not page.errors, page.errors
+    page.close()

@@ -1,0 +1,142 @@
+"""Every run is recorded: the recording is the run's live events, its file replays the same frames,
+a bad file is refused with one sentence, and the record stays inside its stated bound."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import pytest
+
+from dgemma.events import RequestEvent, StepEvent, TilePlan
+from dgemma.recording import MAX_POSITIONS, Recording, RecordingError, load, run_header
+from dgemma.sampling import SamplingParams
+from dgemma.settings import Settings
+from dgemma.ui import playback
+from dgemma.ui.board import fold
+from dgemma.ui.canvas import render_board
+from dgemma.ui.settings import Limits
+from dgemma.ui.stream import frames
+
+PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park", "A", "B"]
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny_model):
+    """A seeded run of 6 prompts on 4 slots (two wait), 2 canvases each, read as the page reads it,
+    next to a spy: a subscription that keeps every event the engine emitted, in order."""
+    from dgemma.engine import EngineConfig
+    from dgemma.ui.engine_backend import EngineBackend
+
+    backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=4, tiling=2), Limits(), None)
+    try:
+        spy = backend.engine.subscribe(coalesce=False)
+        settings = Settings(SamplingParams(max_denoising_steps=3, seed=7), max_new_tokens=2 * tiny_model.canvas_length)
+        run = backend.start(PROMPTS, settings)
+        run.recording = Recording(run_header(backend.info(), settings, PROMPTS))
+        boards = list(frames(run.poll, lambda b: b.finished and len(b.requests) >= run.size))
+        live = []
+        while batch := spy.poll(0.2):
+            live += batch
+    finally:
+        backend.close()
+    return run.recording, boards[-1], live
+
+
+def test_the_recording_of_a_seeded_run_equals_its_live_events(recorded):
+    recording, board, live = recorded
+    assert list(recording.events()) == live  # every event, in order: no frame merged or dropped
+    assert render_board(fold(recording.events())) == render_board(board)  # the live page's last frame
+    header = recording.header
+    assert header["format"] == "dgemma-run" and header["prompts"] == PROMPTS and header["seeds"] == [7, 8, 9, 10, 11, 12]
+    assert header["settings"]["params"]["max_denoising_steps"] == 3 and "torch" in header["versions"]
+
+
+def test_steps_are_sampler_calls_and_step_zero_is_every_started_canvas_at_random(recorded):
+    recording, _, live = recorded
+    assert recording.steps == sum(isinstance(e, TilePlan) for e in live) > 3
+    start = fold(recording.events(0))
+    running = [v for v in start.requests.values() if v.status != "queued"]
+    assert len(running) == 4 and len(start.requests) == len(PROMPTS)  # 4 slots: the other two wait
+    for view in running:
+        assert view.last_step.step == 0 and not any(view.last_step.accepted)  # all noise, nothing kept
+    cards = render_board(start).split('<div class="board">', 1)[1]  # past the legend
+    assert cards.count("random start (step 0 of 3)") == 4 and cards.count('class="tok acc"') == 0
+    end = fold(recording.events(recording.steps))
+    finals = {e.request_id: e.text for e in live if isinstance(e, RequestEvent) and e.status == "done"}
+    assert {r: v.committed_text for r, v in end.requests.items()} == finals
+
+
+def test_a_download_and_upload_round_trip_gives_identical_frames(recorded):
+    recording = recorded[0]
+    copy = load(recording.text().encode("utf-8"))
+    assert copy.header == recording.header and copy.steps == recording.steps
+    assert list(copy.events()) == list(recording.events())
+    for step in range(recording.steps + 1):
+        cards, entropy, tiles = playback.view(recording, step)
+        again = playback.view(copy, step)
+        assert (cards, entropy.plot, tiles.plot) == (again[0], again[1].plot, again[2].plot), step
+
+
+def test_the_views_at_a_step_mark_it_on_both_charts(recorded):
+    recording = recorded[0]
+    _, entropy, tiles = playback.view(recording, 2)
+    entropy, tiles = json.loads(entropy.plot), json.loads(tiles.plot)
+    assert tiles["layout"]["shapes"][-1]["x0"] == 2 and tiles["layout"]["annotations"][-1]["text"] == "call 2"
+    assert tiles["layout"]["xaxis"]["range"] == [1, recording.steps]  # the axis spans the whole run
+    assert entropy["layout"]["annotations"][-1]["text"] == "step 2"
+    assert entropy["data"][-1]["name"] == "at this step"  # each request's point at this step
+
+
+def test_a_truncated_file_is_refused_with_one_sentence(recorded):
+    text = recorded[0].text()
+    for cut in (text[: len(text) // 2], text[: text.rindex("\n", 0, -1) + 1]):  # mid-line; at a line's end
+        with pytest.raises(RecordingError, match=r"^This run file is cut short[^\n]*\.$"):
+            load(cut)
+
+
+def test_an_edited_file_is_refused_with_one_sentence(recorded):
+    text = recorded[0].text()
+    edited = text.replace('"text": "', '"text": "x', 1)
+    with pytest.raises(RecordingError, match=r"^This run file was changed after it was recorded[^\n]*\.$"):
+        load(edited)
+
+
+@pytest.mark.parametrize("data, sentence", [
+    (b"", "not a dgemma run: its first line"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "not a dgemma run: it is not text"),
+    (b'{"format": "something-else"}\n{}\n', "not a dgemma run: its first line"),
+    (b'{"format": "dgemma-run", "version": 99}\n{}\n', "format version 99; this app reads version 1"),
+])  # fmt: skip
+def test_a_foreign_file_is_refused_with_one_sentence(data, sentence):
+    with pytest.raises(RecordingError, match=sentence) as err:
+        load(data)
+    assert "\n" not in str(err.value) and str(err.value).endswith(".")
+
+
+def frame(request_id: int, step: int, canvas_length: int = 256) -> StepEvent:
+    """A step frame of the released model's canvas, as the engine builds it (pieces from a table)."""
+    ids = tuple((request_id * 7919 + step * 31 + i) % 262_144 for i in range(canvas_length))
+    entropy = tuple(((i * 0.37) % 1.0) / (step + 1) for i in range(canvas_length))
+    return StepEvent(request_id, 0, step, 512, ids, tuple(f"p{t}" for t in ids), entropy,
+                     tuple(i % 3 == 0 for i in range(canvas_length)), sum(entropy) / canvas_length, 0.005, False)
+
+
+def test_the_record_bound_holds_at_32_requests_times_the_step_limit():
+    """The released model's canvas (256) x 32 requests x 512 steps: every frame is kept, in about
+    13 bytes a position; one frame more is counted as dropped, never kept."""
+    templates = [frame(r, s) for r in range(1, 33) for s in (1, 2)]  # distinct content, reused to save time
+    recording = Recording()
+    tracemalloc.start()
+    for step in range(1, 513):
+        recording.add(TilePlan(0.0, "reference", 32, 256, 262_144, 2**34, None, 2**20, 32, (32,), 2**25))
+        for r in range(32):
+            recording.add(templates[2 * r + step % 2])
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert recording.positions == 32 * 512 * 256 == MAX_POSITIONS and recording.dropped_frames == 0
+    assert held < 16 * MAX_POSITIONS, held  # ~13 bytes a position (ids, entropies, mask) plus small per-frame costs
+    recording.add(frame(1, 513))
+    assert recording.dropped_frames == 1 and recording.positions == MAX_POSITIONS
+    recording.add(RequestEvent(1, "done", text="kept"))  # final texts are still recorded past the bound
+    assert fold(recording.events()).requests[1].committed_text == "kept"
