@@ -161,7 +161,18 @@ def run(argv: list[str] | None = None) -> int:
     return EXIT_REQUEST_FAILED if failed else 0
 
 
-    notes = prompt_notes(prompts, bool(loaded.facts()["embedded"]))
+def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:
+    """Each prompt's note (the teaching model's scope; "" for a real checkpoint), printed once per
+    prompt on stderr before the run, so the answers that follow are read for what they are."""
+    from dgemma.embedded.scope import note
+
+    notes = [note(p) if embedded else "" for p in prompts]
+    for i, (prompt, note) in enumerate(zip(prompts, notes, strict=True)):
+        if note:
+            print(f"python -m dgemma.generate: note: prompt {i + 1} ({prompt[:40]!r}): {note}", file=sys.stderr)
+    return notes
+
+
 def open_record(path: str | None) -> TextIO | None:
     """The --record file, opened now so a bad path fails before the (slow) model load."""
     if path is None:
