@@ -8,7 +8,8 @@ time ratio tiled/untiled, and whether tiling changed any token (it must not).
 --baseline seed adds the seed's eager step (one global-RNG Gumbel draw, all seven copies:
 dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_vs_seed` for each
 of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
-pays) plus one softmax and the self-conditioning matmul, the least any step can do.
+pays) plus one softmax and the self-conditioning matmul, the least any step can do, timed in the
+same interleaved rounds, and `time_ratio_vs_floor`.
 
 --meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
 of transient) cost no memory, and the tracker still counts every byte the step allocates.
@@ -72,12 +73,13 @@ def _budget_memory(case: Case) -> MemoryDevice:
 
 
 def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
-    # The chunked sampler takes hidden states and projects them itself (its transient counts the
-    # projection's output); the reference takes the logits as input (they do not count).
+    # Our steps take the decoder's hidden states and project them per tile (or per vocab chunk),
+    # as the engine hands them (dgemma/engine/phases.py): their transient counts the projection's
+    # output. The seed's step takes the logits as input (they do not count).
     if impl == "seed":
         return TiledSampler(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
                             memory=memory, tiling="off", tile_fn=seed_tile, impl="seed")  # fmt: skip
-    head = LMHead(embed, SOFTCAP) if impl == "chunked" else None
+    head = LMHead(embed, SOFTCAP)
     return build_sampler(
         impl, case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
         memory=memory, tiling=tiling, lm_head=head, chunk_size=case.chunk_size,
@@ -112,6 +114,7 @@ class _Config:
         case, inputs = self.case, self.inputs
         sampler = self._sampler()  # (CUDA: sets this mode's memory cap)
         _start(sampler, case)
+        sampler.calibration()  # measured once per sampler (on meta tensors): not part of a step
         slots = list(range(case.num_decode))
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
@@ -119,8 +122,8 @@ class _Config:
         if sampler.lm_head is not None:
             out = sampler.step(None, slots, hidden=inputs["hidden"])
         else:
-            # The reference is handed logits (its input: not counted as its transient), but they
-            # come from the model's LM head, so the projection is timed with it: same work as chunked.
+            # The seed's step is handed logits (its input: not counted as its transient), but they
+            # come from the model's LM head, so the projection is timed with it: the same work as ours.
             out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
@@ -224,9 +227,12 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
         if seed_rows and seed_rows[0]["seconds"] and row["seconds"]:
             row["time_ratio_vs_seed"] = round(row["seconds"] / seed_rows[0]["seconds"], 3)
     rows = seed_rows + rows
+    floor_seconds = statistics.median(floor.times) if floor.times else None
     for row in rows:
         row.pop("_state")
-        row["floor_seconds"] = statistics.median(floor.times) if floor.times else None
+        row["floor_seconds"] = floor_seconds
+        if floor_seconds and row["seconds"]:
+            row["time_ratio_vs_floor"] = round(row["seconds"] / floor_seconds, 3)
     return rows
 
 
@@ -247,7 +253,7 @@ def _table(rows: list[dict]) -> str:
         return "-" if value is None else format(value, spec) if spec else str(value)
 
     head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
-            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6}")  # fmt: skip
+            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
@@ -255,7 +261,7 @@ def _table(rows: list[dict]) -> str:
             f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
             f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r['identical_to_untiled'], ''):>8} "
             f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
-            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6}"
+            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6}"
         )
     return "\n".join(lines)
 
