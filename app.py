@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _log_to_stderr()
     started = time.monotonic()
-    from dgemma.model.loading import ModelLoadError, resolve_source
+    from dgemma.model.source import ModelLoadError, resolve_source  # torch-free: the page comes first
 
     try:  # a missing checkpoint is one line now, before any server starts
         resolve_source(args.model)
