@@ -1,6 +1,6 @@
 """Measure the app as a user meets it: seconds to its page, and live updates per second at 32 requests.
 
-    python scripts/measure_app.py [--requests 32] [--browser] [--zerogpu] [--startup-rounds 2] [--json] [-- app.py flags]
+    python scripts/measure_app.py [--requests 32] [--browser] [--zerogpu] [--startup-rounds 2] [--startup-only] [--json] [-- app.py flags]
 
 Start-up: a bare Gradio Blocks app (one textbox) and `python app.py` are started alternately,
 the same way, and each is timed until GET / answers; the medians and their ratio are printed,
@@ -116,7 +116,8 @@ def measure_startup(rounds: int, extra: list[str]) -> dict:
     b, a = statistics.median(bare), statistics.median(app)
     return {"bare_blocks_first_page_s": round(b, 2), "app_first_page_s": round(a, 2),
             "app_over_bare": round(a / b, 2), "app_model_ready_s": round(statistics.median(ready), 2),
-            "startup_rounds": rounds}
+            "startup_rounds": rounds, "bare_rounds_s": [round(x, 2) for x in bare],
+            "app_rounds_s": [round(x, 2) for x in app]}
 
 
 def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
@@ -212,11 +213,15 @@ def main() -> None:
     p.add_argument("--browser", action="store_true", help="also measure the page in chromium")
     p.add_argument("--startup-rounds", type=int, default=2,
                    help="start a bare Blocks app and app.py this many times each, alternating (0: skip)")
+    p.add_argument("--startup-only", action="store_true", help="measure start-up only (no stream afterwards)")
     p.add_argument("--zerogpu", action="store_true",
                    help="run the stream through simulated ZeroGPU (spaces' real wrappers, stubbed scheduler)")
     p.add_argument("app_args", nargs="*", help="extra flags for app.py (after --)")
     args = p.parse_args()
     result = measure_startup(args.startup_rounds, args.app_args) if args.startup_rounds > 0 else {}
+    if args.startup_only:
+        print(json.dumps(result) if args.json else "\n".join(f"{k:>26}: {v}" for k, v in result.items()))
+        return
     port = free_port()
     with tempfile.TemporaryDirectory() as sim_dir:
         env = zerogpu_env(Path(sim_dir)) if args.zerogpu else None

@@ -63,17 +63,19 @@ import sys
 import app
 def launch(demo, args):
     print("torch before launch:", "torch" in sys.modules, flush=True)
+    print("default concurrency:", demo._queue.default_concurrency_limit, flush=True)
     raise SystemExit(0)
 app._launch = launch
 sys.exit(app.main(sys.argv[1:]))
 """
 
 
-def test_nothing_before_the_page_imports_torch():
+def test_nothing_before_the_page_imports_torch_and_events_share_the_engine_unlimited():
     result = subprocess.run([sys.executable, "-c", UP_TO_LAUNCH, *MODEL_ARGS], cwd=ROOT, capture_output=True, text=True,
                             timeout=300, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"})  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "torch before launch: False" in result.stdout
+    assert "default concurrency: None" in result.stdout  # the engine batches; Gradio's default is 1
 
 
 @pytest.fixture

@@ -103,11 +103,11 @@ class RunningArgmax:
         return better
 
 
-def gather_block(shifted: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-    """The BLOCK entries [n, CL, BLOCK] of chunk-local block `block` [n, CL] of `shifted`
-    [n, CL, width]; entries past the chunk's end (a short last block) read -inf."""
+def gather_block(shifted: torch.Tensor, block: torch.Tensor, span: int = BLOCK) -> torch.Tensor:
+    """The first `span` (<= BLOCK) entries [n, CL, span] of chunk-local block `block` [n, CL] of
+    `shifted` [n, CL, width]; entries past the chunk's end (a short last block) read -inf."""
     width = shifted.shape[-1]
-    index = block[..., None] * BLOCK + torch.arange(BLOCK, device=block.device)
+    index = block[..., None] * BLOCK + torch.arange(span, device=block.device)
     values = torch.gather(shifted, -1, index.clamp(max=width - 1))
     return values.masked_fill_(index >= width, float("-inf"))
 
@@ -117,7 +117,7 @@ def chunk_draft(pieces: Pieces, shifted: torch.Tensor, start: int) -> tuple[torc
     candidate): the first block holding the max, then the first entry of it that is the max
     (its shifted value is exactly 0)."""
     value, block = pieces.block_max.max(dim=-1)
-    within = gather_block(shifted, block).argmax(dim=-1)
+    within = gather_block(shifted, block, min(BLOCK, shifted.shape[-1])).argmax(dim=-1)
     return value, start + block * BLOCK + within
 
 
@@ -125,11 +125,12 @@ class BlockRace:
     """The sample, over chunks: the running winner of the block race (its score, its vocab block
     and its shifted values), then the pick inside it."""
 
-    def __init__(self, keys: torch.Tensor, pick_keys: torch.Tensor, canvas_length: int):
+    def __init__(self, keys: torch.Tensor, pick_keys: torch.Tensor, canvas_length: int, vocab_size: int):
         n, device = keys.shape[0], keys.device
         self.keys, self.pick_keys, self.canvas_length = keys, pick_keys, canvas_length
+        self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
         self.best = RunningArgmax((n, canvas_length), device)
-        self.values = torch.full((n, canvas_length, BLOCK), float("-inf"), device=device)
+        self.values = torch.full((n, canvas_length, self.span), float("-inf"), device=device)
 
     def update(self, pieces: Pieces, shifted: torch.Tensor, start: int) -> None:
         """Fold in a chunk (vocab entries start.., start a multiple of BLOCK): every row races,
@@ -137,7 +138,7 @@ class BlockRace:
         noise = keyed_block_gumbel(self.keys, self.canvas_length, start // BLOCK, pieces.block_max.shape[-1])
         score, block = (pieces.block_max + pieces.mass.log() + noise).max(dim=-1)
         better = self.best.update(score, block + start // BLOCK)
-        self.values = torch.where(better[..., None], gather_block(shifted, block), self.values)
+        self.values = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values)
 
     def sample(self) -> torch.Tensor:
         """Token ids [n, CL]: in the winning block, the first entry whose cumulative mass passes
@@ -147,5 +148,5 @@ class BlockRace:
         target = keyed_uniform(self.pick_keys, self.canvas_length)[..., None] * total
         within = torch.searchsorted(cumulative, target, right=True)
         last = torch.searchsorted(cumulative, total.contiguous())  # the last entry with mass: where the sum is reached
-        within = torch.minimum(within, last).clamp_(max=BLOCK - 1).squeeze(-1)
+        within = torch.minimum(within, last).clamp_(max=self.span - 1).squeeze(-1)
         return self.best.index * BLOCK + within

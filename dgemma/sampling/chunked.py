@@ -61,7 +61,7 @@ def chunked_tile(
     stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
     race = None
     if stochastic:
-        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length)
+        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length, vocab_size)
 
     softmax = _OnlineSoftmax(n, canvas_length, embed_weight.shape[1], device)
     best = RunningArgmax((n, canvas_length), device)

@@ -27,7 +27,7 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     sampled = draft.clone()
     stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
     if stochastic:
-        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length)
+        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length, vocab_size)
         race.update(pieces, shifted, 0)
         sampled[stochastic] = race.sample()[stochastic]
     finish_pieces(pieces, shifted)
