@@ -19,6 +19,7 @@ to a common shift (`Pieces.rescale`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +29,7 @@ from dgemma.sampling.keyed import keyed_block_gumbel, keyed_uniform
 BLOCK = 256  # vocab entries per block (the chunked step's narrowest chunk: chunks hold whole blocks)
 
 
-def _per_block(t: torch.Tensor, reduce) -> torch.Tensor:
+def _per_block(t: torch.Tensor, reduce: Callable[..., torch.Tensor]) -> torch.Tensor:
     """reduce(view [..., blocks, BLOCK], dim=-1) over full blocks, with the short last block's own."""
     width = t.shape[-1]
     full = width - width % BLOCK
@@ -55,7 +56,7 @@ class Pieces:
 
     block_max: torch.Tensor  # [n, CL, blocks] m_b (-inf for a block of -inf)
     mass: torch.Tensor  # [n, CL, blocks] S_b = sum exp(x - m_b)
-    weighted: torch.Tensor  # [n, CL, blocks] sum exp(x - m_b) (x - m_b)
+    weighted: torch.Tensor | None  # [n, CL, blocks] sum exp(x - m_b) (x - m_b) (finish_pieces)
     exp: torch.Tensor  # [n, CL, width] exp(x - m_b), then (rescale) exp(x - shift)
 
     def rescale(self, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

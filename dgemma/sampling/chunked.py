@@ -14,7 +14,7 @@ import functools
 import torch
 
 from dgemma.memory import plan_tiles
-from dgemma.sampling.blocks import BLOCK, BlockRace, RunningArgmax, chunk_draft, finish_pieces, softmax_pieces
+from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.keyed import GUMBEL, PICK, RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, settle
@@ -33,7 +33,7 @@ class _OnlineSoftmax:
         self.t = torch.zeros(n, canvas_length, device=device)
         self.acc = torch.zeros(n, canvas_length, hidden, device=device)
 
-    def update(self, pieces, chunk_max: torch.Tensor, embed: torch.Tensor) -> None:
+    def update(self, pieces: Pieces, chunk_max: torch.Tensor, embed: torch.Tensor) -> None:
         """Fold in a chunk's block pieces (their exponentials are rescaled in place)."""
         m_new = torch.maximum(self.m, chunk_max)
         alpha = torch.exp(self.m - m_new)  # 0 on the first chunk (m = -inf)
