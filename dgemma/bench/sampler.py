@@ -1,7 +1,7 @@
 """`python -m dgemma.bench sampler`: the sampler's transient memory and time, untiled vs tiled.
 
-For each num_decode it runs one denoising step twice on the same logits and the same seeded
-requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
+For each num_decode it runs one denoising step twice on the same decoder hidden states (each
+step applies the LM head itself, as in the engine) and the same seeded requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
 memory budget. It prints the measured peak transient, copies per request, the tile plan, the
 time ratio tiled/untiled, and whether tiling changed any token (it must not).
 
