@@ -45,6 +45,10 @@ class Case:
     repeats: int
     greedy: bool
     chunk_size: int | None = None
+    clock: str = "wall"  # wall: perf_counter; cpu: this process's CPU seconds (all its threads)
+
+    def now(self) -> float:
+        return time.process_time() if self.clock == "cpu" else time.perf_counter()
 
 
 class _UnboundedTracking(MemoryDevice):
@@ -118,7 +122,7 @@ class _Config:
         slots = list(range(case.num_decode))
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
-        t0 = time.perf_counter()
+        t0 = case.now()
         if sampler.lm_head is not None:
             out = sampler.step(None, slots, hidden=inputs["hidden"])
         else:
@@ -127,7 +131,7 @@ class _Config:
             out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append(case.now() - t0)
         self.plan = out.plan
         self.state = None
         if not case.meta:  # what "identical" compares: the tokens and the acceptance masks
@@ -188,12 +192,12 @@ class _Floor:
         self.times: list[float] = []
 
     def run_once(self) -> None:
-        t0 = time.perf_counter()
+        t0 = self.case.now()
         probs = self.head.project(self.inputs["hidden"]).softmax(dim=-1)
         torch.matmul(probs.to(self.inputs["embed"].dtype), self.inputs["embed"])
         if self.case.device.type == "cuda":
             torch.cuda.synchronize(self.case.device)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append(self.case.now() - t0)
 
 
 def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[dict]:
@@ -280,6 +284,8 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed seconds; cpu: the process's CPU seconds, all threads (steadier on shared cores)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per (num_decode, mode)")
     return p
 
@@ -301,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     rows = []
     for n in args.num_decode:
-        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size)
+        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size,
+                    args.clock)
         _check_fits_in_ram(case)
         for row in run_case(case, args.impl, args.baseline):
             rows.append(row)
@@ -309,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(row), flush=True)
     if not args.json:
         budget = "free memory" if args.budget is None else format_bytes(args.budget)
-        print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}")
+        clock = "" if args.clock == "wall" else ", CPU seconds"
+        print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}{clock}")
         print(_table(rows))
         floors = sorted({(r["num_decode"], r["floor_seconds"]) for r in rows if r["floor_seconds"] is not None})
         for n, seconds in floors:
