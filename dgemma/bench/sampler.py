@@ -284,6 +284,7 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
+    p.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall: elapsed seconds; cpu: the process's CPU seconds, all threads (steadier on shared cores)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per (num_decode, mode)")
@@ -304,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_STEPS)}")
     if args.chunk_size is not None and args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1, got {args.chunk_size}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     rows = []
     for n in args.num_decode:
