@@ -128,10 +128,7 @@ class BlockRace:
 
     def __init__(self, keys: torch.Tensor, pick_keys: torch.Tensor, canvas_length: int, vocab_size: int):
         n, device = keys.shape[0], keys.device
-        self.pick_keys, self.canvas_length = pick_keys, canvas_length
-        # Every block's noise at once: a few tensor ops instead of a few per chunk (CL x vocab /
-        # BLOCK floats per request: 1/BLOCK of a copy)
-        self.noise = keyed_block_gumbel(keys, canvas_length, 0, -(-vocab_size // BLOCK))
+        self.keys, self.pick_keys, self.canvas_length = keys, pick_keys, canvas_length
         self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
         self.best = RunningArgmax((n, canvas_length), device)
         self.values = torch.full((n, canvas_length, self.span), float("-inf"), device=device)
@@ -139,8 +136,8 @@ class BlockRace:
     def update(self, pieces: Pieces, shifted: torch.Tensor, start: int) -> None:
         """Fold in a chunk (vocab entries start.., start a multiple of BLOCK): every row races,
         greedy ones too (per-block figures only: cheaper than taking the rows apart)."""
-        first = start // BLOCK
-        noise = self.noise[..., first : first + pieces.block_max.shape[-1]]
+        first = start // BLOCK  # each chunk draws its own blocks' noise: the step's memory stays the chunk's
+        noise = keyed_block_gumbel(self.keys, self.canvas_length, first, pieces.block_max.shape[-1])
         score, block = (pieces.block_max + pieces.mass.log() + noise).max(dim=-1)
         better = self.best.update(score, block + first)
         self.values = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values)
