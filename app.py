@@ -146,8 +146,10 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
 
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
     backend = LoadingBackend(limits, args.max_num_seqs, args.memory_budget, args.model)
+    # The queue's default concurrency (none: the engine batches), read by the queue every Blocks
+    # starts with: a demo.queue(...) call would rebuild the whole server app once more (~0.3 s).
+    os.environ["GRADIO_DEFAULT_CONCURRENCY_LIMIT"] = "none"
     demo = build_demo(backend)
-    demo.queue(default_concurrency_limit=None)
     port = _launch(demo, args)
     print(f"{PAGE_LINE} http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
 
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _log_to_stderr()
     started = time.monotonic()
-    from dgemma.model.loading import ModelLoadError, resolve_source
+    from dgemma.model.source import ModelLoadError, resolve_source  # torch-free: the page comes first
 
     try:  # a missing checkpoint is one line now, before any server starts
         resolve_source(args.model)

@@ -1,10 +1,11 @@
 """Measure the app as a user meets it: seconds to its page, and live updates per second at 32 requests.
 
-    python scripts/measure_app.py [--requests 32] [--browser] [--zerogpu] [--startup-rounds 2] [--json] [-- app.py flags]
+    python scripts/measure_app.py [--requests 32] [--browser] [--zerogpu] [--startup-rounds 2] [--startup-only] [--json] [-- app.py flags]
 
 Start-up: a bare Gradio Blocks app (one textbox) and `python app.py` are started alternately,
 the same way, and each is timed until GET / answers; the medians and their ratio are printed,
-with the seconds until app.py's model is ready (the page is served before it loads).
+with the seconds until app.py's model is ready (the page is served before it loads), and the
+CPU seconds each server had used by its first page (their ratio is steadier on shared cores).
 Then app.py (with --zerogpu: under simulated ZeroGPU, tests/zerogpu_sim) is started once more.
 Then drives the Generate tab's own streaming endpoint (the one the Run button calls) with N
 concurrent requests through gradio_client, counts the frames the page would receive per second,
@@ -60,21 +61,34 @@ def zerogpu_env(sim_dir: Path) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join([str(SIM), os.environ.get("PYTHONPATH", "")])}
 
 
-def _first_page(port: int, proc: subprocess.Popen, t0: float) -> float:
-    """Seconds from start until GET / answers 200, polled every 50 ms."""
+def _cpu_seconds(proc: subprocess.Popen) -> float:
+    """CPU seconds (user + system, all threads) the process has used so far."""
+    import psutil
+
+    times = psutil.Process(proc.pid).cpu_times()
+    return times.user + times.system
+
+
+def _first_page(port: int, proc: subprocess.Popen, t0: float, cpu: list[float] | None = None) -> float:
+    """Seconds from start until GET / answers 200, polled every 50 ms; appends the server's CPU
+    seconds by then to `cpu` (steadier than wall time when other jobs share the cores)."""
     while True:
         if proc.poll() is not None:
             raise SystemExit(f"the server exited with {proc.returncode} before serving its page")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
                 if r.status == 200:
-                    return time.monotonic() - t0
+                    elapsed = time.monotonic() - t0
+                    if cpu is not None:
+                        cpu.append(_cpu_seconds(proc))
+                    return elapsed
         except OSError:
             pass
         time.sleep(0.05)
 
 
-def start_app(port: int, extra: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, float, float]:
+def start_app(port: int, extra: list[str], env: dict[str, str] | None = None,
+              cpu: list[float] | None = None) -> tuple[subprocess.Popen, float, float]:
     """(process, seconds until GET / answers, seconds until the model is ready)."""
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
     t0 = time.monotonic()
@@ -83,7 +97,7 @@ def start_app(port: int, extra: list[str], env: dict[str, str] | None = None) ->
     lines: list[str] = []
     reader = threading.Thread(target=lambda: [lines.append(line) for line in proc.stdout], daemon=True)
     reader.start()  # keeps the pipe drained
-    first_page = _first_page(port, proc, t0)
+    first_page = _first_page(port, proc, t0, cpu)
     while not any("dgemma app ready" in line for line in lines):
         if proc.poll() is not None:
             raise SystemExit(f"app.py exited with {proc.returncode} before it was ready:\n{''.join(lines)}")
@@ -91,13 +105,13 @@ def start_app(port: int, extra: list[str], env: dict[str, str] | None = None) ->
     return proc, first_page, time.monotonic() - t0
 
 
-def bare_first_page(port: int) -> float:
+def bare_first_page(port: int, cpu: list[float] | None = None) -> float:
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", BARE_BLOCKS, str(port)], cwd=ROOT,
                             env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return _first_page(port, proc, t0)
+        return _first_page(port, proc, t0, cpu)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -105,18 +119,21 @@ def bare_first_page(port: int) -> float:
 
 def measure_startup(rounds: int, extra: list[str]) -> dict:
     """GET / of `python app.py` against a bare Blocks app, alternating, `rounds` each; medians."""
-    bare, app, ready = [], [], []
+    bare, app, ready, bare_cpu, app_cpu = [], [], [], [], []
     for _ in range(rounds):
-        bare.append(bare_first_page(free_port()))
-        proc, first_page, model_ready = start_app(free_port(), extra)
+        bare.append(bare_first_page(free_port(), bare_cpu))
+        proc, first_page, model_ready = start_app(free_port(), extra, cpu=app_cpu)
         proc.terminate()
         proc.wait(timeout=20)
         app.append(first_page)
         ready.append(model_ready)
     b, a = statistics.median(bare), statistics.median(app)
+    bc, ac = statistics.median(bare_cpu), statistics.median(app_cpu)
     return {"bare_blocks_first_page_s": round(b, 2), "app_first_page_s": round(a, 2),
             "app_over_bare": round(a / b, 2), "app_model_ready_s": round(statistics.median(ready), 2),
-            "startup_rounds": rounds}
+            "startup_rounds": rounds, "bare_rounds_s": [round(x, 2) for x in bare],
+            "app_rounds_s": [round(x, 2) for x in app], "bare_first_page_cpu_s": round(bc, 2),
+            "app_first_page_cpu_s": round(ac, 2), "app_over_bare_cpu": round(ac / bc, 2)}
 
 
 def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
@@ -212,11 +229,15 @@ def main() -> None:
     p.add_argument("--browser", action="store_true", help="also measure the page in chromium")
     p.add_argument("--startup-rounds", type=int, default=2,
                    help="start a bare Blocks app and app.py this many times each, alternating (0: skip)")
+    p.add_argument("--startup-only", action="store_true", help="measure start-up only (no stream afterwards)")
     p.add_argument("--zerogpu", action="store_true",
                    help="run the stream through simulated ZeroGPU (spaces' real wrappers, stubbed scheduler)")
     p.add_argument("app_args", nargs="*", help="extra flags for app.py (after --)")
     args = p.parse_args()
     result = measure_startup(args.startup_rounds, args.app_args) if args.startup_rounds > 0 else {}
+    if args.startup_only:
+        print(json.dumps(result) if args.json else "\n".join(f"{k:>26}: {v}" for k, v in result.items()))
+        return
     port = free_port()
     with tempfile.TemporaryDirectory() as sim_dir:
         env = zerogpu_env(Path(sim_dir)) if args.zerogpu else None

@@ -43,8 +43,8 @@ def run(impl: str, logits_seq, params, slots, vocab, tiling="off", chunk_size=No
 @given(
     n=st.integers(1, 5),
     canvas_length=st.integers(1, 6),
-    vocab=st.integers(2, 300),
-    chunk_size=st.integers(1, 300),
+    vocab=st.integers(2, 1300),
+    chunk_size=st.integers(1, 1300),
     tile=st.integers(1, 5),
     seed=st.integers(0, 2**31),
     greedy=st.booleans(),

@@ -147,7 +147,7 @@ def test_canvas_converges_at_max_steps_even_when_never_confident():
     assert int(sampler.phase[0]) == COMMITTING
 
 
-def test_gumbel_max_samples_from_the_tempered_distribution():
+def test_stochastic_sampling_follows_the_tempered_distribution():
     CL, V = 4000, 4
     sampler = make_sampler(1, CL, V)
     sampler.start_canvas(0, SamplingParams(t_min=1.0, t_max=1.0, entropy_bound=1e9, seed=3), 0)
@@ -340,23 +340,36 @@ def test_bad_tiling_is_rejected(value):
 
 
 @settings(max_examples=25, deadline=None)
-@given(start=st.integers(0, 3 * 8192 + 4), width=st.integers(1, 9000), keys=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=3))
-def test_gumbel_noise_of_a_vocab_slice_equals_that_slice_of_the_whole_draw(start, width, keys):
-    from dgemma.sampling.keyed import NOISE_BLOCK, gumbel_perturbed
+@given(first=st.integers(0, 5000), count=st.integers(1, 300), keys=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=3))
+def test_block_noise_of_a_range_of_blocks_equals_that_slice_of_the_whole_draw(first, count, keys):
+    from dgemma.sampling.keyed import keyed_block_gumbel
 
-    vocab = 3 * NOISE_BLOCK + 5  # blocks, and a short last one
-    stop = min(vocab, start + width)
-    start = min(start, stop - 1)
-    scores = torch.randn(len(keys), 2, vocab, generator=torch.Generator().manual_seed(start))
-    whole = gumbel_perturbed(scores, keys, vocab, 0)
-    assert torch.equal(gumbel_perturbed(scores[:, :, start:stop], keys, vocab, start), whole[:, :, start:stop])
+    keys = torch.tensor(keys)
+    whole = keyed_block_gumbel(keys, 3, 0, first + count)
+    assert torch.equal(keyed_block_gumbel(keys, 3, first, count), whole[..., first:])
 
 
-def test_gumbel_noise_is_standard_gumbel_and_keyed():
-    from dgemma.sampling.keyed import gumbel_perturbed
+def test_block_noise_is_standard_gumbel_and_keyed():
+    from dgemma.sampling.keyed import keyed_block_gumbel
 
-    noise = gumbel_perturbed(torch.zeros(2, 64, 20_000), [1, 2], 20_000, 0)
+    noise = keyed_block_gumbel(torch.tensor([1, 2]), 64, 0, 20_000)
     assert abs(float(noise.mean()) - 0.5772) < 0.01  # Euler-Mascheroni
     assert abs(float(noise.std()) - torch.pi / 6**0.5) < 0.01
     assert not torch.equal(noise[0], noise[1])
-    assert torch.equal(noise, gumbel_perturbed(torch.zeros(2, 64, 20_000), [1, 2], 20_000, 0))
+    assert not torch.equal(noise[0, 0], noise[0, 1])
+    assert torch.equal(noise, keyed_block_gumbel(torch.tensor([1, 2]), 64, 0, 20_000))
+
+
+def test_the_block_race_samples_the_softmax_across_blocks():
+    from dgemma.sampling.blocks import BLOCK
+
+    CL, V = 4000, 3 * BLOCK + 40  # three full blocks and a short one
+    sampler = make_sampler(1, CL, V)
+    sampler.start_canvas(0, SamplingParams(t_min=1.0, t_max=1.0, entropy_bound=1e9, seed=5), 0)
+    row = torch.full((V,), -30.0)
+    likely = torch.tensor([3, BLOCK + 7, BLOCK + 8, 3 * BLOCK + 39])  # in three blocks, the last in the short one
+    row[likely] = torch.tensor([1.0, 0.0, 1.5, 0.5])
+    out = sampler.step(row.expand(1, CL, V).clone(), [0])
+    counts = torch.bincount(out.next_canvas[0], minlength=V)
+    assert int(counts[likely].sum()) == CL  # the rest have mass e^-31 each
+    torch.testing.assert_close(counts[likely].float() / CL, row.softmax(-1)[likely], atol=0.025, rtol=0)

@@ -2,7 +2,8 @@
 
 - the page answers at once, with Run disabled and "Loading model … (n s)" in the status line;
 - until the model is ready the API answers "the model is still loading" as one sentence; then it serves;
-- a checkpoint that fails to load is one sentence on the page's API and on stderr, and the exit is non-zero.
+- a checkpoint that fails to load is one sentence on the page's API and on stderr, and the exit is non-zero;
+- nothing before the page imports torch (it takes seconds: the model's thread imports it after).
 """
 
 from __future__ import annotations
@@ -54,6 +55,27 @@ def test_the_page_comes_before_the_model(tmp_path):
         assert client.predict(["add 12+34"], {"seed": 1}, api_name="/generate")["outputs"][0]["text"]
     finally:
         server.stop()
+
+
+# app.main's own path up to the server's launch, which reports whether torch was imported by then.
+UP_TO_LAUNCH = """
+import sys
+import app
+def launch(demo, args):
+    print("torch before launch:", "torch" in sys.modules, flush=True)
+    print("default concurrency:", demo._queue.default_concurrency_limit, flush=True)
+    raise SystemExit(0)
+app._launch = launch
+sys.exit(app.main(sys.argv[1:]))
+"""
+
+
+def test_nothing_before_the_page_imports_torch_and_events_share_the_engine_unlimited():
+    result = subprocess.run([sys.executable, "-c", UP_TO_LAUNCH, *MODEL_ARGS], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "torch before launch: False" in result.stdout
+    assert "default concurrency: None" in result.stdout  # the engine batches; Gradio's default is 1
 
 
 @pytest.fixture

@@ -1,14 +1,15 @@
 """`python -m dgemma.bench sampler`: the sampler's transient memory and time, untiled vs tiled.
 
-For each num_decode it runs one denoising step twice on the same logits and the same seeded
-requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
+For each num_decode it runs one denoising step twice on the same decoder hidden states (each
+step applies the LM head itself, as in the engine) and the same seeded requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
 memory budget. It prints the measured peak transient, copies per request, the tile plan, the
 time ratio tiled/untiled, and whether tiling changed any token (it must not).
 
 --baseline seed adds the seed's eager step (one global-RNG Gumbel draw, all seven copies:
 dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_vs_seed` for each
 of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
-pays) plus one softmax and the self-conditioning matmul, the least any step can do.
+pays) plus one softmax and the self-conditioning matmul, the least any step can do, timed in the
+same interleaved rounds, and `time_ratio_vs_floor`.
 
 --meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
 of transient) cost no memory, and the tracker still counts every byte the step allocates.
@@ -44,6 +45,10 @@ class Case:
     repeats: int
     greedy: bool
     chunk_size: int | None = None
+    clock: str = "wall"  # wall: perf_counter; cpu: this process's CPU seconds (all its threads)
+
+    def now(self) -> float:
+        return time.process_time() if self.clock == "cpu" else time.perf_counter()
 
 
 class _UnboundedTracking(MemoryDevice):
@@ -72,12 +77,13 @@ def _budget_memory(case: Case) -> MemoryDevice:
 
 
 def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
-    # The chunked sampler takes hidden states and projects them itself (its transient counts the
-    # projection's output); the reference takes the logits as input (they do not count).
+    # Our steps take the decoder's hidden states and project them per tile (or per vocab chunk),
+    # as the engine hands them (dgemma/engine/phases.py): their transient counts the projection's
+    # output. The seed's step takes the logits as input (they do not count).
     if impl == "seed":
         return TiledSampler(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
                             memory=memory, tiling="off", tile_fn=seed_tile, impl="seed")  # fmt: skip
-    head = LMHead(embed, SOFTCAP) if impl == "chunked" else None
+    head = LMHead(embed, SOFTCAP)
     return build_sampler(
         impl, case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
         memory=memory, tiling=tiling, lm_head=head, chunk_size=case.chunk_size,
@@ -112,19 +118,20 @@ class _Config:
         case, inputs = self.case, self.inputs
         sampler = self._sampler()  # (CUDA: sets this mode's memory cap)
         _start(sampler, case)
+        sampler.calibration()  # measured once per sampler (on meta tensors): not part of a step
         slots = list(range(case.num_decode))
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
-        t0 = time.perf_counter()
+        t0 = case.now()
         if sampler.lm_head is not None:
             out = sampler.step(None, slots, hidden=inputs["hidden"])
         else:
-            # The reference is handed logits (its input: not counted as its transient), but they
-            # come from the model's LM head, so the projection is timed with it: same work as chunked.
+            # The seed's step is handed logits (its input: not counted as its transient), but they
+            # come from the model's LM head, so the projection is timed with it: the same work as ours.
             out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append(case.now() - t0)
         self.plan = out.plan
         self.state = None
         if not case.meta:  # what "identical" compares: the tokens and the acceptance masks
@@ -185,12 +192,12 @@ class _Floor:
         self.times: list[float] = []
 
     def run_once(self) -> None:
-        t0 = time.perf_counter()
+        t0 = self.case.now()
         probs = self.head.project(self.inputs["hidden"]).softmax(dim=-1)
         torch.matmul(probs.to(self.inputs["embed"].dtype), self.inputs["embed"])
         if self.case.device.type == "cuda":
             torch.cuda.synchronize(self.case.device)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append(self.case.now() - t0)
 
 
 def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[dict]:
@@ -224,9 +231,12 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
         if seed_rows and seed_rows[0]["seconds"] and row["seconds"]:
             row["time_ratio_vs_seed"] = round(row["seconds"] / seed_rows[0]["seconds"], 3)
     rows = seed_rows + rows
+    floor_seconds = statistics.median(floor.times) if floor.times else None
     for row in rows:
         row.pop("_state")
-        row["floor_seconds"] = statistics.median(floor.times) if floor.times else None
+        row["floor_seconds"] = floor_seconds
+        if floor_seconds and row["seconds"]:
+            row["time_ratio_vs_floor"] = round(row["seconds"] / floor_seconds, 3)
     return rows
 
 
@@ -247,7 +257,7 @@ def _table(rows: list[dict]) -> str:
         return "-" if value is None else format(value, spec) if spec else str(value)
 
     head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
-            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6}")  # fmt: skip
+            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
@@ -255,7 +265,7 @@ def _table(rows: list[dict]) -> str:
             f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
             f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r['identical_to_untiled'], ''):>8} "
             f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
-            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6}"
+            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6}"
         )
     return "\n".join(lines)
 
@@ -274,6 +284,9 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
+    p.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed seconds; cpu: the process's CPU seconds, all threads (steadier on shared cores)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per (num_decode, mode)")
     return p
 
@@ -292,10 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_STEPS)}")
     if args.chunk_size is not None and args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1, got {args.chunk_size}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     rows = []
     for n in args.num_decode:
-        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size)
+        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size,
+                    args.clock)
         _check_fits_in_ram(case)
         for row in run_case(case, args.impl, args.baseline):
             rows.append(row)
@@ -303,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(row), flush=True)
     if not args.json:
         budget = "free memory" if args.budget is None else format_bytes(args.budget)
-        print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}")
+        clock = "" if args.clock == "wall" else ", CPU seconds"
+        print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}{clock}")
         print(_table(rows))
         floors = sorted({(r["num_decode"], r["floor_seconds"]) for r in rows if r["floor_seconds"] is not None})
         for n, seconds in floors:

@@ -1,7 +1,8 @@
 """The sampler: one denoising step over many requests' canvases, tiled against free memory.
 
 params (what a request asks, how a run is laid out), keyed (keyed randomness), primitives (the
-step's shared pieces), reference / chunked (the step implementations, by name in steps), seed
+step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
+reference / chunked (the step implementations, by name in steps), seed
 (the seed's step, a baseline), calibration (memory on meta tensors), tiled (the slot state and
 the tiling loop).
 """

@@ -1,10 +1,10 @@
 """The vocab-chunked step: the reference step's outputs, streaming the vocabulary in chunks.
 
 docs/design.md (chunking): the softmax statistics, the entropy, the soft embedding, the draft
-and the Gumbel-max sample are accumulated chunk by chunk with online-softmax rescaling, and the
-LM head (with its softcap) is applied per chunk, so no [n, CL, vocab] tensor exists. A chunk
-narrower than a noise block (keyed.NOISE_BLOCK) draws the whole block and keeps its slice: more
-random numbers, no more memory; the default chunk is one block.
+and the block race's winner are accumulated chunk by chunk with online-softmax rescaling, and
+the LM head (with its softcap) is applied per chunk, so no [n, CL, vocab] tensor exists. Chunks
+hold whole vocab blocks (sampling/blocks.py), so every block's figures are the reference's, bit
+for bit; a chunk size is rounded down to a multiple of `BLOCK` (at least one block).
 """
 
 from __future__ import annotations
@@ -14,28 +14,13 @@ import functools
 import torch
 
 from dgemma.memory import plan_tiles
+from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
-from dgemma.sampling.keyed import GUMBEL, NOISE_BLOCK, RENOISE, gumbel_perturbed, keyed_tokens, row_keys
+from dgemma.sampling.keyed import GUMBEL, PICK, RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, settle
 
-MAX_CHUNK = 4 * NOISE_BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
-MIN_CHUNK = 256
-
-
-class _RunningArgmax:
-    """Max and first index of the max over chunks: a later chunk wins only when strictly greater."""
-
-    def __init__(self, shape: tuple[int, ...], device: torch.device):
-        self.value = torch.full(shape, float("-inf"), device=device)
-        self.index = torch.zeros(shape, dtype=torch.long, device=device)
-
-    def update(self, chunk: torch.Tensor, start: int) -> torch.Tensor:
-        """Fold in `chunk` [..., width] (vocab entries start..); returns the chunk's own max."""
-        chunk_max, chunk_idx = chunk.max(dim=-1)
-        better = chunk_max > self.value
-        self.value = torch.where(better, chunk_max, self.value)
-        self.index = torch.where(better, chunk_idx + start, self.index)
-        return chunk_max
+MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
+MIN_CHUNK = BLOCK
 
 
 class _OnlineSoftmax:
@@ -48,18 +33,15 @@ class _OnlineSoftmax:
         self.t = torch.zeros(n, canvas_length, device=device)
         self.acc = torch.zeros(n, canvas_length, hidden, device=device)
 
-    def update(self, scaled: torch.Tensor, chunk_max: torch.Tensor, embed: torch.Tensor) -> None:
-        """Fold in a chunk of tempered logits (overwritten: they become x - m_new)."""
+    def update(self, pieces: Pieces, chunk_max: torch.Tensor, embed: torch.Tensor) -> None:
+        """Fold in a chunk's block pieces (their exponentials are rescaled in place)."""
         m_new = torch.maximum(self.m, chunk_max)
         alpha = torch.exp(self.m - m_new)  # 0 on the first chunk (m = -inf)
         shift = torch.nan_to_num(self.m - m_new, neginf=0.0)  # m_old - m_new; 0 where nothing yet
-        shifted = scaled.sub_(m_new[..., None])
-        e = torch.exp(shifted)
-        width = e.shape[-1]
-        weighted = torch.matmul(e.view(-1, 1, width), shifted.view(-1, width, 1)).view(self.t.shape)  # sum e (x - m)
-        self.t = alpha * (self.t + shift * self.s) + weighted
-        self.s = alpha * self.s + e.sum(dim=-1)
-        self.acc = self.acc * alpha[..., None] + torch.matmul(e.to(embed.dtype), embed).float()
+        s, t = pieces.rescale(m_new)
+        self.t = alpha * (self.t + shift * self.s) + t
+        self.s = alpha * self.s + s
+        self.acc = self.acc * alpha[..., None] + torch.matmul(pieces.exp.to(embed.dtype), embed).float()
         self.m = m_new
 
 
@@ -70,36 +52,37 @@ def chunked_tile(
     normalizer: float,
     chunk_size: int = MAX_CHUNK,
 ) -> TileResult:
-    """One denoising step over a tile, streaming the vocabulary in chunks of `chunk_size`."""
+    """One denoising step over a tile, streaming the vocabulary in chunks of `chunk_size`
+    (rounded down to whole blocks)."""
     n, canvas_length = inputs.history.shape[0], inputs.history.shape[-1]
     vocab_size = scores.vocab_size
     device = inputs.temperature.device
-    temp = inputs.temperature[:, None, None]
+    width = max(BLOCK, chunk_size - chunk_size % BLOCK)
     stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
-    noise_keys = [inputs.rows[i].key(GUMBEL) for i in stochastic]
-    rows = None if len(stochastic) == n else torch.tensor(stochastic, dtype=torch.long, device=device)
+    race = None
+    if stochastic:
+        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length, vocab_size)
 
     softmax = _OnlineSoftmax(n, canvas_length, embed_weight.shape[1], device)
-    best = _RunningArgmax((n, canvas_length), device)
-    noisy_best = _RunningArgmax((len(stochastic), canvas_length), device)
-    for start in range(0, vocab_size, chunk_size):
-        stop = min(start + chunk_size, vocab_size)
-        logits, owned = scores.chunk(start, stop)
-        scaled = logits.div_(temp) if owned else logits / temp
-        chunk_max = best.update(scaled, start)
-        if stochastic:  # Gumbel-max on the same keyed noise the reference draws, sliced to this chunk
-            noisy = gumbel_perturbed(scaled if rows is None else scaled[rows], noise_keys, vocab_size, start)
-            noisy_best.update(noisy, start)
-            del noisy
-        softmax.update(scaled, chunk_max, embed_weight[start:stop])
-        del scaled
+    best = RunningArgmax((n, canvas_length), device)
+    for start in range(0, vocab_size, width):
+        stop = min(start + width, vocab_size)
+        pieces, shifted = softmax_pieces(scores.tempered(inputs.temperature, start, stop))
+        chunk_max, chunk_argmax = chunk_draft(pieces, shifted, start)
+        best.update(chunk_max, chunk_argmax)
+        if race is not None:
+            race.update(pieces, shifted, start)
+        finish_pieces(pieces, shifted)
+        del shifted
+        softmax.update(pieces, chunk_max, embed_weight[start:stop])
+        del pieces
 
     log_s = torch.log(softmax.s)
     entropy = log_s - softmax.t / softmax.s
     draft = best.index
     sampled = draft.clone()
-    if stochastic:
-        sampled[stochastic] = noisy_best.index
+    if race is not None:
+        sampled[stochastic] = race.sample()[stochastic]
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
     next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
 

@@ -2,13 +2,10 @@
 purpose, position, token), never of a shared stream, so tiling, batch-mates and vocab chunks
 change no token (docs/design.md, keyed randomness).
 
-Two generators, each the cheapest for its size:
-- small draws ([n, CL]: a canvas's initial tokens, re-noised tokens) hash a counter with
-  splitmix64/murmur3 finalisers in int64 tensor ops;
-- the Gumbel noise over [n, CL, vocab] comes in noise blocks of `NOISE_BLOCK` vocab entries, one
-  torch generator stream per (request key, block): mt19937 on a CPU, Philox on CUDA, one bulk
-  draw per block. A vocab slice that cuts a block draws the whole block and keeps its slice.
-  (mt19937 takes only the low 32 bits of a seed: two blocks share noise with probability 2^-32.)
+One generator: a counter (position, and for the sample's block race the vocab block) hashed with
+the splitmix64/murmur3 finalisers in int64 tensor ops, on any device. No draw is as wide as the
+vocabulary: a sampled token costs one Gumbel number per `sampling.blocks.BLOCK` vocab entries
+and one uniform (docs/design.md, keyed randomness), so the noise is small enough to hash.
 """
 
 from __future__ import annotations
@@ -19,9 +16,8 @@ from dataclasses import dataclass
 import torch
 
 # Purposes of keyed random numbers: a request draws each of these once per (canvas, step).
-INIT, GUMBEL, RENOISE = 1, 2, 3
-
-NOISE_BLOCK = 8192  # vocab entries per noise stream (= the chunked step's widest chunk)
+# GUMBEL: the block race's noise; PICK: the uniform that picks the token inside the winning block.
+INIT, GUMBEL, RENOISE, PICK = 1, 2, 3, 4
 
 _U64 = 1 << 64
 
@@ -88,33 +84,31 @@ def _fmix64(z: torch.Tensor) -> torch.Tensor:
     return z
 
 
+def _counters(keys: torch.Tensor, canvas_length: int) -> torch.Tensor:
+    """[n, CL] int64: a distinct 64-bit counter per (key, position), before mixing."""
+    positions = torch.arange(canvas_length, device=keys.device) * _GOLDEN
+    return (keys + _GOLDEN).view(-1, 1) + positions.view(1, -1)
+
+
 def keyed_tokens(keys: torch.Tensor, canvas_length: int, vocab_size: int) -> torch.Tensor:
     """Uniform random token ids [n, CL] (uniform up to a bias of vocab / 2^63)."""
-    positions = torch.arange(canvas_length, device=keys.device) * _GOLDEN
-    z = (keys + _GOLDEN).view(-1, 1) + positions.view(1, -1)
-    return _shift_right(_fmix64(z), 1) % vocab_size
+    return _shift_right(_fmix64(_counters(keys, canvas_length)), 1) % vocab_size
 
 
-def gumbel_perturbed(scores: torch.Tensor, keys: Sequence[int], vocab_size: int, start: int) -> torch.Tensor:
-    """scores [len(keys), CL, width] (vocab entries start..) plus keyed Gumbel(0, 1) noise, new tensor.
+def _unit(z: torch.Tensor) -> torch.Tensor:
+    """The top 24 bits of mixed int64 `z` as float32 uniforms in [0, 1) (exact: 24-bit integers)."""
+    return _shift_right(_fmix64(z), 40).float().mul_(2.0**-24)
 
-    Noise entry (i, p, v) depends only on (keys[i], p, v): block b = v // NOISE_BLOCK is one
-    generator stream seeded from (keys[i], b), drawn in [CL, block width] order, so any vocab slice
-    gets the same slice of the whole draw. Gumbel = -log(-log u) with u in [0, 1) (u = 0 gives
-    -inf: never wins); added as scores - log(-log u), which saves a pass and is exact.
-    """
-    canvas_length, stop = scores.shape[1], start + scores.shape[2]
-    noise = torch.empty_like(scores)
-    if scores.device.type != "meta":  # meta: shapes only (calibration), nothing to draw
-        gen = torch.Generator(device=scores.device)  # per call: no state shared across threads
-        for i, key in enumerate(keys):
-            for block in range(start // NOISE_BLOCK, -(-stop // NOISE_BLOCK)):
-                lo, hi = block * NOISE_BLOCK, min((block + 1) * NOISE_BLOCK, vocab_size)
-                a, b = max(lo, start), min(hi, stop)
-                gen.manual_seed(_mix64(key ^ block))
-                if (a, b) == (lo, hi):
-                    noise[i, :, a - start : b - start].uniform_(generator=gen)
-                else:  # the slice cuts this block: draw all of it, keep the slice
-                    whole = torch.empty(canvas_length, hi - lo, device=scores.device).uniform_(generator=gen)
-                    noise[i, :, a - start : b - start] = whole[:, a - lo : b - lo]
-    return torch.sub(scores, noise.log_().neg_().log_(), out=noise)
+
+def keyed_uniform(keys: torch.Tensor, canvas_length: int) -> torch.Tensor:
+    """Uniform floats [n, CL] in [0, 1), one per (key, position)."""
+    return _unit(_counters(keys, canvas_length))
+
+
+def keyed_block_gumbel(keys: torch.Tensor, canvas_length: int, first_block: int, num_blocks: int) -> torch.Tensor:
+    """Standard Gumbel noise [n, CL, num_blocks] for vocab blocks first_block..: entry (i, p, b)
+    depends only on (keys[i], p, first_block + b), so any range of blocks gets the same slice of
+    the whole draw. Gumbel = -log(-log u) with u in [0, 1): u = 0 gives -inf (never wins)."""
+    blocks = torch.arange(first_block, first_block + num_blocks, device=keys.device) * _signed(_GOLDEN << 20)
+    z = _counters(keys, canvas_length)[..., None] + blocks
+    return _unit(z).log_().neg_().log_().neg_()

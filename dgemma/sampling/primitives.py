@@ -20,13 +20,19 @@ class LMHead:
     weight: torch.Tensor  # [vocab, hidden]
     softcap: float | None = None
 
-    def project(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """fp32 logits of vocab entries [start, stop) for hidden states [..., hidden]."""
+    def project(
+        self, hidden: torch.Tensor, start: int = 0, stop: int | None = None, temperature: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """fp32 logits of vocab entries [start, stop) for hidden states [..., hidden]; with a
+        `temperature` [n] (hidden [n, ...]) the logits divided by it, folded into the softcap's
+        last multiply (one pass fewer)."""
         weight = self.weight if start == 0 and stop in (None, self.weight.shape[0]) else self.weight[start:stop]
         logits = torch.nn.functional.linear(hidden, weight).float()  # a fresh tensor: capped in place
+        temp = None if temperature is None else temperature.view(-1, *([1] * (logits.dim() - 1)))
         if self.softcap is not None:
-            logits.div_(self.softcap).tanh_().mul_(self.softcap)
-        return logits
+            logits.div_(self.softcap).tanh_()
+            return logits.mul_(self.softcap if temp is None else self.softcap / temp)
+        return logits if temp is None else logits.div_(temp)
 
 
 @dataclass(frozen=True)
@@ -51,18 +57,17 @@ class Scores:
             return Scores(logits=self.logits[start:stop])
         return Scores(hidden=self.hidden[start:stop], head=self.head)
 
-    def full(self) -> tuple[torch.Tensor, bool]:
-        """The tile's fp32 logits over the whole vocabulary, and whether the tile owns them (a
-        projection or a dtype cast it may overwrite) rather than borrowing the caller's tensor."""
-        if self.logits is None:
-            return self.head.project(self.hidden), True
-        return self.logits.float(), self.logits.dtype != torch.float32  # .float() copies only a cast
+    def full(self) -> torch.Tensor:
+        """The tile's fp32 logits over the whole vocabulary, untempered (the seed's step)."""
+        return self.head.project(self.hidden) if self.logits is None else self.logits.float()
 
-    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, bool]:
-        """fp32 logits of vocab entries [start, stop) only, and whether the tile owns them (as `full`)."""
+    def tempered(self, temperature: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Tempered fp32 logits / temperature [n, CL, stop - start] of vocab entries [start, stop),
+        a fresh tensor the step may overwrite (the caller's logits are never written)."""
         if self.logits is None:
-            return self.head.project(self.hidden, start, stop), True
-        return self.logits[..., start:stop].float(), self.logits.dtype != torch.float32
+            return self.head.project(self.hidden, start, stop, temperature)
+        logits = self.logits if start == 0 and stop in (None, self.vocab_size) else self.logits[..., start:stop]
+        return torch.div(logits, temperature[:, None, None].to(torch.float32))
 
 
 @dataclass

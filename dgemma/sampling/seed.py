@@ -16,7 +16,7 @@ from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
 
 def seed_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
     """One denoising step over a tile, as the seed runs it (global RNG, no copy released early)."""
-    logits, _ = scores.full()
+    logits = scores.full()
     n, canvas_length, vocab_size = logits.shape
     device = logits.device
     sample = torch.tensor([0.0 if r.greedy else 1.0 for r in inputs.rows], device=device)
