@@ -212,3 +212,15 @@ def test_the_loaded_model_plans_as_its_checkpoint_directory_does(embedded_model)
     from_dir = plan.resolve_model(str(ROOT / "assets" / "model"))
     assert (loaded.canvas_length, loaded.vocab_size, loaded.hidden_size) == (16, 45, 128)
     assert loaded.weights_bytes == from_dir.weights_bytes  # both in bf16, counted once where tied
+
+
+def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
+    from dgemma.ui.explorer import explore
+    from dgemma.ui.loading import LoadingBackend
+    from dgemma.ui.settings import Limits
+
+    loading = LoadingBackend(Limits(), 8, None)  # page first: the model has not loaded yet
+    sentence, chart, table = explore(loading, plan.GPUS[0].key, "loaded", 0)
+    assert sentence.startswith("The model is still loading") and sentence.count(". ") == 0
+    unknown, _, _ = explore(loading, "no-such-gpu", "released", 0)
+    assert unknown == "Unknown GPU 'no-such-gpu': choose one from the list."

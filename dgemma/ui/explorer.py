@@ -109,14 +109,16 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str,
     """(sentence, figure, table) for one GPU, the released or the loaded model, a canvas length."""
     from dgemma import plan
 
+    # A choice that cannot be drawn is one sentence where the explorer's sentence goes (no error
+    # badge over the chart); the last chart and table stay.
     gpu = next((g for g in plan.GPUS if g.key == gpu_key), None)
     if gpu is None:
-        raise gr.Error(f"Unknown GPU {gpu_key!r}: choose one from the list.")
+        return f"Unknown GPU {gpu_key!r}: choose one from the list.", gr.skip(), gr.skip()
     model = plan.RELEASED
     if which == "loaded":
         facts = backend.info()
         if not isinstance(facts.get("vocab_size"), int):
-            raise gr.Error("The model is still loading; choose the released model or try again in a moment.")
+            return "The model is still loading; choose the released model or try again in a moment.", gr.skip(), gr.skip()
         model = plan.model_from_facts(facts)
     name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None)
