@@ -64,13 +64,16 @@ def shown_step(page) -> tuple[int, int] | None:
 def go_to(page, step: int) -> None:
     """Type `step` into the slider's number box, as a user can, and wait until the page shows it."""
     box = page.locator("#step-slider input[type=number]")
-    box.fill(str(step))
-    box.press("Enter")
-    try:
-        page.wait_for_function(f"() => /Replay[^]*step {step} of/.test(document.querySelector('#status').innerText)",
-                               timeout=30_000)
-    except Exception:  # say what the page showed instead
-        raise AssertionError(f"step {step} not shown; the status line reads {status(page)!r}") from None
+    for attempt in range(3):  # a busy page can drop the Enter of a box it is still redrawing: type it again
+        box.fill(str(step))
+        box.press("Enter")
+        try:
+            page.wait_for_function(f"() => /Replay[^]*step {step} of/.test(document.querySelector('#status').innerText)",
+                                   timeout=30_000)
+            break
+        except Exception:  # say what the page showed instead
+            if attempt == 2:
+                raise AssertionError(f"step {step} not shown; the status line reads {status(page)!r}") from None
     # Plotly draws after the status line changes: wait until the tile chart marks this call.
     page.wait_for_function("() => (document.querySelector('#tile-plot .js-plotly-plot')?.layout?.annotations || [])"
                            f".some(a => a.text === 'call {step}')", timeout=30_000)
