@@ -110,7 +110,7 @@ def memory_for(device: torch.device | str, budget: int | str | None = None) -> M
 def resolve_device(name: str) -> torch.device:
     """'auto' | 'cpu' | 'cuda' | 'cuda:N' | 'meta' -> torch.device, with one clear error line."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -119,4 +119,7 @@ def resolve_device(name: str) -> torch.device:
         raise ValueError(f"unknown device {name!r}: use auto, cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' asked for, but this machine has no CUDA GPU")
+    if device.type == "cuda" and device.index is None:
+        # torch.cuda's memory calls (the per-process cap among them) want an index.
+        device = torch.device("cuda", torch.cuda.current_device())
     return device
