@@ -52,28 +52,31 @@ class Case:
 
 
 class _UnboundedTracking(MemoryDevice):
-    """The untiled baseline's memory: counts transients, never refuses (we want its peak)."""
+    """The untiled baseline's memory: counts transients (track=True), never refuses."""
 
     name = "unbounded"
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, device: torch.device, track: bool = True):
+        self.device, self.track = device, track
 
     def free_bytes(self) -> int:
         return 2**62
 
     def measure(self):
-        return CudaMemory(self.device).measure() if self.device.type == "cuda" else HostMemory(track=True).measure()
+        return CudaMemory(self.device).measure() if self.device.type == "cuda" else HostMemory(track=self.track).measure()
 
 
-def _budget_memory(case: Case) -> MemoryDevice:
+def _budget_memory(case: Case, track: bool = True) -> MemoryDevice:
     if case.device.type == "cuda":
         total = torch.cuda.get_device_properties(case.device).total_memory
         fraction = 1.0 if case.budget is None else min(1.0, case.budget / total)
         return CudaMemory(case.device, fraction)
     if case.budget is None:
-        return _UnboundedTracking(case.device) if case.meta else VirtualDevice(int(psutil.virtual_memory().available))
-    return VirtualDevice(case.budget)
+        if case.meta:
+            return _UnboundedTracking(case.device)
+        # free RAM as the budget: the same plan whether or not every op is counted
+        return VirtualDevice(int(psutil.virtual_memory().available)) if track else HostMemory()
+    return VirtualDevice(case.budget)  # a budget below free RAM is enforced by counting every op
 
 
 def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
@@ -96,7 +99,13 @@ def _start(sampler: TiledSampler, case: Case) -> None:
 
 
 class _Config:
-    """One (impl, mode) of a case: its sampler, its timings, its last plan and state."""
+    """One (impl, mode) of a case: its sampler, its timings, its last plan and state.
+
+    On the CPU, counting every op's bytes (a dispatch mode around each call) costs time that the
+    engine's steps never pay, and the floor does not either: so the memory figures come from one
+    untimed, counted run (`measure`), and the timed runs (`run_once`) count nothing unless a
+    budget below free RAM must be enforced (the lesson's virtual device, which does pay it).
+    """
 
     def __init__(self, case: Case, impl: str, mode: str, inputs: dict[str, torch.Tensor]):
         self.case, self.impl, self.mode, self.inputs = case, impl, mode, inputs
@@ -104,19 +113,27 @@ class _Config:
         self.plan = None
         self.head = LMHead(inputs["embed"], SOFTCAP)
 
-    def _sampler(self) -> TiledSampler:
+    def _sampler(self, track: bool) -> TiledSampler:
         case = self.case
         if self.mode == "untiled":
             if case.device.type == "cuda":
                 torch.cuda.set_per_process_memory_fraction(1.0, case.device)
-            memory: MemoryDevice = _UnboundedTracking(case.device)
+            memory: MemoryDevice = _UnboundedTracking(case.device, track)
         else:
-            memory = _budget_memory(case)
+            memory = _budget_memory(case, track)
         return _make(case, self.impl, "off" if self.mode == "untiled" else "auto", memory, self.inputs["embed"])
 
+    def measure(self) -> None:
+        """One counted, untimed step: the row's plan, peak transient and state."""
+        self._step(track=True)
+
     def run_once(self) -> None:
+        """One timed step (counting nothing it need not: see the class)."""
+        self.times.append(self._step(track=self.case.meta))
+
+    def _step(self, track: bool) -> float:
         case, inputs = self.case, self.inputs
-        sampler = self._sampler()  # (CUDA: sets this mode's memory cap)
+        sampler = self._sampler(track)  # (CUDA: sets this mode's memory cap)
         _start(sampler, case)
         sampler.calibration()  # measured once per sampler (on meta tensors): not part of a step
         slots = list(range(case.num_decode))
@@ -131,12 +148,14 @@ class _Config:
             out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
         if case.device.type == "cuda":
             torch.cuda.synchronize(case.device)
-        self.times.append(case.now() - t0)
-        self.plan = out.plan
-        self.state = None
-        if not case.meta:  # what "identical" compares: the tokens and the acceptance masks
-            self.state = {"canvas": sampler.canvas.clone(), "draft": sampler.draft.clone(),
-                          "accepted": sampler.out_accepted.clone(), "entropy": sampler.out_entropy.clone()}  # fmt: skip
+        seconds = case.now() - t0
+        if track:
+            self.plan = out.plan
+            self.state = None
+            if not case.meta:  # what "identical" compares: the tokens and the acceptance masks
+                self.state = {"canvas": sampler.canvas.clone(), "draft": sampler.draft.clone(),
+                              "accepted": sampler.out_accepted.clone(), "entropy": sampler.out_entropy.clone()}  # fmt: skip
+        return seconds
 
     def row(self) -> dict:
         case, plan = self.case, self.plan
@@ -211,6 +230,9 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
     seed = [_Config(case, "seed", "untiled", inputs)] if baseline == "seed" else []
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
     floor = _Floor(case, inputs)
+    if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
+        for config in seed + configs:
+            config.measure()
     # Interleave the repeats (ABCD ABCD ...) so drift on a noisy machine hits every config alike.
     for _ in range(1 if case.meta else case.repeats):
         for config in seed + configs:

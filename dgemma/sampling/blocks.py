@@ -109,6 +109,8 @@ def gather_block(shifted: torch.Tensor, block: torch.Tensor, span: int = BLOCK) 
     `shifted` [n, CL, width]; entries past the chunk's end (a short last block) read -inf."""
     width = shifted.shape[-1]
     index = block[..., None] * BLOCK + torch.arange(span, device=block.device)
+    if width % BLOCK == 0:  # whole blocks only (every chunk but a vocabulary's short last one)
+        return torch.gather(shifted, -1, index)
     values = torch.gather(shifted, -1, index.clamp(max=width - 1))
     return values.masked_fill_(index >= width, float("-inf"))
 
@@ -128,16 +130,19 @@ class BlockRace:
 
     def __init__(self, keys: torch.Tensor, pick_keys: torch.Tensor, canvas_length: int, vocab_size: int):
         n, device = keys.shape[0], keys.device
-        self.keys, self.pick_keys, self.canvas_length = keys, pick_keys, canvas_length
+        self.pick_keys, self.canvas_length = pick_keys, canvas_length
         self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
         self.best = RunningArgmax((n, canvas_length), device)
         self.values = torch.full((n, canvas_length, self.span), float("-inf"), device=device)
+        # Every block's noise in one draw: [n, CL, vocab / BLOCK] is 1/BLOCK of a copy, and drawing
+        # it per chunk cost some 25 small ops a chunk (each a wait for every thread).
+        self.noise = keyed_block_gumbel(keys, canvas_length, 0, -(-vocab_size // BLOCK))
 
     def update(self, pieces: Pieces, shifted: torch.Tensor, start: int) -> None:
         """Fold in a chunk (vocab entries start.., start a multiple of BLOCK): every row races,
         greedy ones too (per-block figures only: cheaper than taking the rows apart)."""
-        first = start // BLOCK  # each chunk draws its own blocks' noise: the step's memory stays the chunk's
-        noise = keyed_block_gumbel(self.keys, self.canvas_length, first, pieces.block_max.shape[-1])
+        first = start // BLOCK
+        noise = self.noise[..., first : first + pieces.block_max.shape[-1]]
         score, block = (pieces.block_max + pieces.mass.log() + noise).max(dim=-1)
         better = self.best.update(score, block + first)
         self.values = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values)
