@@ -29,7 +29,8 @@ rows=(--device cuda --vocab 262144 --canvas-length 32 --num-decode 4 16 --hidden
 part sampler 90 "$python" -m dgemma.bench sampler "${rows[@]}"
 part sampler-greedy 90 "$python" -m dgemma.bench sampler "${rows[@]}" --greedy
 # The released model's widths (CL 256, hidden 2,816), tiled against a 16 GiB cap.
-part sampler-real 150 "$python" -m dgemma.bench sampler --device cuda --vocab 262144 --canvas-length 256 \
-  --num-decode 16 32 --hidden 2816 --impl reference chunked --baseline seed --budget 16GiB --repeats 5
+real=(--device cuda --vocab 262144 --canvas-length 256 --num-decode 16 32 --hidden 2816 --impl reference chunked --baseline seed --budget 16GiB --repeats 5)
+part sampler-real 120 "$python" -m dgemma.bench sampler "${real[@]}"
+part sampler-real-greedy 120 "$python" -m dgemma.bench sampler "${real[@]}" --greedy
 # A random-weight two-layer model of the release's widths: load, sampler memory, tile size, engine vs generate.
-part gpu-check 200 "$python" scripts/gpu_check.py --dir /tmp
+part gpu-check 150 "$python" scripts/gpu_check.py --dir /tmp
