@@ -118,3 +118,29 @@ def test_a_checkpoint_that_fails_to_load_is_one_sentence_on_the_page_and_stderr(
             proc.wait()
     errors = [line for line in stderr_path.read_text().splitlines() if line.startswith("app.py: error:")]
     assert len(errors) == 1 and errors[0].removeprefix("app.py: error: ") in message, stderr_path.read_text()
+
+
+def test_settings_a_visitor_changed_before_the_first_tick_keep_their_values(tiny_model):
+    """Every fresh page gets one loading tick: it fills in the model's defaults only where a field
+    still shows what the page was built with."""
+    import gradio as gr
+
+    from dgemma.engine import EngineConfig
+    from dgemma.ui.engine_backend import EngineBackend
+    from dgemma.ui.layout import _loading_tick
+    from dgemma.ui.settings import Limits
+
+    backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
+    try:
+        d, p = backend.defaults, backend.defaults.params
+        built = [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold,
+                 p.stability_threshold, d.options.sampler, "4716KiB"]
+        typed = [7, *built[1:7], "chunked", "64MiB"]  # max new tokens, the sampler and the budget changed
+        out = _loading_tick(backend, "my prompt", "example prompt", False, typed, built)
+        settings = out[3:12]
+        kept = [i for i, value in enumerate(settings) if value == gr.skip()]
+        assert kept == [0, 7, 8]  # left as typed
+        assert settings[1:7] == built[1:7]  # the rest take the model's defaults
+        assert out[12] == gr.skip()  # the typed prompt is kept too
+    finally:
+        backend.close()

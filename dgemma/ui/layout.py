@@ -11,7 +11,7 @@ import html
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
 import gradio as gr
@@ -114,9 +114,14 @@ def backend_state(backend: Backend) -> LoadState:
     return state() if state is not None else LoadState(True, False, "")
 
 
-def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str, replaying: bool = False) -> list:
+def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str, replaying: bool = False,
+                  shown: Sequence = (), built: Sequence = ()) -> list:
     """While loading: the status line. At ready: the model's header, defaults and example prompts,
-    Run enabled, and the timer off (the status line says "Idle." unless a replay holds it)."""
+    Run enabled, and the timer off (the status line says "Idle." unless a replay holds it).
+
+    `shown` are the settings fields' values on the page and `built` the values the page was built
+    with: a field the visitor has already changed keeps its value (every fresh page gets one tick,
+    0.5 s after it opens, even when the model was ready long before)."""
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
         return [gr.skip(), state.message, *[gr.skip()] * 13, gr.Timer(active=not state.failed)]
@@ -125,9 +130,12 @@ def _loading_tick(backend: Backend, shown_prompts: str, first_examples: str, rep
     prompts = sets[0][0] if shown_prompts == first_examples else gr.skip()  # keep what the user typed
     p = d.params
     idle = gr.skip() if replaying else "Idle."
-    return [_header(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), d.max_new_tokens,
-            p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold, p.stability_threshold,
-            d.options.sampler, facts.get("lesson_budget", gr.skip()), prompts, gr.Dataset(samples=sets), gr.Timer(active=False)]
+    settings = [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold,
+                p.stability_threshold, d.options.sampler, facts.get("lesson_budget", gr.skip())]
+    if shown and built:
+        settings = [value if now == then else gr.skip() for value, now, then in zip(settings, shown, built, strict=True)]
+    return [_header(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), *settings, prompts,
+            gr.Dataset(samples=sets), gr.Timer(active=False)]
 
 
 @dataclass
@@ -227,11 +235,14 @@ def build_demo(backend: Backend) -> gr.Blocks:
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run, fills in the model's own defaults and example prompts, and stops.
         c = controls
-        model_fields = [header, status, run, c.max_new_tokens, c.max_steps, c.t_min, c.t_max, c.entropy_bound,
-                        c.confidence, c.stability, c.sampler, lesson_parts.budget, prompts, example_list.dataset]
+        settings = [c.max_new_tokens, c.max_steps, c.t_min, c.t_max, c.entropy_bound, c.confidence, c.stability,
+                    c.sampler, lesson_parts.budget]
+        built = [field.value for field in settings]
+        model_fields = [header, status, run, *settings, prompts, example_list.dataset]
         timer = gr.Timer(0.5, active=not loading.ready)
-        timer.tick(lambda shown, played: _loading_tick(backend, shown, examples[0][0], played.recording is not None),
-                   [prompts, player.state], [*model_fields, timer],
+        timer.tick(lambda shown, played, *values: _loading_tick(backend, shown, examples[0][0], played.recording is not None,
+                                                                values, built),
+                   [prompts, player.state, *settings], [*model_fields, timer],
                    show_progress="hidden", api_visibility="private", concurrency_limit=None)
 
         def closed(request: gr.Request) -> None:
