@@ -30,6 +30,7 @@ from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
 from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, ZEROGPU_SIZES, Gpu
 from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
+from dgemma.sampling.blocks import BLOCK
 from dgemma.sampling.chunked import chunk_ladder
 
 FRACTION = 0.5  # the planner's share of free memory, as the sampler uses it
@@ -92,14 +93,19 @@ def chunked_calibration(chunk: int, canvas_length: int, vocab_size: int, hidden_
     """The chunked step at `chunk`, calibrated over two chunks of the vocabulary.
 
     Each chunk's tensors are freed before the next and the accumulators are [CL] or [CL, hidden],
-    so the peak does not grow with the number of chunks: two chunks (the second takes the
-    rescaling path) measure what all of them would, in a sixteenth of the time at vocab 262,144.
-    tests/test_plan.py checks this against the whole vocabulary.
+    so the peak grows with the number of chunks only by the block race's noise, one float32 per
+    vocab block and position, drawn for every block at once (sampling/blocks.py): two chunks (the
+    second takes the rescaling path) measure the rest of what all of them would, in a sixteenth of
+    the time at vocab 262,144, and the missing blocks' noise is added. tests/test_plan.py checks
+    this against the whole vocabulary.
     """
     vocab = min(vocab_size, 2 * chunk)
     embed = _meta_embed(vocab, hidden_size)
     step = functools.partial(chunked_tile, chunk_size=chunk)
-    return replace(calibrate_tile(step, canvas_length, vocab, embed, LMHead(embed, softcap)), vocab_size=vocab_size)
+    measured = calibrate_tile(step, canvas_length, vocab, embed, LMHead(embed, softcap))
+    missing_blocks = -(-vocab_size // BLOCK) - -(-vocab // BLOCK)
+    noise_bytes = canvas_length * missing_blocks * 4
+    return replace(measured, bytes_per_request=measured.bytes_per_request + noise_bytes, vocab_size=vocab_size)
 
 
 def chunk_for(requests: int, free_bytes: int, model: ModelSpec, canvas_length: int) -> int:

@@ -117,11 +117,12 @@ def test_untiled_runs_out_where_its_peak_exceeds_free(rows):
     assert all(r["fits_untiled"] == (r["untiled_peak_bytes"] <= r["free_bytes"]) for r in rows)
 
 
-def test_chunked_calibration_over_two_chunks_equals_the_whole_vocabulary():
+@pytest.mark.parametrize("chunk", [4096, MAX_CHUNK])
+def test_chunked_calibration_over_two_chunks_equals_the_whole_vocabulary(chunk):
     embed = torch.empty(262_144, 2816, dtype=torch.bfloat16, device="meta")
-    step = functools.partial(chunked_tile, chunk_size=MAX_CHUNK)
+    step = functools.partial(chunked_tile, chunk_size=chunk)
     whole = calibrate_tile(step, 256, 262_144, embed, LMHead(embed, 30.0))
-    assert plan.chunked_calibration(MAX_CHUNK, 256, 262_144, 2816, 30.0) == whole
+    assert plan.chunked_calibration(chunk, 256, 262_144, 2816, 30.0) == whole
 
 
 @pytest.mark.parametrize("requests,free", [(64, 90 * GiB), (64, 3 * GiB), (8, 40 * MiB)])
