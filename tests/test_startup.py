@@ -135,7 +135,8 @@ def test_settings_a_visitor_changed_before_the_first_tick_keep_their_values(tiny
         d, p = backend.defaults, backend.defaults.params
         built = [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold,
                  p.stability_threshold, d.options.sampler, "4716KiB"]
-        typed = [7, *built[1:7], "chunked", "64MiB"]  # max new tokens, the sampler and the budget changed
+        other_sampler = "chunked" if d.options.sampler == "reference" else "reference"
+        typed = [7, *built[1:7], other_sampler, "64MiB"]  # max new tokens, the sampler and the budget changed
         out = _loading_tick(backend, "my prompt", "example prompt", False, typed, built)
         settings = out[3:12]
         kept = [i for i, value in enumerate(settings) if value == gr.skip()]
