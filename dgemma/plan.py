@@ -30,7 +30,7 @@ from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
 from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, ZEROGPU_SIZES, Gpu
 from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
-from dgemma.sampling.blocks import BLOCK
+from dgemma.sampling.blocks import num_blocks
 from dgemma.sampling.chunked import chunk_ladder
 
 FRACTION = 0.5  # the planner's share of free memory, as the sampler uses it
@@ -103,8 +103,7 @@ def chunked_calibration(chunk: int, canvas_length: int, vocab_size: int, hidden_
     embed = _meta_embed(vocab, hidden_size)
     step = functools.partial(chunked_tile, chunk_size=chunk)
     measured = calibrate_tile(step, canvas_length, vocab, embed, LMHead(embed, softcap))
-    missing_blocks = -(-vocab_size // BLOCK) - -(-vocab // BLOCK)
-    noise_bytes = canvas_length * missing_blocks * 4
+    noise_bytes = canvas_length * (num_blocks(vocab_size) - num_blocks(vocab)) * 4  # float32 per block and position
     return replace(measured, bytes_per_request=measured.bytes_per_request + noise_bytes, vocab_size=vocab_size)
 
 

@@ -29,6 +29,11 @@ from dgemma.sampling.keyed import keyed_block_gumbel, keyed_uniform
 BLOCK = 256  # vocab entries per block (the chunked step's narrowest chunk: chunks hold whole blocks)
 
 
+def num_blocks(width: int) -> int:
+    """Vocab blocks covering `width` entries (the last may be short)."""
+    return -(-width // BLOCK)
+
+
 def _per_block(t: torch.Tensor, reduce: Callable[..., torch.Tensor]) -> torch.Tensor:
     """reduce(view [..., blocks, BLOCK], dim=-1) over full blocks, with the short last block's own."""
     width = t.shape[-1]
@@ -136,7 +141,7 @@ class BlockRace:
         self.values = torch.full((n, canvas_length, self.span), float("-inf"), device=device)
         # Every block's noise in one draw: [n, CL, vocab / BLOCK] is 1/BLOCK of a copy, and drawing
         # it per chunk cost some 25 small ops a chunk (each a wait for every thread).
-        self.noise = keyed_block_gumbel(keys, canvas_length, 0, -(-vocab_size // BLOCK))
+        self.noise = keyed_block_gumbel(keys, canvas_length, 0, num_blocks(vocab_size))
 
     def update(self, pieces: Pieces, shifted: torch.Tensor, start: int) -> None:
         """Fold in a chunk (vocab entries start.., start a multiple of BLOCK): every row races,
