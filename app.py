@@ -17,6 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 # Gradio's usage analytics would phone home from a teaching laptop or a Space: off by default.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# Gradio's queue keeps a record of its last events for its monitoring page, about half a kilobyte
+# each, 10,000 by default: under steady API traffic that reads as growth for hours. 1,000 is plenty.
+os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "1000")
+
+from dgemma.memory.allocator import cap_malloc_arenas  # noqa: E402
+
+cap_malloc_arenas()  # before any thread allocates: a server's threads otherwise spread over many arenas
 
 from dgemma.ui.zerogpu import enabled as zerogpu_enabled  # noqa: E402
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -171,3 +177,47 @@ def test_unknown_or_absent_devices_raise_one_clear_line(name):
     with pytest.raises(ValueError) as info:
         resolve_device(name)
     assert "\n" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- the C allocator
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ARENA_PROBE = """
+import ctypes, re, sys, tempfile, threading
+if sys.argv[1] == "app":
+    import app  # what `python app.py` runs first
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+together = threading.Barrier(8)
+def allocate():
+    blocks = [libc.malloc(4096) for _ in range(100)]
+    together.wait()  # all eight threads hold memory at once
+    for block in blocks:
+        libc.free(block)
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+path = tempfile.mktemp()
+out = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, out)
+libc.fclose(out)
+print(len(re.findall(r'<heap nr="[0-9]+">', open(path).read())))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc arenas")
+def test_the_app_caps_glibc_malloc_arenas_at_two_however_many_threads_allocate():
+    def arenas(mode: str) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+        run = subprocess.run([sys.executable, "-c", ARENA_PROBE, mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return int(run.stdout.split()[-1])
+
+    assert arenas("bare") > 2  # glibc's default: an arena per thread, up to eight per core
+    assert arenas("app") == 2
