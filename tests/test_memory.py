@@ -184,7 +184,7 @@ def test_unknown_or_absent_devices_raise_one_clear_line(name):
 ROOT = Path(__file__).resolve().parents[1]
 
 ARENA_PROBE = """
-import ctypes, re, sys, tempfile, threading
+import ctypes, os, re, sys, tempfile, threading
 if sys.argv[1] == "app":
     import app  # what `python app.py` runs first
 libc = ctypes.CDLL(None)
@@ -207,7 +207,9 @@ path = tempfile.mktemp()
 out = libc.fopen(path.encode(), b"w")
 libc.malloc_info(0, out)
 libc.fclose(out)
-print(len(re.findall(r'<heap nr="[0-9]+">', open(path).read())))
+with open(path) as report:
+    print(len(re.findall(r'<heap nr="[0-9]+">', report.read())))
+os.remove(path)
 """
 
 

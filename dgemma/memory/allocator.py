@@ -1,10 +1,10 @@
 """The C allocator of a long-running server process: glibc's malloc arenas, capped.
 
-glibc gives threads that allocate at the same moment arenas of their own (up to eight per core)
-and each arena keeps the memory freed into it for that arena's next allocations. A server's
-threads (Gradio's worker pool, the engine's loop, the event loop) take turns in many arenas, so
-memory one arena freed is not reused by another, and resident memory creeps up under steady
-traffic. Two arenas are what `MALLOC_ARENA_MAX=2` gives from the shell; the variable, when set,
+glibc gives each new thread that allocates an arena of its own (up to eight per core), and each
+arena keeps the memory freed into it for that arena's next allocations. A server's threads
+(Gradio's worker pool, the engine's loop, the event loop) then spread the same traffic over many
+arenas, memory one arena freed is not reused by another, and resident memory creeps up under
+steady traffic. Two arenas are what `MALLOC_ARENA_MAX=2` gives from the shell; the variable, when set,
 wins. Elsewhere (macOS, musl) this does nothing.
 """
 
