@@ -1,7 +1,8 @@
 """Memory: how much is free, how much a step needs, and how to tile it.
 
 units (sizes), device (the interface), tracker (bytes an op allocates), virtual (a CPU with a
-budget), probes (CPU and CUDA, and choosing one), planner (calibration and tile sizes).
+budget), probes (CPU and CUDA, and choosing one), planner (calibration and tile sizes); allocator
+(the server process's C allocator, imported on its own by app.py).
 """
 
 from __future__ import annotations
