@@ -84,6 +84,22 @@ def test_temperature_and_entropy_match_transformers_schedule():
         torch.testing.assert_close(out.entropy, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_entropy_and_draft_logprob_are_fp32_accurate_at_the_released_vocabulary(greedy):
+    # torch's softmax (the greedy rows') divides by one fp32 sum over all 262,144 entries, which
+    # is off by some parts in 1e5; both kinds of row must be as good as sums per block.
+    CL, V = 4, 262144
+    logits = logits_for(2, CL, V, seed=5, scale=4.0)
+    logits[1] *= 0.05  # a flat row: entropy near log V, where the sum's error shows most
+    sampler = make_sampler(2, CL, V)
+    for slot in range(2):
+        sampler.start_canvas(slot, SamplingParams(greedy=greedy, seed=slot, t_min=1.0, t_max=1.0), 0)
+    out = sampler.step(logits, [0, 1])
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    torch.testing.assert_close(out.entropy.double(), -(logp.exp() * logp).sum(-1), rtol=2e-6, atol=0)
+    torch.testing.assert_close(sampler.logprobs[:2].double(), logp.max(-1).values, rtol=2e-6, atol=0)
+
+
 def test_acceptance_mask_matches_entropy_bound_sampler():
     CL, V = 32, 50
     params = SamplingParams(entropy_bound=0.5, max_denoising_steps=4, t_min=1.0, t_max=1.0)

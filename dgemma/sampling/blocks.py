@@ -34,7 +34,7 @@ def num_blocks(width: int) -> int:
     return -(-width // BLOCK)
 
 
-def _per_block(t: torch.Tensor, reduce: Callable[..., torch.Tensor]) -> torch.Tensor:
+def per_block(t: torch.Tensor, reduce: Callable[..., torch.Tensor]) -> torch.Tensor:
     """reduce(view [..., blocks, BLOCK], dim=-1) over full blocks, with the short last block's own."""
     width = t.shape[-1]
     full = width - width % BLOCK
@@ -79,17 +79,17 @@ class Pieces:
 def softmax_pieces(scaled: torch.Tensor) -> tuple[Pieces, torch.Tensor]:
     """Block pieces of tempered logits `scaled` [n, CL, width] (a whole number of blocks but for
     the vocabulary's last), and the blocks' shifted values x - m_b (`scaled`, overwritten)."""
-    block_max = _per_block(scaled, torch.amax)
+    block_max = per_block(scaled, torch.amax)
     safe_max = torch.nan_to_num(block_max, neginf=0.0)  # a block of -inf stays -inf, not nan
     shifted = _apply_per_block(scaled, safe_max, "sub_")
     exp = torch.exp(shifted)
-    mass = _per_block(exp, torch.sum)
+    mass = per_block(exp, torch.sum)
     return Pieces(block_max, mass, None, exp), shifted
 
 
 def finish_pieces(pieces: Pieces, shifted: torch.Tensor) -> None:
     """The entropy terms per block (overwrites `shifted` with exp(x - m_b) (x - m_b))."""
-    weighted = _per_block(shifted.mul_(pieces.exp), torch.sum)
+    weighted = per_block(shifted.mul_(pieces.exp), torch.sum)
     # an entry of -inf adds exp 0 x -inf = nan: its true term is 0 (nan logits stay nan in the mass)
     pieces.weighted = weighted.nan_to_num_(nan=0.0, posinf=float("inf"), neginf=float("-inf"))
 
@@ -120,12 +120,13 @@ def gather_block(shifted: torch.Tensor, block: torch.Tensor, span: int = BLOCK) 
     return values.masked_fill_(index >= width, float("-inf"))
 
 
-def chunk_draft(pieces: Pieces, shifted: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_draft(block_max: torch.Tensor, values: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunk's max value [n, CL] and the vocab id of its first occurrence (the draft's
-    candidate): the first block holding the max, then the first entry of it that is the max
-    (its shifted value is exactly 0)."""
-    value, block = pieces.block_max.max(dim=-1)
-    within = gather_block(shifted, block, min(BLOCK, shifted.shape[-1])).argmax(dim=-1)
+    candidate), from its blocks' maxima [n, CL, blocks] and its logits `values` [n, CL, width]
+    (as they are, or shifted by their block's max: either way no other entry ties the max): the
+    first block holding the max, then the first entry of it that is the max."""
+    value, block = block_max.max(dim=-1)
+    within = gather_block(values, block, min(BLOCK, values.shape[-1])).argmax(dim=-1)
     return value, start + block * BLOCK + within
 
 

@@ -68,7 +68,7 @@ def chunked_tile(
     for start in range(0, vocab_size, width):
         stop = min(start + width, vocab_size)
         pieces, shifted = softmax_pieces(scores.tempered(inputs.temperature, start, stop))
-        chunk_max, chunk_argmax = chunk_draft(pieces, shifted, start)
+        chunk_max, chunk_argmax = chunk_draft(pieces.block_max, shifted, start)
         best.update(chunk_max, chunk_argmax)
         if race is not None:
             race.update(pieces, shifted, start)

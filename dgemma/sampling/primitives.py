@@ -61,12 +61,20 @@ class Scores:
         """The tile's fp32 logits over the whole vocabulary, untempered (the seed's step)."""
         return self.head.project(self.hidden) if self.logits is None else self.logits.float()
 
-    def tempered(self, temperature: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """Tempered fp32 logits / temperature [n, CL, stop - start] of vocab entries [start, stop),
-        a fresh tensor the step may overwrite (the caller's logits are never written)."""
+    def tempered(
+        self, temperature: torch.Tensor, start: int = 0, stop: int | None = None, rows: list[int] | None = None
+    ) -> torch.Tensor:
+        """Tempered fp32 logits / temperature [n, CL, stop - start] of vocab entries [start, stop)
+        (of the tile's rows `rows` only, when given), a fresh tensor the step may overwrite (the
+        caller's logits are never written)."""
+        if rows is not None:
+            index = torch.tensor(rows, device=temperature.device)
+            temperature = temperature[index]
         if self.logits is None:
-            return self.head.project(self.hidden, start, stop, temperature)
+            return self.head.project(self.hidden if rows is None else self.hidden[index], start, stop, temperature)
         logits = self.logits if start == 0 and stop in (None, self.vocab_size) else self.logits[..., start:stop]
+        if rows is not None:  # the rows' copy is the result: one [rows, CL, width] tensor, not two
+            return logits.index_select(0, index).div_(temperature[:, None, None].to(torch.float32))
         return torch.div(logits, temperature[:, None, None].to(torch.float32))
 
 

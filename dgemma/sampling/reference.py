@@ -1,47 +1,102 @@
 """The reference step: one denoising step over a tile's [n, CL, vocab] logits, eager PyTorch.
 
 docs/design.md, phases 1-7. Its transient is what tiling bounds: the tempered logits and their
-exponentials, per request. One softmax, in vocab blocks (sampling/blocks.py), gives the draft,
-the sample (the block race), the entropy and the self-conditioning probabilities.
+exponentials, per request. Each row computes one softmax, the way its kind of row needs it:
+
+- a row that samples computes it in vocab blocks (sampling/blocks.py), which give the draft, the
+  sample (the block race), the entropy and the self-conditioning probabilities;
+- a greedy row draws no sample, so it takes torch's own softmax, the cheaper kernel (its
+  exponential is faster than `torch.exp`, and it is one pass where blocks take four), and reads
+  the draft, the entropy and the log-probability off it.
+
+Which way a row goes depends on that row alone, never on its tile-mates, so its tokens do not
+either.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, softmax_pieces
+from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, softmax_pieces
 from dgemma.sampling.keyed import GUMBEL, PICK, RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
+
+# A kind of row's phases 1-3 and 7: (scores, inputs, its rows, embed, normalizer) ->
+# (draft, sample, entropy, soft embeddings, log p(draft)) of those rows.
+Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
     """One denoising step over a tile. Pure: reads `inputs`, returns new tensors, writes no state."""
-    # ---- Phase 1: temperature (folded into the projection when the tile projects)
-    scaled = scores.tempered(inputs.temperature)
-    n, canvas_length, vocab_size = scaled.shape
-    device = scaled.device
+    n, canvas_length = inputs.history.shape[0], inputs.history.shape[-1]
+    device = inputs.temperature.device
 
-    # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, stochastic rows race the blocks
+    # ---- Phases 1-3 and 7's probabilities, greedy rows and sampling rows each their own way
+    greedy = [i for i, row in enumerate(inputs.rows) if row.greedy]
+    sampling = [i for i, row in enumerate(inputs.rows) if not row.greedy]
+    parts = [(rows, kind(scores, inputs, None if len(rows) == n else rows, embed_weight, normalizer))
+             for rows, kind in ((greedy, _greedy_rows), (sampling, _sampling_rows)) if rows]  # fmt: skip
+    draft, sampled, entropy, soft_embeds, logprobs = _in_tile_order(parts, device)
+
+    # ---- Phases 4-6: acceptance, re-noising, stability, convergence
+    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
+    next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+
+
+def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
+    """Rows that sample: the softmax in vocab blocks; the draft is its argmax, the sample the block race."""
+    # ---- Phase 1: temperature (folded into the projection when the tile projects)
+    scaled = scores.tempered(inputs.temperature, rows=rows)
+    canvas_length, vocab_size, device = scaled.shape[1], scaled.shape[2], scaled.device
+
+    # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, the sample the block race
     pieces, shifted = softmax_pieces(scaled)
-    top, draft = chunk_draft(pieces, shifted, 0)
-    sampled = draft.clone()
-    stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
-    if stochastic:
-        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length, vocab_size)
-        race.update(pieces, shifted, 0)
-        sampled[stochastic] = race.sample()[stochastic]
+    top, draft = chunk_draft(pieces.block_max, shifted, 0)
+    keys = inputs.rows if rows is None else [inputs.rows[i] for i in rows]
+    race = BlockRace(row_keys(keys, GUMBEL, device), row_keys(keys, PICK, device), canvas_length, vocab_size)
+    race.update(pieces, shifted, 0)
+    sampled = race.sample()
     finish_pieces(pieces, shifted)
     del shifted, scaled
     total, weighted = pieces.rescale(top)  # exp(x - top): entropy = log s - sum e (x - top) / s
     log_total = torch.log(total)
     entropy = log_total - weighted / total
 
-    # ---- Phases 4-6: acceptance, re-noising, stability, convergence
-    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
-    next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
-
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
     exp = pieces.exp
     soft_embeds = torch.matmul(exp.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, -log_total)
+    return draft, sampled, entropy, soft_embeds, -log_total
+
+
+def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
+    """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits."""
+    # ---- Phase 1: temperature (folded into the projection when the tile projects)
+    scaled = scores.tempered(inputs.temperature, rows=rows)
+
+    # ---- Phases 2-3: the draft, as the sampling rows find it (the first block holding the max,
+    # its first entry at the max), then the probabilities of x - max <= 0
+    top, draft = chunk_draft(per_block(scaled, torch.amax), scaled, 0)
+    shifted = scaled.sub_(top[..., None])
+    probs = torch.softmax(shifted, dim=-1)
+    # torch's softmax divides by one fp32 sum over the whole row (some 3e-5 off at vocab 262,144);
+    # sums per block are good to fp32's 1e-7, so the figures below are normalised by theirs.
+    mass = per_block(probs, torch.sum).sum(dim=-1)
+    # entropy = -sum p log p = log S - sum p (x - max), S = sum exp(x - max) = 1 / p(draft): two
+    # terms >= 0, so no cancellation. An entry of -inf adds 0 x -inf = nan: its true term is 0.
+    weighted = per_block(shifted.mul_(probs), torch.sum).nan_to_num_(nan=0.0).sum(dim=-1)
+    log_p_draft = torch.log(probs.gather(-1, draft[..., None]).squeeze(-1) / mass)
+    entropy = -log_p_draft - weighted / mass
+
+    # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
+    soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * (normalizer / mass[..., None]).to(embed_weight.dtype)
+    return draft, draft, entropy, soft_embeds, log_p_draft
+
+
+def _in_tile_order(parts: list[tuple[list[int], Rows]], device: torch.device) -> Rows:
+    """The kinds' outputs as whole-tile tensors, rows back in tile order."""
+    if len(parts) == 1:
+        return parts[0][1]
+    order = torch.tensor([i for rows, _ in parts for i in rows], device=device).argsort()
+    return tuple(torch.cat(pieces)[order] for pieces in zip(*(outputs for _, outputs in parts)))  # type: ignore[return-value]
