@@ -201,12 +201,17 @@ class EngineCore:
             self.scheduler.clear_running()
             self.samplers.drop_all()
 
-    def fail_unstarted(self, error: str) -> None:
-        """End every queued and just-submitted request with `error`."""
+    def take_unstarted(self) -> list:
+        """Remove and return every queued and just-submitted request (hold `intake` to make this
+        one step with whatever else must change with it)."""
         with self.intake:
             stranded = list(self.scheduler.waiting) + list(self._inbox)
             self.scheduler.waiting.clear()
             self._inbox.clear()
+        return stranded
+
+    def fail_requests(self, stranded: list, error: str) -> None:
+        """End requests taken by `take_unstarted` with `error`."""
         for req in stranded:
             self.lifecycle.finish(req, "error", error=error)
 

@@ -151,6 +151,10 @@ class Engine:
             self.start()
             return
         with self.core.intake:
-            # submit refuses until restart(); nothing may wait forever
+            # One step: submit refuses until restart(), the queue is emptied (nothing may wait
+            # forever), and this thread counts as gone, so a restart() that comes before it has
+            # finished failing the queue starts a fresh thread (nothing queued after is touched).
             self.core.refusal = f"the engine stopped after repeated failures ({reason}); restart it"
-        self.core.fail_unstarted(f"the engine stopped ({reason}); this request never started")
+            stranded = self.core.take_unstarted()
+            self._thread = None
+        self.core.fail_requests(stranded, f"the engine stopped ({reason}); this request never started")
