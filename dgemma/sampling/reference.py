@@ -21,8 +21,8 @@ from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_bl
 from dgemma.sampling.keyed import GUMBEL, PICK, RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
 
-# A kind of row's phases 1-3 and 7: (scores, inputs, its rows, embed, normalizer) ->
-# (draft, sample, entropy, soft embeddings, log p(draft)) of those rows.
+# What each kind of row's phases 1-3 and 7 return for its rows:
+# (draft, sample, entropy, soft embeddings, log p(draft)).
 Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -65,9 +65,7 @@ def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, e
 
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
-    exp = pieces.exp
-    soft_embeds = torch.matmul(exp.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
-    return draft, sampled, entropy, soft_embeds, -log_total
+    return draft, sampled, entropy, _soft_embeds(pieces.exp, total, embed_weight, normalizer), -log_total
 
 
 def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
@@ -80,8 +78,8 @@ def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, emb
     top, draft = chunk_draft(per_block(scaled, torch.amax), scaled, 0)
     shifted = scaled.sub_(top[..., None])
     probs = torch.softmax(shifted, dim=-1)
-    # torch's softmax divides by one fp32 sum over the whole row (some 3e-5 off at vocab 262,144);
-    # sums per block are good to fp32's 1e-7, so the figures below are normalised by theirs.
+    # torch's softmax divides by one fp32 sum over the whole row (off by parts in 1e5 at vocab
+    # 262,144); sums per block are good to fp32's 1e-7, so the figures below are normalised by theirs.
     mass = per_block(probs, torch.sum).sum(dim=-1)
     # entropy = -sum p log p = log S - sum p (x - max), S = sum exp(x - max) = 1 / p(draft): two
     # terms >= 0, so no cancellation. An entry of -inf adds 0 x -inf = nan: its true term is 0.
@@ -90,8 +88,13 @@ def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, emb
     entropy = -log_p_draft - weighted / mass
 
     # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
-    soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * (normalizer / mass[..., None]).to(embed_weight.dtype)
-    return draft, draft, entropy, soft_embeds, log_p_draft
+    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft
+
+
+def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch.Tensor, normalizer: float) -> torch.Tensor:
+    """The self-conditioning embedding [n, CL, hidden]: (weights / total) @ embed x normalizer,
+    the division applied to the [n, CL, hidden] product rather than the [n, CL, vocab] weights."""
+    return torch.matmul(weights.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
 
 
 def _in_tile_order(parts: list[tuple[list[int], Rows]], device: torch.device) -> Rows:
