@@ -3,12 +3,13 @@
 Any thread may `submit`, `cancel` and `subscribe`; whoever drives the core calls `step()` until
 `has_unfinished()` is False (the `Engine` thread does, or a caller of its own, e.g. a forked GPU
 worker). `step()` takes what was submitted and cancelled, then runs schedule -> encode -> decode
--> sample -> emit once under `lock`; hold `lock` to run other work on the same weights.
+-> sample -> emit once under `lock`; run other work on the same weights inside `exclusive()`.
 The algorithm and its memory handling: docs/design.md, "The engine".
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import threading
@@ -43,7 +44,7 @@ class EngineCore:
             raise EngineError(str(err)) from None
         self.loaded = loaded
         self.config = config
-        self.lock = threading.RLock()  # held by step(); hold it to run other work on these weights
+        self.lock = threading.RLock()  # held by step(); other work on these weights enters via exclusive()
         self.runner = Runner(loaded.model)
         self.default_params = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.resident = Resident(self.memory)
@@ -67,6 +68,7 @@ class EngineCore:
         self._cancels: dict[int, str] = {}  # request id -> reason
         self._sessions: dict[int, str | None] = {}  # request id -> session, for cancel_session
         self.refusal = ""  # set: submit fails every request with this sentence (a stopped engine)
+        self._outsiders = 0  # threads waiting in or holding exclusive(): no step may start meanwhile
 
     # ------------------------------------------------------------------ the thread-safe API
 
@@ -150,6 +152,35 @@ class EngineCore:
         """Anything submitted, queued, running or waiting to be cancelled."""
         with self.intake:
             return bool(self._inbox or self._cancels or self.scheduler.running or self.scheduler.waiting)
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        """Hold the weights between two steps (a lesson batch, a test that must see no step).
+
+        Taking `lock` alone is not enough: Python's locks are not fair, so a busy stepping thread
+        re-takes it before a waiting thread wakes, and the waiter starves until every request has
+        finished. Here the waiter first says it is waiting; a driver that checks `may_step()`
+        starts no further step until it has been in and out.
+        """
+        with self.intake:
+            self._outsiders += 1
+        try:
+            with self.lock:
+                yield
+        finally:
+            with self.intake:
+                self._outsiders -= 1
+                self.intake.notify_all()
+
+    def may_step(self) -> bool:
+        """There is work and no thread is waiting in `exclusive()` (a driver waits on `intake` until so)."""
+        with self.intake:
+            return self._outsiders == 0 and self.has_unfinished()
+
+    @property
+    def waiting_outsiders(self) -> int:
+        """Threads waiting in or holding `exclusive()`."""
+        return self._outsiders
 
     def counts(self) -> tuple[int, int]:
         """(running, waiting) requests."""

@@ -129,7 +129,7 @@ class Engine:
         try:
             while True:
                 with core.intake:
-                    while not (self._stopping or core.has_unfinished()):
+                    while not (self._stopping or core.may_step()):
                         core.intake.wait()
                     if self._stopping:
                         return

@@ -106,11 +106,12 @@ def run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, t
         settings: Settings, impl: str = "reference") -> LessonOutcome:
     """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened.
 
-    Runs under `core.lock`: the engine's steps wait for it (the batch is small: seconds at most).
+    Runs inside `core.exclusive()`: the engine pauses after its current step (the batch is small:
+    seconds at most) and goes on afterwards.
     On CUDA the budget is the process's allocator cap while the lesson runs; the cap the server
     had is put back afterwards.
     """
-    with core.lock:
+    with core.exclusive():
         if core.loaded.device.type != "cuda":
             return _run(core, requests, budget, real_scale, tiling, settings, impl)
         cap = torch.cuda.get_per_process_memory_fraction(core.loaded.device)
