@@ -121,13 +121,40 @@ def test_a_runs_own_memory_budget_caps_its_sampler_step_and_the_tokens_stay(embe
     assert plans and all(p.budget_bytes == tight.memory_budget for p in plans)
 
 
-def test_holding_the_core_lock_keeps_the_engine_thread_from_stepping(tiny_model):
+def test_inside_exclusive_the_engine_thread_takes_no_step(tiny_model):
     import time
 
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
-        with eng.core.lock:  # what the lesson does while it runs its batch on the same weights
+        with eng.core.exclusive():  # what the lesson does while it runs its batch on the same weights
             handle = eng.submit("add 1+1", params(1), max_new_tokens=16)
             time.sleep(0.5)
             assert eng.stats["steps"] == 0
             assert not any(isinstance(e, StepEvent) for e in handle.poll(0))
         assert handle.result(30).status == "done"
+
+
+def first_step(handle) -> None:
+    assert any(isinstance(e, StepEvent) for e in handle.events(timeout=60)), "no step"
+
+
+def test_a_thread_asking_for_exclusive_gets_in_before_a_busy_engine_takes_another_step(tiny_model):
+    # With a bare lock the asker starved: the stepping thread re-took it first, for 17-176 steps.
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
+        core, step = eng.core, eng.core.step
+        started_while_asked = []
+
+        def counting_step() -> None:
+            if core.waiting_outsiders:
+                started_while_asked.append(eng.stats["steps"])
+            step()
+
+        core.step = counting_step
+        long = eng.submit("count 1 to 9", params(1, steps=40), max_new_tokens=160)  # 400 steps
+        first_step(long)
+        with core.exclusive():
+            assert not long.done
+            long.poll(0)  # drained: any step frame after this is a step taken after exclusive()
+        assert len(started_while_asked) <= 1  # the step already under way when it asked
+        first_step(long)  # and the engine goes on afterwards
+        long.cancel()
+        assert long.result(30).status == "cancelled"
