@@ -164,9 +164,9 @@ def run(argv: list[str] | None = None) -> int:
 def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:
     """Each prompt's note (the teaching model's scope; "" for a real checkpoint), printed once per
     prompt on stderr before the run, so the answers that follow are read for what they are."""
-    from dgemma.embedded.scope import note
+    from dgemma.ui.examples import prompt_note
 
-    notes = [note(p) if embedded else "" for p in prompts]
+    notes = [prompt_note(embedded, p) for p in prompts]
     for i, (prompt, note) in enumerate(zip(prompts, notes, strict=True)):
         if note:
             print(f"python -m dgemma.generate: note: prompt {i + 1} ({prompt[:40]!r}): {note}", file=sys.stderr)
