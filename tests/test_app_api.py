@@ -105,6 +105,15 @@ def test_bad_input_is_one_clear_sentence(client, prompts, settings, words):
     assert "Traceback" not in message and "\n" not in message.strip()
 
 
+def test_bad_input_leaves_no_traceback_in_the_server_log(server, client):
+    # A visitor's mistake is not the server's failure: a log full of them would hide a real one.
+    seen = len(server.log())
+    for prompts, settings, words in BAD[:3] + BAD[-3:]:
+        with pytest.raises(AppError):
+            client.predict(prompts, settings, api_name="/generate")
+    assert "Traceback" not in server.log()[seen:], server.log()[seen:][-2000:]
+
+
 def test_server_still_serves_after_bad_input(client):
     out = client.predict(["reverse abc"], {"seed": 3, "max_new_tokens": 8}, api_name="/generate")
     assert out["outputs"][0]["seed"] == 3

@@ -2,7 +2,8 @@
 
 Listed on the app's API page (gr.api derives its schema from the type hints). Settings use the
 CLI's names and meanings (`seed` S gives the i-th prompt the seed S + i), so one call gives the
-same tokens through the API, the CLI and the UI. Bad input is a gr.Error with one sentence.
+same tokens through the API, the CLI and the UI. Bad input is a gr.Error with one sentence, and no
+traceback in the server's log (a visitor's mistake is not the server's failure).
 """
 
 from __future__ import annotations
@@ -62,21 +63,22 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> No
             settings, record = _record_option(settings)
             checked = parse_call_settings(settings, backend.defaults, limits, backend.max_num_seqs, len(batch))
         except SettingsError as err:
-            raise gr.Error(str(err)) from None
+            raise gr.Error(str(err), print_exception=False) from None
         session = (request.session_hash if request is not None else None) or "api"
         if sessions.pending(session) + len(batch) > limits.max_queued:
-            raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; wait for them first.")
+            raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; "
+                           "wait for them first.", print_exception=False)
         try:
             run = backend.start(batch, checked, stream=record)  # step frames only for a recording
         except ValueError as err:
-            raise gr.Error(str(err)) from None
+            raise gr.Error(str(err), print_exception=False) from None
         if record:
             run.recording = Recording(run_header(backend.info(), checked, batch))
         try:
             sessions.add(session, run)
         except ValueError as err:  # a concurrent call of this client got in first
             run.close()
-            raise gr.Error(str(err)) from None
+            raise gr.Error(str(err), print_exception=False) from None
         try:
             outputs, plans = run.results()
         finally:
@@ -84,7 +86,8 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> No
             sessions.remove(session, run)
         failed = [o for o in outputs if o.error]
         if failed:
-            raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}")
+            # An expected event (out of memory, a cancel): the engine logged anything unexpected already.
+            raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}", print_exception=False)
         result = {
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
                          "warning": prompt_note(embedded, o.prompt)} for o in outputs],

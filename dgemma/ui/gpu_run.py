@@ -190,7 +190,7 @@ def _run(job: Job) -> Iterator[Snapshot]:
     except Exception as err:  # noqa: BLE001 - the page gets a sentence, the log the traceback
         log.exception("the GPU call failed")
         text = first_line(err)
-        raise Error(f"The GPU run failed: {text.rstrip('.')}.") from None
+        raise Error(f"The GPU run failed: {text.rstrip('.')}.", print_exception=False) from None
 
 
 if enabled():  # pragma: no cover - exercised by tests/test_zerogpu.py in a subprocess

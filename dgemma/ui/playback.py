@@ -150,7 +150,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
 
     def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S) -> list:
         if playback.recording is None:
-            raise gr.Error("Nothing to replay yet: press Run, or load a downloaded run.")
+            raise gr.Error("Nothing to replay yet: press Run, or load a downloaded run.", print_exception=False)
         step = max(0, min(int(step or 0), playback.recording.steps))
         line = status(playback, step, pace if playing else None)
         return [*view(playback.recording, step), line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
@@ -189,15 +189,16 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
 
     def load_run(playback: Playback, file) -> list:
         if playback.live:
-            raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.")
+            raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
+                           print_exception=False)
         path = file if isinstance(file, str) else getattr(file, "name", None)
         try:
             with open(path, "rb") as f:
                 recording = load(f.read())
         except RecordingError as err:
-            raise gr.Error(str(err)) from None
+            raise gr.Error(str(err), print_exception=False) from None
         except OSError as err:
-            raise gr.Error(f"The file could not be read: {err.strerror or err}.") from None
+            raise gr.Error(f"The file could not be read: {err.strerror or err}.", print_exception=False) from None
         playback.discard()
         playback.recording, playback.follow, playback.playing = recording, False, False
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
