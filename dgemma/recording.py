@@ -146,10 +146,11 @@ class Recording:
         step = max(0, min(step, len(plans)))
         return plans[step] if step < len(plans) else len(self._items)
 
-    def events(self, upto_step: int | None = None) -> Iterator[Event]:
-        """The events in order, every one (None) or those of the state at `upto_step`."""
+    def events(self, upto_step: int | None = None, start: int = 0) -> Iterator[Event]:
+        """The events in order, every one (None) or those of the state at `upto_step`; from the
+        `start`-th on (a fold that already has the first `start` continues from there)."""
         end = len(self._items) if upto_step is None else self.end_of_step(upto_step)
-        for item in self._items[:end]:
+        for item in self._items[start:end]:
             yield self._event(item) if isinstance(item, _Frame) else item
 
     def _event(self, f: _Frame) -> StepEvent:

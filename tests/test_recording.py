@@ -78,6 +78,29 @@ def test_a_download_and_upload_round_trip_gives_identical_frames(recorded):
         assert (cards, entropy.plot, tiles.plot) == (again[0], again[1].plot, again[2].plot), step
 
 
+def same_view(a: tuple, b: tuple) -> bool:
+    return (a[0], a[1].plot, a[2].plot) == (b[0], b[1].plot, b[2].plot)
+
+
+def test_a_kept_board_gives_the_views_of_a_fresh_fold_in_any_order_of_steps(recorded):
+    recording = recorded[0]
+    copy = load(recording.text().encode("utf-8"))
+    last = recording.steps
+    kept = playback.KeptBoard()
+    # play through, a step back, a jump to the end, the same step twice, the start, then another recording
+    for rec, step in [(recording, s) for s in [*range(last + 1), last - 1, 1, last, last, 0, 2]] + [(copy, 3), (recording, 3)]:
+        assert same_view(playback.view(rec, step, kept), playback.view(rec, step)), (rec is copy, step)
+
+
+def test_a_kept_board_following_a_live_recording_folds_what_arrived_since(recorded):
+    recording, _, live = recorded
+    growing, kept = Recording(recording.header), playback.KeptBoard()
+    for i, event in enumerate(live):
+        growing.add(event)
+        if i % 7 == 0 or i == len(live) - 1:  # the page's view of the latest step, every few events
+            assert same_view(playback.view(growing, growing.steps, kept), playback.view(growing, growing.steps)), i
+
+
 def test_the_views_at_a_step_mark_it_on_both_charts(recorded):
     recording = recorded[0]
     _, entropy, tiles = playback.view(recording, 2)

@@ -6,8 +6,10 @@ frames (one TilePlan per step, as a run has; frame contents vary like real ones:
 released vocabulary, entropies of every magnitude) and reports, side by side, the bytes the
 recording holds and the bytes the same frames hold as event objects (what a recorder that kept
 the engine's events would hold), the file's size, and the time to write it, load it, and fold the
-board at the last step (what the page's slider does); and, per step of 32 requests, what recording
-adds to the live stream's own work (its fold and its render). `--steps N` scales the run down.
+board at the last step (what a jump of the page's slider does) against folding only that step's
+events onto the board kept from the step before (what play and forward do); and, per step of 32
+requests, what recording adds to the live stream's own work (its fold and its render). `--steps N`
+scales the run down.
 """
 
 from __future__ import annotations
@@ -114,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     fold(copy.events(copy.steps))
     fold_s = time.perf_counter() - started
+    from dgemma.ui.playback import KeptBoard
+
+    kept = KeptBoard()  # what playing does: the board of the step before is kept, one step's events folded
+    with kept.at(copy, copy.steps - 1):
+        pass
+    started = time.perf_counter()
+    with kept.at(copy, copy.steps):
+        pass
+    next_step_s = time.perf_counter() - started
     live = live_cost()
     result = {
         "positions": positions, "bound": MAX_POSITIONS, "dropped_frames": recording.dropped_frames,
@@ -121,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "recording_bytes_per_position": round(recording_bytes / positions, 1),
         "events_bytes_per_position": round(event_bytes / positions, 1),
         "file_MB": round(len(text.encode("utf-8")) / 1e6, 1), "write_s": round(write_s, 2), "load_s": round(load_s, 2),
-        "fold_last_step_s": round(fold_s, 2), **live,
+        "fold_last_step_s": round(fold_s, 2), "fold_next_step_kept_ms": round(next_step_s * 1e3, 2), **live,
     }  # fmt: skip
     print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
     return 0

@@ -10,16 +10,18 @@ replays such a file in the same views with no model (it works while the model is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import gradio as gr
 
 from dgemma.recording import Recording, RecordingError, load
-from dgemma.ui.board import fold
+from dgemma.ui.board import Board, fold
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 
@@ -28,6 +30,33 @@ log = logging.getLogger(__name__)
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
 RUNS_DIR = os.path.join(tempfile.gettempdir(), "dgemma-runs")  # one file per session: its last run
+
+
+class KeptBoard:
+    """The board at the step last shown, kept so that the next step costs only its own events.
+
+    Play, forward and a slider moved on fold only the events since the last view; a step back,
+    or another recording, folds from the start. Gradio may run two of a tab's handlers at once (a
+    tick and a slider release): a view takes the board out of `_kept` (list.pop is atomic) and puts
+    it back when drawn, so two views never fold into, or draw from, one board.
+    """
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[Recording, int, Board]] = []  # (recording, events folded, board)
+
+    @contextlib.contextmanager
+    def at(self, recording: Recording, step: int) -> Iterator[Board]:
+        """The board of `recording` at `step`, for the body of the `with` to draw."""
+        end = recording.end_of_step(step)
+        try:
+            kept, folded, board = self._kept.pop()
+        except IndexError:
+            kept, folded, board = None, 0, Board()
+        if kept is not recording or folded > end:
+            folded, board = 0, Board()
+        fold(recording.events(step, start=folded), board)
+        yield board
+        self._kept[:] = [(recording, end, board)]
 
 
 class Playback:
@@ -39,6 +68,7 @@ class Playback:
         self.follow = True  # the view shows the latest step, until the user takes the slider
         self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
         self.path: str | None = None  # the last finished run's file (Download run)
+        self.kept = KeptBoard()  # the board last shown: playing folds one step's events per tick
 
     def start(self, header: dict) -> Recording:
         self.discard()
@@ -104,14 +134,15 @@ def build() -> Player:
     return Player(state, slider, back, play, pause, forward, pace, download, upload, timer)
 
 
-def view(recording: Recording, step: int) -> tuple:
-    """Cards and both charts at `step`: the fold of the events up to it, the step marked on the charts."""
-    board = fold(recording.events(step))
-    last = recording.steps
-    taken = max((v.steps for v in board.requests.values()), default=0)
-    entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
-    tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
-    return render_board(board), plot(entropy), plot(tiles)
+def view(recording: Recording, step: int, kept: KeptBoard | None = None) -> tuple:
+    """Cards and both charts at `step`: the fold of the events up to it (continued from `kept`'s
+    board where it can be), the step marked on the charts."""
+    with (kept or KeptBoard()).at(recording, step) as board:
+        last = recording.steps
+        taken = max((v.steps for v in board.requests.values()), default=0)
+        entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
+        tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
+        return render_board(board), plot(entropy), plot(tiles)
 
 
 def status(playback: Playback, step: int, pace: float | None = None) -> str:
@@ -153,7 +184,8 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
             raise gr.Error("Nothing to replay yet: press Run, or load a downloaded run.", print_exception=False)
         step = max(0, min(int(step or 0), playback.recording.steps))
         line = status(playback, step, pace if playing else None)
-        return [*view(playback.recording, step), line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
+        cards_and_charts = view(playback.recording, step, playback.kept)
+        return [*cards_and_charts, line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
 
     def take(playback: Playback, step: float) -> list:
         # The user has the slider now: the live stream leaves the view alone, and play stops.
