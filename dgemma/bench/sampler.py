@@ -233,12 +233,13 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
     if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
         for config in seed + configs:
             config.measure()
-    # Interleave the repeats (ABCD ABCD ...) so drift on a noisy machine hits every config alike.
-    for _ in range(1 if case.meta else case.repeats):
-        for config in seed + configs:
-            config.run_once()
-        if not case.meta:
-            floor.run_once()
+    # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
+    # order each round (ABCD BCDA ...): no config always runs right after another, e.g. after the
+    # seed's step, whose gigabytes of fresh pages slowed whichever row came next.
+    timed = seed + configs + ([] if case.meta else [floor])
+    for round_ in range(1 if case.meta else case.repeats):
+        for i in range(len(timed)):
+            timed[(round_ + i) % len(timed)].run_once()
     rows = [config.row() for config in configs]
     baseline_row = rows[0]
     for untiled, tiled in zip(rows[::2], rows[1::2]):
