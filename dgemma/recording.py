@@ -146,10 +146,13 @@ class Recording:
         step = max(0, min(step, len(plans)))
         return plans[step] if step < len(plans) else len(self._items)
 
-    def events(self, upto_step: int | None = None, start: int = 0) -> Iterator[Event]:
-        """The events in order, every one (None) or those of the state at `upto_step`; from the
-        `start`-th on (a fold that already has the first `start` continues from there)."""
-        end = len(self._items) if upto_step is None else self.end_of_step(upto_step)
+    def events(self, upto_step: int | None = None) -> Iterator[Event]:
+        """The events in order, every one (None) or those of the state at `upto_step`."""
+        return self.events_between(0, len(self._items) if upto_step is None else self.end_of_step(upto_step))
+
+    def events_between(self, start: int, end: int) -> Iterator[Event]:
+        """Events `start` to `end` (exclusive; `end_of_step` gives such bounds): a fold that has the
+        first `start` continues with these, and knows where it stopped even while events arrive."""
         for item in self._items[start:end]:
             yield self._event(item) if isinstance(item, _Frame) else item
 

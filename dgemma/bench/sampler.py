@@ -234,8 +234,8 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
         for config in seed + configs:
             config.measure()
     # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
-    # order each round (ABCD BCDA ...): no config always runs right after another, e.g. after the
-    # seed's step, whose gigabytes of fresh pages slowed whichever row came next.
+    # order each round (ABCD BCDA ...): no config always runs right after another, e.g. right
+    # after the seed's step and its gigabytes of fresh pages.
     timed = seed + configs + ([] if case.meta else [floor])
     for round_ in range(1 if case.meta else case.repeats):
         for i in range(len(timed)):

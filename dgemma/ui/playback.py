@@ -51,10 +51,10 @@ class KeptBoard:
         try:
             kept, folded, board = self._kept.pop()
         except IndexError:
-            kept, folded, board = None, 0, Board()
+            kept, folded, board = None, 0, None
         if kept is not recording or folded > end:
             folded, board = 0, Board()
-        fold(recording.events(step, start=folded), board)
+        fold(recording.events_between(folded, end), board)
         yield board
         self._kept[:] = [(recording, end, board)]
 
@@ -73,6 +73,7 @@ class Playback:
     def start(self, header: dict) -> Recording:
         self.discard()
         self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
+        self.kept = KeptBoard()  # the last run's board goes, and the last run with it
         return self.recording
 
     def save(self) -> str:
@@ -233,6 +234,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
             raise gr.Error(f"The file could not be read: {err.strerror or err}.", print_exception=False) from None
         playback.discard()
         playback.recording, playback.follow, playback.playing = recording, False, False
+        playback.kept = KeptBoard()
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
