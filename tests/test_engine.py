@@ -131,6 +131,29 @@ def test_cancel_frees_the_slot_within_one_step(tiny_model):
         assert queued.result(30).status == "done"  # it got the freed slot
 
 
+def test_a_thread_asking_for_exclusive_gets_in_before_a_busy_engine_takes_another_step(tiny_model):
+    # With a bare lock the asker starved: the stepping thread re-took it first, for 17-176 steps.
+    with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
+        core, step = eng.core, eng.core.step
+        started_while_asked = []
+
+        def counting_step() -> None:
+            if core.waiting_outsiders:
+                started_while_asked.append(eng.stats["steps"])
+            step()
+
+        core.step = counting_step
+        long = eng.submit("count 1 to 9", params(seed=1, steps=40), max_new_tokens=160)  # 400 steps
+        wait_for_step(long)
+        with core.exclusive():
+            assert not long.done
+            long.poll(0)  # drained: any step frame after this is a step taken after exclusive()
+        assert len(started_while_asked) <= 1  # the step already under way when it asked
+        wait_for_step(long)  # and the engine goes on afterwards
+        long.cancel()
+        assert long.result(30).status == "cancelled"
+
+
 def test_eos_ends_a_request_early(tiny_model_dir):
     loaded = load_model(tiny_model_dir, device="cpu")
     weight = loaded.model.lm_head.weight  # tied with the embeddings: only <eos> and zeros remain
