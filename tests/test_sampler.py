@@ -14,7 +14,9 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from dgemma.memory import Calibration, VirtualDevice
-from dgemma.sampling import TiledSampler, calibrate_tile, reference_tile
+from dgemma.memory.tracker import measure_peak
+from dgemma.sampling import LMHead, RowKey, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, reference, reference_tile
+from dgemma.sampling.params import MAX_STABILITY
 from dgemma.sampling.tiled import COMMITTING
 from dgemma.sampling import SamplingParams, parse_tiling
 
@@ -181,6 +183,52 @@ def test_greedy_takes_the_argmax():
     out = sampler.step(logits, [0])
     assert torch.equal(out.next_canvas[0], logits[0].argmax(-1))
     assert torch.equal(out.draft[0], logits[0].argmax(-1))
+
+
+def greedy_tile(n: int, CL: int, V: int, greedy: list[bool], with_head: bool) -> TileResult:
+    """One reference step over a tile of fresh canvases, handed logits or hidden states and a head."""
+    gen = torch.Generator().manual_seed(11)
+    embed = torch.randn(V, HIDDEN, generator=gen)
+    hidden = torch.randn(n, CL, HIDDEN, generator=gen) * 4
+    head = LMHead(embed, softcap=30.0)
+    scores = Scores(hidden=hidden, head=head) if with_head else Scores(logits=head.project(hidden))
+    inputs = fresh_canvas_inputs(n, CL, greedy)
+    return reference_tile(scores, inputs, embed, HIDDEN**0.5)
+
+
+def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool]) -> TileInputs:
+    return TileInputs(
+        rows=[RowKey(i, 0, 0, greedy[i]) for i in range(n)],
+        temperature=torch.linspace(0.5, 1.3, n),
+        entropy_bound=torch.full((n,), 2.0),
+        confidence_threshold=torch.zeros(n),
+        last_step=torch.zeros(n, dtype=torch.bool),
+        history=torch.full((n, MAX_STABILITY, CL), -1),
+        history_valid=torch.zeros(n, MAX_STABILITY, dtype=torch.bool),
+    )
+
+
+@pytest.mark.parametrize("with_head", [True, False])
+@pytest.mark.parametrize("greedy", [[True] * 3, [True, False, True]])
+@pytest.mark.parametrize("group_positions", [1, 5])
+def test_greedy_rows_give_the_same_figures_however_their_positions_are_grouped(monkeypatch, with_head, greedy, group_positions):
+    n, CL, V = 3, 7, 300
+    whole = greedy_tile(n, CL, V, greedy, with_head)  # the default: every position in one group
+    monkeypatch.setattr(reference, "CACHE_GROUP_BYTES", group_positions * V * 4)
+    grouped = greedy_tile(n, CL, V, greedy, with_head)
+    for name in TileResult.__dataclass_fields__:
+        assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
+
+
+def test_on_a_cpu_greedy_probabilities_take_the_logits_place():
+    # At vocab 262,144 a cache group is 2 positions of the 32: the greedy rows write the
+    # probabilities over the logits (one [n, CL, vocab] buffer and a group's scratch), where
+    # sampling rows hold both; what else either holds (the projection's, the race's) is alike.
+    n, CL, V = 2, 16, 262_144
+    copy = n * CL * V * 4
+    greedy = measure_peak(lambda: greedy_tile(n, CL, V, [True] * n, with_head=True))
+    sampling = measure_peak(lambda: greedy_tile(n, CL, V, [False] * n, with_head=True))
+    assert greedy <= sampling - 0.9 * copy
 
 
 def test_soft_embedding_is_probs_times_embedding_times_normalizer():

@@ -26,13 +26,22 @@ class LMHead:
         """fp32 logits of vocab entries [start, stop) for hidden states [..., hidden]; with a
         `temperature` [n] (hidden [n, ...]) the logits divided by it, folded into the softcap's
         last multiply (one pass fewer)."""
-        weight = self.weight if start == 0 and stop in (None, self.weight.shape[0]) else self.weight[start:stop]
-        logits = torch.nn.functional.linear(hidden, weight).float()  # a fresh tensor: capped in place
+        logits = self.products(hidden, start, stop)
         temp = None if temperature is None else temperature.view(-1, *([1] * (logits.dim() - 1)))
+        return self.cap_(logits, temp)
+
+    def products(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """hidden @ weight[start:stop].T as a fresh fp32 tensor, not yet capped (`cap_`)."""
+        weight = self.weight if start == 0 and stop in (None, self.weight.shape[0]) else self.weight[start:stop]
+        return torch.nn.functional.linear(hidden, weight).float()
+
+    def cap_(self, products: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
+        """The softcap on fp32 `products` in place, divided by `temperature` (broadcastable to
+        them) in the cap's last multiply; returns `products`."""
         if self.softcap is not None:
-            logits.div_(self.softcap).tanh_()
-            return logits.mul_(self.softcap if temp is None else self.softcap / temp)
-        return logits if temp is None else logits.div_(temp)
+            products.div_(self.softcap).tanh_()
+            return products.mul_(self.softcap if temperature is None else self.softcap / temperature)
+        return products if temperature is None else products.div_(temperature)
 
 
 @dataclass(frozen=True)
@@ -67,16 +76,35 @@ class Scores:
         """Tempered fp32 logits / temperature [n, CL, stop - start] of vocab entries [start, stop)
         (of the tile's rows `rows` only, when given), a fresh tensor the step may overwrite (the
         caller's logits are never written)."""
-        if rows is not None:
-            index = torch.tensor(rows, device=temperature.device)
-            temperature = temperature[index]
-        if self.logits is None:
-            return self.head.project(self.hidden if rows is None else self.hidden[index], start, stop, temperature)
-        logits = self.logits if start == 0 and stop in (None, self.vocab_size) else self.logits[..., start:stop]
-        if rows is not None:  # the rows' copy is the result: one [rows, CL, width] tensor, not two
-            return logits.index_select(0, index).div_(temperature[:, None, None].to(torch.float32))
-        return torch.div(logits, temperature[:, None, None].to(torch.float32))
+        buffer, temper = self.tempered_by_rows(temperature, start, stop, rows)
+        temper(0, buffer.shape[0] * buffer.shape[1])
+        return buffer
 
+    def tempered_by_rows(
+        self, temperature: torch.Tensor, start: int = 0, stop: int | None = None, rows: list[int] | None = None
+    ) -> tuple[torch.Tensor, Callable[[int, int], torch.Tensor]]:
+        """`tempered`'s fresh fp32 buffer [r, CL, stop - start], not yet tempered, and
+        `temper(lo, hi)`, which tempers the buffer's flat rows [lo, hi) (a position's logits
+        each) in place and returns them: a caller that tempers a few rows just before its other
+        passes over them keeps those passes in cache. Either way each value is the same, bit for
+        bit (the same operations on the same numbers)."""
+        index = None if rows is None else torch.tensor(rows, device=temperature.device)
+        if index is not None:
+            temperature = temperature[index]
+        canvas_length = (self.logits if self.logits is not None else self.hidden).shape[1]
+        per_row = temperature.to(torch.float32).repeat_interleave(canvas_length)[:, None]
+        if self.logits is None:  # the projection's fresh output, capped and tempered in place
+            buffer = self.head.products(self.hidden if index is None else self.hidden[index], start, stop)
+            flat = buffer.view(-1, buffer.shape[-1])
+            return buffer, lambda lo, hi: self.head.cap_(flat[lo:hi], per_row[lo:hi])
+        logits = self.logits if start == 0 and stop in (None, self.vocab_size) else self.logits[..., start:stop]
+        if index is not None:  # the rows' copy is the buffer: one [rows, CL, width] tensor, not two
+            buffer = logits.index_select(0, index).float()
+            flat = buffer.view(-1, buffer.shape[-1])
+            return buffer, lambda lo, hi: flat[lo:hi].div_(per_row[lo:hi])
+        buffer = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        flat, source = buffer.view(-1, buffer.shape[-1]), logits.reshape(-1, logits.shape[-1])  # a view: only CL and n merge
+        return buffer, lambda lo, hi: torch.div(source[lo:hi], per_row[lo:hi], out=flat[lo:hi])
 
 @dataclass
 class TileInputs:
