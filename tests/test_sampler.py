@@ -185,7 +185,7 @@ def test_greedy_takes_the_argmax():
     assert torch.equal(out.draft[0], logits[0].argmax(-1))
 
 
-def greedy_tile(n: int, CL: int, V: int, greedy: list[bool], with_head: bool) -> TileResult:
+def one_step_tile(n: int, CL: int, V: int, greedy: list[bool], with_head: bool) -> TileResult:
     """One reference step over a tile of fresh canvases, handed logits or hidden states and a head."""
     gen = torch.Generator().manual_seed(11)
     embed = torch.randn(V, HIDDEN, generator=gen)
@@ -209,26 +209,27 @@ def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool]) -> TileInputs:
 
 
 @pytest.mark.parametrize("with_head", [True, False])
-@pytest.mark.parametrize("greedy", [[True] * 3, [True, False, True]])
+@pytest.mark.parametrize("greedy", [[True] * 3, [True, False, True], [False] * 3])
 @pytest.mark.parametrize("group_positions", [1, 5])
-def test_greedy_rows_give_the_same_figures_however_their_positions_are_grouped(monkeypatch, with_head, greedy, group_positions):
+def test_a_tile_gives_the_same_figures_however_its_positions_are_grouped(monkeypatch, with_head, greedy, group_positions):
     n, CL, V = 3, 7, 300
-    whole = greedy_tile(n, CL, V, greedy, with_head)  # the default: every position in one group
+    whole = one_step_tile(n, CL, V, greedy, with_head)  # the default: every position in one group
     monkeypatch.setattr(reference, "CACHE_GROUP_BYTES", group_positions * V * 4)
-    grouped = greedy_tile(n, CL, V, greedy, with_head)
+    grouped = one_step_tile(n, CL, V, greedy, with_head)
     for name in TileResult.__dataclass_fields__:
         assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
 
 
-def test_on_a_cpu_greedy_probabilities_take_the_logits_place():
-    # At vocab 262,144 a cache group is 2 positions of the 32: the greedy rows write the
-    # probabilities over the logits (one [n, CL, vocab] buffer and a group's scratch), where
-    # sampling rows hold both; what else either holds (the projection's, the race's) is alike.
+@pytest.mark.parametrize("greedy", [True, False])
+def test_in_cache_groups_the_weights_take_the_logits_place(monkeypatch, greedy):
+    # At vocab 262,144 a CPU's cache group is 2 positions of the 32: the weights for the soft
+    # embedding (probabilities, or the blocks' exponentials) are written over the logits, one
+    # [n, CL, vocab] buffer and a group's scratch where one group holds both.
     n, CL, V = 2, 16, 262_144
-    copy = n * CL * V * 4
-    greedy = measure_peak(lambda: greedy_tile(n, CL, V, [True] * n, with_head=True))
-    sampling = measure_peak(lambda: greedy_tile(n, CL, V, [False] * n, with_head=True))
-    assert greedy <= sampling - 0.9 * copy
+    grouped = measure_peak(lambda: one_step_tile(n, CL, V, [greedy] * n, with_head=True))
+    monkeypatch.setattr(reference, "CACHE_GROUP_BYTES", n * CL * V * 4)
+    whole = measure_peak(lambda: one_step_tile(n, CL, V, [greedy] * n, with_head=True))
+    assert grouped <= whole - 0.9 * n * CL * V * 4
 
 
 def test_soft_embedding_is_probs_times_embedding_times_normalizer():

@@ -19,12 +19,12 @@ to a common shift (`Pieces.rescale`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from dgemma.sampling.keyed import keyed_block_gumbel, keyed_uniform
+from dgemma.sampling.keyed import GUMBEL, PICK, RowKey, keyed_block_gumbel, keyed_uniform, row_keys
 
 BLOCK = 256  # vocab entries per block (the chunked step's narrowest chunk: chunks hold whole blocks)
 
@@ -130,19 +130,27 @@ def chunk_draft(block_max: torch.Tensor, values: torch.Tensor, start: int) -> tu
     return value, start + block * BLOCK + within
 
 
+def race_noise(rows: Sequence[RowKey], canvas_length: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block race's noise for `rows`' [n, CL] positions, keyed by (seed, canvas, step): every
+    block's Gumbel noise [n, CL, vocab / BLOCK] and the pick's uniform [n, CL]. All blocks in one
+    draw: it is 1/BLOCK of a copy, and drawing it per chunk cost some 25 small ops a chunk (each
+    a wait for every thread)."""
+    noise = keyed_block_gumbel(row_keys(rows, GUMBEL, device), canvas_length, 0, num_blocks(vocab_size))
+    return noise, keyed_uniform(row_keys(rows, PICK, device), canvas_length)
+
+
 class BlockRace:
     """The sample, over chunks: the running winner of the block race (its score, its vocab block
-    and its shifted values), then the pick inside it."""
+    and its shifted values), then the pick inside it. Its state has the noise's leading shape:
+    [n, CL] for a tile's rows, [positions] for a group of them."""
 
-    def __init__(self, keys: torch.Tensor, pick_keys: torch.Tensor, canvas_length: int, vocab_size: int):
-        n, device = keys.shape[0], keys.device
-        self.pick_keys, self.canvas_length = pick_keys, canvas_length
+    def __init__(self, noise: torch.Tensor, uniform: torch.Tensor, vocab_size: int):
+        """`noise`: every block's Gumbel noise [..., vocab / BLOCK]; `uniform`: the pick's [...]."""
+        shape, device = noise.shape[:-1], noise.device
+        self.noise, self.uniform = noise, uniform
         self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
-        self.best = RunningArgmax((n, canvas_length), device)
-        self.values = torch.full((n, canvas_length, self.span), float("-inf"), device=device)
-        # Every block's noise in one draw: [n, CL, vocab / BLOCK] is 1/BLOCK of a copy, and drawing
-        # it per chunk cost some 25 small ops a chunk (each a wait for every thread).
-        self.noise = keyed_block_gumbel(keys, canvas_length, 0, num_blocks(vocab_size))
+        self.best = RunningArgmax(shape, device)
+        self.values = torch.full((*shape, self.span), float("-inf"), device=device)
 
     def update(self, pieces: Pieces, shifted: torch.Tensor, start: int) -> None:
         """Fold in a chunk (vocab entries start.., start a multiple of BLOCK): every row races,
@@ -154,11 +162,11 @@ class BlockRace:
         self.values = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values)
 
     def sample(self) -> torch.Tensor:
-        """Token ids [n, CL]: in the winning block, the first entry whose cumulative mass passes
+        """Token ids [...]: in the winning block, the first entry whose cumulative mass passes
         u x the block's mass (never an entry of zero mass)."""
         cumulative = torch.cumsum(torch.exp(self.values), dim=-1)
         total = cumulative[..., -1:]
-        target = keyed_uniform(self.pick_keys, self.canvas_length)[..., None] * total
+        target = self.uniform[..., None] * total
         within = torch.searchsorted(cumulative, target, right=True)
         last = torch.searchsorted(cumulative, total.contiguous())  # the last entry with mass: where the sum is reached
         within = torch.minimum(within, last).clamp_(max=self.span - 1).squeeze(-1)

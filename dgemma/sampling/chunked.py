@@ -14,9 +14,9 @@ import functools
 import torch
 
 from dgemma.memory import plan_tiles
-from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, softmax_pieces
+from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, race_noise, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
-from dgemma.sampling.keyed import GUMBEL, PICK, RENOISE, keyed_tokens, row_keys
+from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, settle
 
 MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
@@ -61,7 +61,7 @@ def chunked_tile(
     stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
     race = None
     if stochastic:
-        race = BlockRace(row_keys(inputs.rows, GUMBEL, device), row_keys(inputs.rows, PICK, device), canvas_length, vocab_size)
+        race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size)
 
     softmax = _OnlineSoftmax(n, canvas_length, embed_weight.shape[1], device)
     best = RunningArgmax((n, canvas_length), device)

@@ -10,23 +10,28 @@ exponentials, per request. Each row computes one softmax, the way its kind of ro
   the draft, the entropy and the log-probability off it.
 
 Which way a row goes depends on that row alone, never on its tile-mates, so its tokens do not
-either.
+either. Every pass after the projection reads and writes one position's [vocab] at a time, so a
+CPU runs them over groups of positions that fit in its cache, writing the soft embedding's
+weights over the logits: there the transient is one copy per request, not two (a GPU takes all
+positions at once; the planner's meta measure is the GPU's two copies, an upper bound here).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, softmax_pieces
-from dgemma.sampling.keyed import GUMBEL, PICK, RENOISE, keyed_tokens, row_keys
+from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
+from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
 
 # What each kind of row's phases 1-3 and 7 return for its rows:
 # (draft, sample, entropy, soft embeddings, log p(draft)).
 Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
-# A CPU's share of cache for one group of greedy positions: of 1, 2 and 4 MiB at vocab 262,144
-# (2 shared cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran the greedy step fastest.
+# A CPU's share of cache for one group of positions: of 1, 2 and 4 MiB at vocab 262,144 (2
+# shared cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of row fastest.
 CACHE_GROUP_BYTES = 2 << 20
 
 
@@ -50,50 +55,38 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
 
 def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
     """Rows that sample: the softmax in vocab blocks; the draft is its argmax, the sample the block race."""
-    # ---- Phase 1: temperature (folded into the projection when the tile projects)
-    scaled = scores.tempered(inputs.temperature, rows=rows)
-    canvas_length, vocab_size, device = scaled.shape[1], scaled.shape[2], scaled.device
-
-    # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, the sample the block race
-    pieces, shifted = softmax_pieces(scaled)
-    top, draft = chunk_draft(pieces.block_max, shifted, 0)
     keys = inputs.rows if rows is None else [inputs.rows[i] for i in rows]
-    race = BlockRace(row_keys(keys, GUMBEL, device), row_keys(keys, PICK, device), canvas_length, vocab_size)
-    race.update(pieces, shifted, 0)
-    sampled = race.sample()
-    finish_pieces(pieces, shifted)
-    del shifted, scaled
-    total, weighted = pieces.rescale(top)  # exp(x - top): entropy = log s - sum e (x - top) / s
-    log_total = torch.log(total)
-    entropy = log_total - weighted / total
+    noise, uniform = race_noise(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device)
+    noise, uniform = noise.flatten(0, 1), uniform.flatten()  # a group of positions takes its slice
 
+    def positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, the sample the block race
+        pieces, shifted = softmax_pieces(scaled)
+        top, draft = chunk_draft(pieces.block_max, shifted, 0)
+        race = BlockRace(noise[span], uniform[span], scores.vocab_size)
+        race.update(pieces, shifted, 0)
+        finish_pieces(pieces, shifted)
+        total, weighted = pieces.rescale(top)  # exp(x - top): entropy = log s - sum e (x - top) / s
+        log_total = torch.log(total)
+        entropy = log_total - weighted / total
+        return (draft, race.sample(), entropy, total, log_total), scaled.copy_(pieces.exp) if in_place else pieces.exp
+
+    (draft, sampled, entropy, total, log_total), exp = _in_position_groups(scores, inputs, rows, positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
-    return draft, sampled, entropy, _soft_embeds(pieces.exp, total, embed_weight, normalizer), -log_total
+    return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total
 
 
 def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
-    """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits.
-
-    Every pass after the projection reads and writes one position's [vocab] at a time, so on a
-    CPU they run over groups of positions small enough to stay in cache (`cache_group`), the
-    probabilities taking the logits' place: one [n, CL, vocab] buffer instead of two."""
-    # ---- Phase 1: temperature (folded into the projection's softcap), a group of positions at a time
-    logits, temper = scores.tempered_by_rows(inputs.temperature, rows=rows)
-    n, canvas_length, vocab_size = logits.shape
-    positions, group = n * canvas_length, cache_group(n * canvas_length, vocab_size, logits.device)
-    parts = [_greedy_positions(temper(lo, min(lo + group, positions)), group < positions)
-             for lo in range(0, positions, group)]  # fmt: skip
-    draft, entropy, mass, log_p_draft = (torch.cat(f).view(n, canvas_length) for f in zip(*(f for f, _ in parts)))
-
+    """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits."""
+    (draft, entropy, mass, log_p_draft), probs = _in_position_groups(scores, inputs, rows, _greedy_positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
-    probs = logits if len(parts) > 1 else parts[0][1]
-    return draft, draft, entropy, _soft_embeds(probs.view(n, canvas_length, vocab_size), mass, embed_weight, normalizer), log_p_draft
+    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft
 
 
-def _greedy_positions(scaled: torch.Tensor, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    """Phases 2-3 for tempered logits [positions, vocab]: ((draft, entropy, mass, log p(draft)),
-    probabilities); with `in_place` the probabilities are written over `scaled` (and returned)."""
+def _greedy_positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """Phases 2-3 for greedy rows' tempered logits [positions, vocab]: ((draft, entropy, mass,
+    log p(draft)), probabilities)."""
     # The draft, as the sampling rows find it (the first block holding the max, its first entry
     # at the max), then the probabilities of x - max <= 0
     top, draft = chunk_draft(per_block(scaled, torch.amax), scaled, 0)
@@ -110,10 +103,35 @@ def _greedy_positions(scaled: torch.Tensor, in_place: bool) -> tuple[tuple[torch
     return (draft, entropy, mass, log_p_draft), scaled.copy_(probs) if in_place else probs
 
 
+# What one kind of row does to a group of positions: (tempered logits [positions, vocab], the
+# group's span of the tile's flat positions, whether to write its weights over the logits) ->
+# (figures [positions] each, weights [positions, vocab] for the soft embedding).
+Positions = Callable[[torch.Tensor, slice, bool], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
+
+
+def _in_position_groups(
+    scores: Scores, inputs: TileInputs, rows: list[int] | None, positions: Positions
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """Phase 1 and `positions` over the rows' positions, a cache group at a time (`cache_group`):
+    every pass after the projection reads and writes one position's [vocab] at a time, so on a
+    CPU they run in cache, and the weights take the logits' place (one [n, CL, vocab] buffer
+    instead of two). Returns the figures [n, CL] and the weights [n, CL, vocab]."""
+    # ---- Phase 1: temperature (folded into the projection's softcap), a group of positions at a time
+    logits, temper = scores.tempered_by_rows(inputs.temperature, rows=rows)
+    n, canvas_length, vocab_size = logits.shape
+    total, group = n * canvas_length, cache_group(n * canvas_length, vocab_size, logits.device)
+    if group == total:  # one group: the weights are a tensor of their own, and the logits go now
+        figures, weights = positions(temper(0, total), slice(0, total), False)
+    else:
+        parts = [positions(temper(lo, min(lo + group, total)), slice(lo, lo + group), True) for lo in range(0, total, group)]
+        figures, weights = [torch.cat(f) for f in zip(*(f for f, _ in parts))], logits
+    return tuple(f.view(n, canvas_length) for f in figures), weights.view(n, canvas_length, vocab_size)
+
+
 def cache_group(positions: int, vocab_size: int, device: torch.device) -> int:
-    """Positions per group for the greedy rows' passes: on a CPU as many as fill `CACHE_GROUP_BYTES`
-    (at least one), elsewhere all of them (a GPU would pay a launch per op per group, and a meta
-    run measures the GPU's memory)."""
+    """Positions per group: on a CPU as many as fill `CACHE_GROUP_BYTES` (at least one), elsewhere
+    all of them (a GPU would pay a launch per op per group, and a meta run measures the GPU's
+    memory)."""
     if device.type != "cpu":
         return positions
     return max(1, min(positions, CACHE_GROUP_BYTES // (vocab_size * 4)))
