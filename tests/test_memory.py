@@ -25,6 +25,7 @@ from dgemma.memory import (
     resolve_device,
 )
 from dgemma.sampling import RowKey, Scores, TileInputs, calibrate_tile, reference_tile, seed_tile
+from dgemma.sampling.primitives import group_bytes_for
 
 
 @pytest.mark.parametrize(
@@ -109,9 +110,10 @@ def test_virtual_device_counts_resident_bytes_against_the_budget():
             torch.ones(128 * 1024)  # 512 KiB of transient
 
 
-def test_calibration_on_meta_matches_the_real_step():
-    CL, V, H = 16, 3000, 8
-    calibration = calibrate_tile(reference_tile, CL, V, torch.empty(V, H))
+@pytest.mark.parametrize("V", [3000, 262_144])  # all positions in one cache group; two a group
+def test_calibration_on_meta_matches_the_real_step(V):
+    CL, H = 16, 8
+    calibration = calibrate_tile(reference_tile, CL, V, torch.empty(V, H))  # laid out as on a CPU
     logits = torch.randn(3, CL, V)
     embed = torch.randn(V, H)
     inputs = TileInputs(
@@ -122,6 +124,7 @@ def test_calibration_on_meta_matches_the_real_step():
         last_step=torch.zeros(3, dtype=torch.bool),
         history=torch.full((3, 8, CL), -1),
         history_valid=torch.zeros(3, 8, dtype=torch.bool),
+        group_bytes=group_bytes_for(embed.device),
     )
     real = measure_peak(lambda: reference_tile(Scores(logits=logits), inputs, embed, 1.0))
     assert real == pytest.approx(calibration.tile_bytes(3), rel=0.02)

@@ -15,8 +15,9 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 
 from dgemma.memory import Calibration, VirtualDevice
 from dgemma.memory.tracker import measure_peak
-from dgemma.sampling import LMHead, RowKey, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, reference, reference_tile
+from dgemma.sampling import LMHead, RowKey, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, reference_tile
 from dgemma.sampling.params import MAX_STABILITY
+from dgemma.sampling.primitives import group_bytes_for
 from dgemma.sampling.tiled import COMMITTING
 from dgemma.sampling import SamplingParams, parse_tiling
 
@@ -185,18 +186,18 @@ def test_greedy_takes_the_argmax():
     assert torch.equal(out.draft[0], logits[0].argmax(-1))
 
 
-def one_step_tile(n: int, CL: int, V: int, greedy: list[bool], with_head: bool) -> TileResult:
+def one_step_tile(n: int, CL: int, V: int, greedy: list[bool], with_head: bool, group_bytes: int | None = None) -> TileResult:
     """One reference step over a tile of fresh canvases, handed logits or hidden states and a head."""
     gen = torch.Generator().manual_seed(11)
     embed = torch.randn(V, HIDDEN, generator=gen)
     hidden = torch.randn(n, CL, HIDDEN, generator=gen) * 4
     head = LMHead(embed, softcap=30.0)
     scores = Scores(hidden=hidden, head=head) if with_head else Scores(logits=head.project(hidden))
-    inputs = fresh_canvas_inputs(n, CL, greedy)
+    inputs = fresh_canvas_inputs(n, CL, greedy, group_bytes)
     return reference_tile(scores, inputs, embed, HIDDEN**0.5)
 
 
-def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool]) -> TileInputs:
+def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool], group_bytes: int | None = None) -> TileInputs:
     return TileInputs(
         rows=[RowKey(i, 0, 0, greedy[i]) for i in range(n)],
         temperature=torch.linspace(0.5, 1.3, n),
@@ -205,30 +206,29 @@ def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool]) -> TileInputs:
         last_step=torch.zeros(n, dtype=torch.bool),
         history=torch.full((n, MAX_STABILITY, CL), -1),
         history_valid=torch.zeros(n, MAX_STABILITY, dtype=torch.bool),
+        group_bytes=group_bytes,
     )
 
 
 @pytest.mark.parametrize("with_head", [True, False])
 @pytest.mark.parametrize("greedy", [[True] * 3, [True, False, True], [False] * 3])
 @pytest.mark.parametrize("group_positions", [1, 5])
-def test_a_tile_gives_the_same_figures_however_its_positions_are_grouped(monkeypatch, with_head, greedy, group_positions):
+def test_a_tile_gives_the_same_figures_however_its_positions_are_grouped(with_head, greedy, group_positions):
     n, CL, V = 3, 7, 300
-    whole = one_step_tile(n, CL, V, greedy, with_head)  # the default: every position in one group
-    monkeypatch.setattr(reference, "CACHE_GROUP_BYTES", group_positions * V * 4)
-    grouped = one_step_tile(n, CL, V, greedy, with_head)
+    whole = one_step_tile(n, CL, V, greedy, with_head)  # every position at once
+    grouped = one_step_tile(n, CL, V, greedy, with_head, group_bytes=group_positions * V * 4)
     for name in TileResult.__dataclass_fields__:
         assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
 
 
 @pytest.mark.parametrize("greedy", [True, False])
-def test_in_cache_groups_the_weights_take_the_logits_place(monkeypatch, greedy):
+def test_in_cache_groups_the_weights_take_the_logits_place(greedy):
     # At vocab 262,144 a CPU's cache group is 2 positions of the 32: the weights for the soft
     # embedding (probabilities, or the blocks' exponentials) are written over the logits, one
-    # [n, CL, vocab] buffer and a group's scratch where one group holds both.
+    # [n, CL, vocab] buffer and a group's scratch where all positions at once hold both.
     n, CL, V = 2, 16, 262_144
-    grouped = measure_peak(lambda: one_step_tile(n, CL, V, [greedy] * n, with_head=True))
-    monkeypatch.setattr(reference, "CACHE_GROUP_BYTES", n * CL * V * 4)
-    whole = measure_peak(lambda: one_step_tile(n, CL, V, [greedy] * n, with_head=True))
+    grouped = measure_peak(lambda: one_step_tile(n, CL, V, [greedy] * n, True, group_bytes_for(torch.device("cpu"))))
+    whole = measure_peak(lambda: one_step_tile(n, CL, V, [greedy] * n, True))
     assert grouped <= whole - 0.9 * n * CL * V * 4
 
 

@@ -354,8 +354,8 @@ def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
     assert calibration.tile_bytes(n) > free  # one tile of all 16 cannot fit: the OOM
     group = plan_tiles(n, free, calibration)
     assert 2 <= group < n and calibration.tile_bytes(group) <= free / 2  # tiles do
-    if real_scale:
-        assert calibration.copies_per_request == pytest.approx(2.0, abs=0.05)  # the reference step's 2 fp32 copies
+    if real_scale:  # the reference step's 2 fp32 copies, 1 on a CPU (its weights written over the logits)
+        assert calibration.copies_per_request == pytest.approx(1.0 if tiny_model.device.type == "cpu" else 2.0, abs=0.05)
 
 
 def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):

@@ -106,6 +106,19 @@ class Scores:
         flat, source = buffer.view(-1, buffer.shape[-1]), logits.reshape(-1, logits.shape[-1])  # a view: only CL and n merge
         return buffer, lambda lo, hi: torch.div(source[lo:hi], per_row[lo:hi], out=flat[lo:hi])
 
+# A CPU's share of cache for one group of positions: of 1, 2 and 4 MiB at vocab 262,144 (2 shared
+# cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of the reference step's rows fastest.
+CACHE_GROUP_BYTES = 2 << 20
+
+
+def group_bytes_for(device: torch.device) -> int | None:
+    """How the reference step takes a tile's positions on `device` (`TileInputs.group_bytes`): on
+    a CPU in groups of `CACHE_GROUP_BYTES` of logits, so that its passes after the projection run
+    in cache; elsewhere all at once (a GPU would pay a launch per op per group; a meta run
+    measures a GPU)."""
+    return CACHE_GROUP_BYTES if device.type == "cpu" else None
+
+
 @dataclass
 class TileInputs:
     """The per-row settings and state one tile reads (rows = requests in the tile)."""
@@ -117,6 +130,7 @@ class TileInputs:
     last_step: torch.Tensor  # [n] bool: this step is the canvas's last allowed one
     history: torch.Tensor  # [n, MAX_STABILITY, CL] long: previous drafts, -1 where none
     history_valid: torch.Tensor  # [n, MAX_STABILITY] bool: which history entries count
+    group_bytes: int | None = None  # the reference step takes positions in groups of this many bytes of logits; None: all at once
 
 
 @dataclass

@@ -11,9 +11,9 @@ exponentials, per request. Each row computes one softmax, the way its kind of ro
 
 Which way a row goes depends on that row alone, never on its tile-mates, so its tokens do not
 either. Every pass after the projection reads and writes one position's [vocab] at a time, so a
-CPU runs them over groups of positions that fit in its cache, writing the soft embedding's
-weights over the logits: there the transient is one copy per request, not two (a GPU takes all
-positions at once; the planner's meta measure is the GPU's two copies, an upper bound here).
+CPU runs them over groups of positions that fit in its cache (`TileInputs.group_bytes`), writing
+the soft embedding's weights over the logits: there the transient is one copy per request, not
+two. A GPU takes all positions at once.
 """
 
 from __future__ import annotations
@@ -29,10 +29,6 @@ from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
 # What each kind of row's phases 1-3 and 7 return for its rows:
 # (draft, sample, entropy, soft embeddings, log p(draft)).
 Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-# A CPU's share of cache for one group of positions: of 1, 2 and 4 MiB at vocab 262,144 (2
-# shared cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of row fastest.
-CACHE_GROUP_BYTES = 2 << 20
 
 
 def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
@@ -112,14 +108,14 @@ Positions = Callable[[torch.Tensor, slice, bool], tuple[tuple[torch.Tensor, ...]
 def _in_position_groups(
     scores: Scores, inputs: TileInputs, rows: list[int] | None, positions: Positions
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    """Phase 1 and `positions` over the rows' positions, a cache group at a time (`cache_group`):
-    every pass after the projection reads and writes one position's [vocab] at a time, so on a
-    CPU they run in cache, and the weights take the logits' place (one [n, CL, vocab] buffer
-    instead of two). Returns the figures [n, CL] and the weights [n, CL, vocab]."""
+    """Phase 1 and `positions` over the rows' positions, a group at a time (`inputs.group_bytes`):
+    every pass after the projection reads and writes one position's [vocab] at a time, so in
+    groups they run in a CPU's cache, and the weights take the logits' place (one [n, CL, vocab]
+    buffer instead of two). Returns the figures [n, CL] and the weights [n, CL, vocab]."""
     # ---- Phase 1: temperature (folded into the projection's softcap), a group of positions at a time
     logits, temper = scores.tempered_by_rows(inputs.temperature, rows=rows)
     n, canvas_length, vocab_size = logits.shape
-    total, group = n * canvas_length, cache_group(n * canvas_length, vocab_size, logits.device)
+    total, group = n * canvas_length, cache_group(n * canvas_length, vocab_size, inputs.group_bytes)
     if group == total:  # one group: the weights are a tensor of their own, and the logits go now
         figures, weights = positions(temper(0, total), slice(0, total), False)
     else:
@@ -128,13 +124,12 @@ def _in_position_groups(
     return tuple(f.view(n, canvas_length) for f in figures), weights.view(n, canvas_length, vocab_size)
 
 
-def cache_group(positions: int, vocab_size: int, device: torch.device) -> int:
-    """Positions per group: on a CPU as many as fill `CACHE_GROUP_BYTES` (at least one), elsewhere
-    all of them (a GPU would pay a launch per op per group, and a meta run measures the GPU's
-    memory)."""
-    if device.type != "cpu":
+def cache_group(positions: int, vocab_size: int, group_bytes: int | None) -> int:
+    """Positions per group: as many as fill `group_bytes` of fp32 logits (at least one), or all
+    of them (None)."""
+    if group_bytes is None:
         return positions
-    return max(1, min(positions, CACHE_GROUP_BYTES // (vocab_size * 4)))
+    return max(1, min(positions, group_bytes // (vocab_size * 4)))
 
 
 def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch.Tensor, normalizer: float) -> torch.Tensor:

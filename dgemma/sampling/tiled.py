@@ -16,7 +16,7 @@ from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, spl
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
-from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs
+from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, group_bytes_for
 from dgemma.sampling.reference import reference_tile
 from dgemma.sampling.steps import StepLayout, step_for
 
@@ -181,6 +181,7 @@ class TiledSampler:
             last_step=(remaining <= 1).to(dev, non_blocking=True),
             history=self.history[idx],
             history_valid=self.history_valid[idx],
+            group_bytes=group_bytes_for(dev),
         )
 
     def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:

@@ -183,7 +183,7 @@ def _settings_panel(backend: Backend, prompts: gr.Textbox, concurrent: gr.Slider
                               info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
             tile_size = gr.Number(4, label="fixed tile size N", precision=0)
             sampler = gr.Radio(["reference", "chunked"], value=defaults.options.sampler, label="sampler step",
-                               info="reference: eager, ~2 fp32 vocab copies per request; chunked: streams the vocabulary")
+                               info="reference: eager, ~2 fp32 vocab copies per request (~1 on a CPU); chunked: streams the vocabulary")
             budget = gr.Textbox("", label="memory budget",
                                 placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
                                 info="empty: the server's --memory-budget; e.g. 64MiB caps this run's sampler step")

@@ -1,6 +1,7 @@
 """The "Tiling vs OOM" tab: one batch, one memory budget, run untiled and then tiled.
 
-Untiled, the sampler step holds ~2 fp32 [requests x CL x vocab] copies at once and runs out of
+Untiled, the sampler step holds ~2 fp32 [requests x CL x vocab] copies at once (~1 on a CPU at a
+large vocabulary: it takes a few positions at a time through its cache) and runs out of
 memory (a real torch.OutOfMemoryError: the CUDA allocator under a per-process cap, or the
 budgeted virtual device on a CPU). Tiled, the same batch runs a few requests at a time and
 completes. Then the page checks the tokens: the tiled run against an untiled rerun with room
@@ -30,7 +31,8 @@ COMPARING = '<div class="lesson-result">comparing tokens with an untiled rerun t
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
     "One denoising step works in fp32 over `[requests × canvas length, vocab]` logits and, in eager "
-    "PyTorch, holds about **2 copies** of that tensor at its peak (the seed's step held 7). With many requests the *sampler* "
+    "PyTorch, holds about **2 copies** of that tensor at its peak (the seed's step held 7; a CPU, which takes a few "
+    "positions at a time through its cache, holds 1 at the released vocabulary). With many requests the *sampler* "
     "runs out of memory before the weights or the cache do. Tiling runs the step a few requests at "
     "a time, sized from free memory, so the peak shrinks by the number of tiles, and because each "
     "request's randomness is keyed by (seed, canvas, step), the tokens do not change."

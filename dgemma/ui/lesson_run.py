@@ -28,7 +28,7 @@ from dgemma.memory import (
 from dgemma.engine import EngineCore
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.model.loading import LoadedModel
-from dgemma.sampling import TiledSampler, build_sampler
+from dgemma.sampling import TiledSampler, build_sampler, calibrate_tile, reference_tile
 from dgemma.settings import Settings
 from dgemma.ui.backend import LessonOutcome
 
@@ -90,8 +90,10 @@ def _resident_bytes(loaded: LoadedModel) -> int:
 
 
 def _sampler_meta(loaded: LoadedModel, n: int, vocab: int) -> TiledSampler:
+    """The lesson's sampler on meta tensors (no memory), its step measured as it runs on the model's device."""
     embed = torch.empty(vocab, loaded.hidden_size, dtype=loaded.embed_weight.dtype, device="meta")
-    return TiledSampler(n, loaded.canvas_length, vocab, embed, loaded.embed_scale)
+    calibration = calibrate_tile(reference_tile, loaded.canvas_length, vocab, embed, device=loaded.device)
+    return TiledSampler(n, loaded.canvas_length, vocab, embed, loaded.embed_scale, calibration=calibration)
 
 
 def _round_mib(nbytes: int) -> str:
