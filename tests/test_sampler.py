@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +17,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 
 from dgemma.memory import Calibration, VirtualDevice
 from dgemma.memory.tracker import measure_peak
-from dgemma.sampling import LMHead, RowKey, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, reference_tile
+from dgemma.sampling import LMHead, RowKey, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, chunked_tile, reference_tile
 from dgemma.sampling.params import MAX_STABILITY
 from dgemma.sampling.primitives import group_bytes_for
 from dgemma.sampling.tiled import COMMITTING
@@ -186,15 +188,17 @@ def test_greedy_takes_the_argmax():
     assert torch.equal(out.draft[0], logits[0].argmax(-1))
 
 
-def one_step_tile(n: int, CL: int, V: int, greedy: list[bool], with_head: bool, group_bytes: int | None = None) -> TileResult:
-    """One reference step over a tile of fresh canvases, handed logits or hidden states and a head."""
+def one_step_tile(
+    n: int, CL: int, V: int, greedy: list[bool], with_head: bool, group_bytes: int | None = None, step=reference_tile
+) -> TileResult:
+    """One step (the reference, unless told) over a tile of fresh canvases, handed logits or hidden states and a head."""
     gen = torch.Generator().manual_seed(11)
     embed = torch.randn(V, HIDDEN, generator=gen)
     hidden = torch.randn(n, CL, HIDDEN, generator=gen) * 4
     head = LMHead(embed, softcap=30.0)
     scores = Scores(hidden=hidden, head=head) if with_head else Scores(logits=head.project(hidden))
     inputs = fresh_canvas_inputs(n, CL, greedy, group_bytes)
-    return reference_tile(scores, inputs, embed, HIDDEN**0.5)
+    return step(scores, inputs, embed, HIDDEN**0.5)
 
 
 def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool], group_bytes: int | None = None) -> TileInputs:
@@ -210,13 +214,15 @@ def fresh_canvas_inputs(n: int, CL: int, greedy: list[bool], group_bytes: int | 
     )
 
 
+@pytest.mark.parametrize("step", [reference_tile, functools.partial(chunked_tile, chunk_size=256)], ids=["reference", "chunked"])
 @pytest.mark.parametrize("with_head", [True, False])
 @pytest.mark.parametrize("greedy", [[True] * 3, [True, False, True], [False] * 3])
 @pytest.mark.parametrize("group_positions", [1, 5])
-def test_a_tile_gives_the_same_figures_however_its_positions_are_grouped(with_head, greedy, group_positions):
-    n, CL, V = 3, 7, 300
-    whole = one_step_tile(n, CL, V, greedy, with_head)  # every position at once
-    grouped = one_step_tile(n, CL, V, greedy, with_head, group_bytes=group_positions * V * 4)
+def test_a_tile_gives_the_same_figures_however_its_positions_are_grouped(step, with_head, greedy, group_positions):
+    n, CL, V = 3, 7, 300  # the chunked step's chunks: 256 entries and the short last 44
+    whole = one_step_tile(n, CL, V, greedy, with_head, step=step)  # every position at once
+    width = V if step is reference_tile else 256
+    grouped = one_step_tile(n, CL, V, greedy, with_head, group_positions * width * 4, step)
     for name in TileResult.__dataclass_fields__:
         assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
 

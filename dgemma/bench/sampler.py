@@ -9,7 +9,8 @@ time ratio tiled/untiled, and whether tiling changed any token (it must not).
 dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_vs_seed` for each
 of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
 pays) plus one softmax and the self-conditioning matmul, the least any step can do, timed in the
-same interleaved rounds, and `time_ratio_vs_floor`.
+same interleaved rounds as our rows (the seed's step runs its repeats after them), and
+`time_ratio_vs_floor`.
 
 --meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
 of transient) cost no memory, and the tracker still counts every byte the step allocates.
@@ -234,12 +235,17 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
         for config in seed + configs:
             config.measure()
     # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
-    # order each round (ABCD BCDA ...): no config always runs right after another, e.g. right
-    # after the seed's step and its gigabytes of fresh pages.
-    timed = seed + configs + ([] if case.meta else [floor])
+    # order each round (ABCD BCDA ...): no config always runs right after another. The seed's
+    # step runs its repeats after all of them: its gigabytes of fresh pages slowed whatever ran
+    # next (the reference at 16 x 32, two threads: 1.02x the floor beside it alone, 1.29x with
+    # the seed's step in the rounds), and its own ratios are far from 1, where that is noise.
+    timed = configs + ([] if case.meta else [floor])
     for round_ in range(1 if case.meta else case.repeats):
         for i in range(len(timed)):
             timed[(round_ + i) % len(timed)].run_once()
+    for _ in range(1 if case.meta else case.repeats):
+        for config in seed:
+            config.run_once()
     rows = [config.row() for config in configs]
     baseline_row = rows[0]
     for untiled, tiled in zip(rows[::2], rows[1::2]):

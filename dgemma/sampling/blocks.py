@@ -95,17 +95,18 @@ def finish_pieces(pieces: Pieces, shifted: torch.Tensor) -> None:
 
 
 class RunningArgmax:
-    """Max and first index of the max over chunks: a later chunk wins only when strictly greater."""
+    """Max and first index of the max over chunks: a later chunk wins only when strictly greater.
+    Its state is per position; an update may cover a span of them (`rows`, written in place)."""
 
     def __init__(self, shape: tuple[int, ...], device: torch.device):
         self.value = torch.full(shape, float("-inf"), device=device)
         self.index = torch.zeros(shape, dtype=torch.long, device=device)
 
-    def update(self, value: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Fold in a chunk's max `value` at `index`; returns where it won."""
-        better = value > self.value
-        self.value = torch.where(better, value, self.value)
-        self.index = torch.where(better, index, self.index)
+    def update(self, value: torch.Tensor, index: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+        """Fold in a chunk's max `value` at `index` for positions `rows`; returns where it won."""
+        better = value > self.value[rows]
+        self.value[rows] = torch.where(better, value, self.value[rows])
+        self.index[rows] = torch.where(better, index, self.index[rows])
         return better
 
 
@@ -131,39 +132,39 @@ def chunk_draft(block_max: torch.Tensor, values: torch.Tensor, start: int) -> tu
 
 
 def race_noise(rows: Sequence[RowKey], canvas_length: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block race's noise for `rows`' [n, CL] positions, keyed by (seed, canvas, step): every
-    block's Gumbel noise [n, CL, vocab / BLOCK] and the pick's uniform [n, CL]. All blocks in one
-    draw: it is 1/BLOCK of a copy, and drawing it per chunk cost some 25 small ops a chunk (each
-    a wait for every thread)."""
+    """The block race's noise for `rows`' n x CL positions (flattened), keyed by (seed, canvas,
+    step): every block's Gumbel noise [n x CL, vocab / BLOCK] and the pick's uniform [n x CL].
+    All blocks in one draw: it is 1/BLOCK of a copy, and drawing it per chunk cost some 25 small
+    ops a chunk (each a wait for every thread)."""
     noise = keyed_block_gumbel(row_keys(rows, GUMBEL, device), canvas_length, 0, num_blocks(vocab_size))
-    return noise, keyed_uniform(row_keys(rows, PICK, device), canvas_length)
+    return noise.flatten(0, 1), keyed_uniform(row_keys(rows, PICK, device), canvas_length).flatten()
 
 
 class BlockRace:
     """The sample, over chunks: the running winner of the block race (its score, its vocab block
-    and its shifted values), then the pick inside it. Its state has the noise's leading shape:
-    [n, CL] for a tile's rows, [positions] for a group of them."""
+    and its shifted values), then the pick inside it. Its state is per position ([positions],
+    a tile's [n, CL] flattened); an update may cover a span of them."""
 
     def __init__(self, noise: torch.Tensor, uniform: torch.Tensor, vocab_size: int):
-        """`noise`: every block's Gumbel noise [..., vocab / BLOCK]; `uniform`: the pick's [...]."""
-        shape, device = noise.shape[:-1], noise.device
+        """`noise`: every block's Gumbel noise [positions, vocab / BLOCK]; `uniform`: the pick's [positions]."""
+        positions, device = noise.shape[0], noise.device
         self.noise, self.uniform = noise, uniform
         self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
-        self.best = RunningArgmax(shape, device)
-        self.values = torch.full((*shape, self.span), float("-inf"), device=device)
+        self.best = RunningArgmax((positions,), device)
+        self.values = torch.full((positions, self.span), float("-inf"), device=device)
 
-    def update(self, pieces: Pieces, shifted: torch.Tensor, start: int) -> None:
-        """Fold in a chunk (vocab entries start.., start a multiple of BLOCK): every row races,
-        greedy ones too (per-block figures only: cheaper than taking the rows apart)."""
+    def update(self, pieces: Pieces, shifted: torch.Tensor, start: int, rows: slice = slice(None)) -> None:
+        """Fold in a chunk (vocab entries start.., start a multiple of BLOCK) of positions `rows`:
+        every row races, greedy ones too (per-block figures only: cheaper than taking the rows apart)."""
         first = start // BLOCK
-        noise = self.noise[..., first : first + pieces.block_max.shape[-1]]
+        noise = self.noise[rows, first : first + pieces.block_max.shape[-1]]
         score, block = (pieces.block_max + pieces.mass.log() + noise).max(dim=-1)
-        better = self.best.update(score, block + first)
-        self.values = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values)
+        better = self.best.update(score, block + first, rows)
+        self.values[rows] = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values[rows])
 
     def sample(self) -> torch.Tensor:
-        """Token ids [...]: in the winning block, the first entry whose cumulative mass passes
-        u x the block's mass (never an entry of zero mass)."""
+        """Token ids [positions]: in the winning block, the first entry whose cumulative mass
+        passes u x the block's mass (never an entry of zero mass)."""
         cumulative = torch.cumsum(torch.exp(self.values), dim=-1)
         total = cumulative[..., -1:]
         target = self.uniform[..., None] * total

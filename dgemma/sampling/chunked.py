@@ -17,32 +17,39 @@ from dgemma.memory import plan_tiles
 from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, race_noise, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
-from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, settle
+from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups, settle
 
 MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
 MIN_CHUNK = BLOCK
 
 
 class _OnlineSoftmax:
-    """Running max m, s = sum exp(x - m), t = sum exp(x - m) (x - m), acc = sum exp(x - m) embed[v];
-    rescaled by exp(m_old - m_new) when the max grows."""
+    """Running max m, s = sum exp(x - m), t = sum exp(x - m) (x - m), acc = sum exp(x - m) embed[v],
+    per position ([n x CL] flattened); rescaled by exp(m_old - m_new) when the max grows."""
 
-    def __init__(self, n: int, canvas_length: int, hidden: int, device: torch.device):
-        self.m = torch.full((n, canvas_length), float("-inf"), device=device)
-        self.s = torch.zeros(n, canvas_length, device=device)
-        self.t = torch.zeros(n, canvas_length, device=device)
-        self.acc = torch.zeros(n, canvas_length, hidden, device=device)
+    def __init__(self, positions: int, hidden: int, device: torch.device):
+        self.m = torch.full((positions,), float("-inf"), device=device)
+        self.s = torch.zeros(positions, device=device)
+        self.t = torch.zeros(positions, device=device)
+        self.alpha = torch.zeros(positions, device=device)  # this chunk's exp(m_old - m_new), for acc
+        self.acc = torch.zeros(positions, hidden, device=device)
 
-    def update(self, pieces: Pieces, chunk_max: torch.Tensor, embed: torch.Tensor) -> None:
-        """Fold in a chunk's block pieces (their exponentials are rescaled in place)."""
-        m_new = torch.maximum(self.m, chunk_max)
-        alpha = torch.exp(self.m - m_new)  # 0 on the first chunk (m = -inf)
-        shift = torch.nan_to_num(self.m - m_new, neginf=0.0)  # m_old - m_new; 0 where nothing yet
+    def update(self, pieces: Pieces, chunk_max: torch.Tensor, rows: slice) -> None:
+        """Fold in a chunk's block pieces for positions `rows` (their exponentials are rescaled
+        in place to the new max); `accumulate` then folds in the chunk's soft embedding."""
+        m = self.m[rows]
+        m_new = torch.maximum(m, chunk_max)
+        alpha = torch.exp(m - m_new)  # 0 on the first chunk (m = -inf)
+        shift = torch.nan_to_num(m - m_new, neginf=0.0)  # m_old - m_new; 0 where nothing yet
         s, t = pieces.rescale(m_new)
-        self.t = alpha * (self.t + shift * self.s) + t
-        self.s = alpha * self.s + s
-        self.acc = self.acc * alpha[..., None] + torch.matmul(pieces.exp.to(embed.dtype), embed).float()
-        self.m = m_new
+        self.t[rows] = alpha * (self.t[rows] + shift * self.s[rows]) + t
+        self.s[rows] = alpha * self.s[rows] + s
+        self.alpha[rows] = alpha
+        self.m[rows] = m_new
+
+    def accumulate(self, exp: torch.Tensor, embed: torch.Tensor) -> None:
+        """acc <- acc x alpha + exp @ embed for the chunk's rescaled exponentials [positions, width]."""
+        self.acc = self.acc * self.alpha[..., None] + torch.matmul(exp.to(embed.dtype), embed).float()
 
 
 def chunked_tile(
@@ -53,7 +60,8 @@ def chunked_tile(
     chunk_size: int = MAX_CHUNK,
 ) -> TileResult:
     """One denoising step over a tile, streaming the vocabulary in chunks of `chunk_size`
-    (rounded down to whole blocks)."""
+    (rounded down to whole blocks), each chunk's positions a group at a time
+    (`in_position_groups`: in a CPU's cache, the exponentials written over the chunk's logits)."""
     n, canvas_length = inputs.history.shape[0], inputs.history.shape[-1]
     vocab_size = scores.vocab_size
     device = inputs.temperature.device
@@ -63,31 +71,36 @@ def chunked_tile(
     if stochastic:
         race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size)
 
-    softmax = _OnlineSoftmax(n, canvas_length, embed_weight.shape[1], device)
-    best = RunningArgmax((n, canvas_length), device)
+    softmax = _OnlineSoftmax(n * canvas_length, embed_weight.shape[1], device)
+    best = RunningArgmax((n * canvas_length,), device)
     for start in range(0, vocab_size, width):
         stop = min(start + width, vocab_size)
-        pieces, shifted = softmax_pieces(scores.tempered(inputs.temperature, start, stop))
-        chunk_max, chunk_argmax = chunk_draft(pieces.block_max, shifted, start)
-        best.update(chunk_max, chunk_argmax)
-        if race is not None:
-            race.update(pieces, shifted, start)
-        finish_pieces(pieces, shifted)
-        del shifted
-        softmax.update(pieces, chunk_max, embed_weight[start:stop])
-        del pieces
+
+        def positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+            pieces, shifted = softmax_pieces(scaled)
+            chunk_max, chunk_argmax = chunk_draft(pieces.block_max, shifted, start)
+            best.update(chunk_max, chunk_argmax, span)
+            if race is not None:
+                race.update(pieces, shifted, start, span)
+            finish_pieces(pieces, shifted)
+            softmax.update(pieces, chunk_max, span)
+            return (), scaled.copy_(pieces.exp) if in_place else pieces.exp
+
+        _, exp = in_position_groups(scores, inputs, None, positions, start, stop)
+        softmax.accumulate(exp.flatten(0, 1), embed_weight[start:stop])
+        del exp
 
     log_s = torch.log(softmax.s)
-    entropy = log_s - softmax.t / softmax.s
-    draft = best.index
+    entropy = (log_s - softmax.t / softmax.s).view(n, canvas_length)
+    draft = best.index.view(n, canvas_length)
     sampled = draft.clone()
     if race is not None:
-        sampled[stochastic] = race.sample()[stochastic]
+        sampled[stochastic] = race.sample().view(n, canvas_length)[stochastic]
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
     next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
 
-    soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype)
-    logprobs = best.value - (softmax.m + log_s)
+    soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype).view(n, canvas_length, -1)
+    logprobs = (best.value - (softmax.m + log_s)).view(n, canvas_length)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
 
 

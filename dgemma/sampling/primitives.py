@@ -146,6 +146,39 @@ class TileResult:
     logprobs: torch.Tensor  # [n, CL] float32: log p(draft token)
 
 
+# What a step does to a group of positions: (tempered logits [positions, width], the group's
+# span of the tile's flat positions, whether to write its weights over the logits) -> (figures
+# [positions] each, weights [positions, width] for the soft embedding).
+Positions = Callable[[torch.Tensor, slice, bool], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
+
+
+def in_position_groups(
+    scores: Scores, inputs: TileInputs, rows: list[int] | None, positions: Positions, start: int = 0, stop: int | None = None
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """Phase 1 (temperature) and `positions` over the rows' positions and vocab entries
+    [start, stop), a group at a time (`inputs.group_bytes`): every pass after the projection reads
+    and writes one position's logits at a time, so in groups they run in a CPU's cache, and the
+    weights take the logits' place (one [n, CL, width] buffer instead of two). Returns the
+    figures [n, CL] and the weights [n, CL, width]."""
+    logits, temper = scores.tempered_by_rows(inputs.temperature, start, stop, rows)
+    n, canvas_length, width = logits.shape
+    total, group = n * canvas_length, cache_group(n * canvas_length, width, inputs.group_bytes)
+    if group == total:  # one group: the weights are a tensor of their own, and the logits go now
+        figures, weights = positions(temper(0, total), slice(0, total), False)
+    else:
+        parts = [positions(temper(lo, min(lo + group, total)), slice(lo, lo + group), True) for lo in range(0, total, group)]
+        figures, weights = [torch.cat(f) for f in zip(*(f for f, _ in parts))], logits
+    return tuple(f.view(n, canvas_length) for f in figures), weights.view(n, canvas_length, width)
+
+
+def cache_group(positions: int, width: int, group_bytes: int | None) -> int:
+    """Positions per group: as many as fill `group_bytes` of fp32 logits `width` wide (at least
+    one), or all of them (None)."""
+    if group_bytes is None:
+        return positions
+    return max(1, min(positions, group_bytes // (width * 4)))
+
+
 # A step implementation: (scores, inputs, embed_weight, normalizer) -> TileResult. Pure: it
 # writes no state, so a tile that runs out of memory can be split and retried without a trace.
 TileFn = Callable[[Scores, TileInputs, torch.Tensor, float], TileResult]

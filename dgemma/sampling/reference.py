@@ -18,13 +18,11 @@ two. A GPU takes all positions at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
-from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
+from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups, settle
 
 # What each kind of row's phases 1-3 and 7 return for its rows:
 # (draft, sample, entropy, soft embeddings, log p(draft)).
@@ -52,30 +50,29 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
 def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
     """Rows that sample: the softmax in vocab blocks; the draft is its argmax, the sample the block race."""
     keys = inputs.rows if rows is None else [inputs.rows[i] for i in rows]
-    noise, uniform = race_noise(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device)
-    noise, uniform = noise.flatten(0, 1), uniform.flatten()  # a group of positions takes its slice
+    race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device), scores.vocab_size)
 
     def positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, the sample the block race
         pieces, shifted = softmax_pieces(scaled)
         top, draft = chunk_draft(pieces.block_max, shifted, 0)
-        race = BlockRace(noise[span], uniform[span], scores.vocab_size)
-        race.update(pieces, shifted, 0)
+        race.update(pieces, shifted, 0, span)
         finish_pieces(pieces, shifted)
         total, weighted = pieces.rescale(top)  # exp(x - top): entropy = log s - sum e (x - top) / s
         log_total = torch.log(total)
         entropy = log_total - weighted / total
-        return (draft, race.sample(), entropy, total, log_total), scaled.copy_(pieces.exp) if in_place else pieces.exp
+        return (draft, entropy, total, log_total), scaled.copy_(pieces.exp) if in_place else pieces.exp
 
-    (draft, sampled, entropy, total, log_total), exp = _in_position_groups(scores, inputs, rows, positions)
+    (draft, entropy, total, log_total), exp = in_position_groups(scores, inputs, rows, positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
+    sampled = race.sample().view(draft.shape)
     return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total
 
 
 def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
     """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits."""
-    (draft, entropy, mass, log_p_draft), probs = _in_position_groups(scores, inputs, rows, _greedy_positions)
+    (draft, entropy, mass, log_p_draft), probs = in_position_groups(scores, inputs, rows, _greedy_positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
     return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft
 
@@ -97,39 +94,6 @@ def _greedy_positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tupl
     log_p_draft = torch.log(probs.gather(-1, draft[..., None]).squeeze(-1) / mass)
     entropy = -log_p_draft - weighted / mass
     return (draft, entropy, mass, log_p_draft), scaled.copy_(probs) if in_place else probs
-
-
-# What one kind of row does to a group of positions: (tempered logits [positions, vocab], the
-# group's span of the tile's flat positions, whether to write its weights over the logits) ->
-# (figures [positions] each, weights [positions, vocab] for the soft embedding).
-Positions = Callable[[torch.Tensor, slice, bool], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
-
-
-def _in_position_groups(
-    scores: Scores, inputs: TileInputs, rows: list[int] | None, positions: Positions
-) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    """Phase 1 and `positions` over the rows' positions, a group at a time (`inputs.group_bytes`):
-    every pass after the projection reads and writes one position's [vocab] at a time, so in
-    groups they run in a CPU's cache, and the weights take the logits' place (one [n, CL, vocab]
-    buffer instead of two). Returns the figures [n, CL] and the weights [n, CL, vocab]."""
-    # ---- Phase 1: temperature (folded into the projection's softcap), a group of positions at a time
-    logits, temper = scores.tempered_by_rows(inputs.temperature, rows=rows)
-    n, canvas_length, vocab_size = logits.shape
-    total, group = n * canvas_length, cache_group(n * canvas_length, vocab_size, inputs.group_bytes)
-    if group == total:  # one group: the weights are a tensor of their own, and the logits go now
-        figures, weights = positions(temper(0, total), slice(0, total), False)
-    else:
-        parts = [positions(temper(lo, min(lo + group, total)), slice(lo, lo + group), True) for lo in range(0, total, group)]
-        figures, weights = [torch.cat(f) for f in zip(*(f for f, _ in parts))], logits
-    return tuple(f.view(n, canvas_length) for f in figures), weights.view(n, canvas_length, vocab_size)
-
-
-def cache_group(positions: int, vocab_size: int, group_bytes: int | None) -> int:
-    """Positions per group: as many as fill `group_bytes` of fp32 logits (at least one), or all
-    of them (None)."""
-    if group_bytes is None:
-        return positions
-    return max(1, min(positions, group_bytes // (vocab_size * 4)))
 
 
 def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch.Tensor, normalizer: float) -> torch.Tensor:
