@@ -70,24 +70,16 @@ class Scores:
         """The tile's fp32 logits over the whole vocabulary, untempered (the seed's step)."""
         return self.head.project(self.hidden) if self.logits is None else self.logits.float()
 
-    def tempered(
-        self, temperature: torch.Tensor, start: int = 0, stop: int | None = None, rows: list[int] | None = None
-    ) -> torch.Tensor:
-        """Tempered fp32 logits / temperature [n, CL, stop - start] of vocab entries [start, stop)
-        (of the tile's rows `rows` only, when given), a fresh tensor the step may overwrite (the
-        caller's logits are never written)."""
-        buffer, temper = self.tempered_by_rows(temperature, start, stop, rows)
-        temper(0, buffer.shape[0] * buffer.shape[1])
-        return buffer
-
     def tempered_by_rows(
         self, temperature: torch.Tensor, start: int = 0, stop: int | None = None, rows: list[int] | None = None
     ) -> tuple[torch.Tensor, Callable[[int, int], torch.Tensor]]:
-        """`tempered`'s fresh fp32 buffer [r, CL, stop - start], not yet tempered, and
-        `temper(lo, hi)`, which tempers the buffer's flat rows [lo, hi) (a position's logits
-        each) in place and returns them: a caller that tempers a few rows just before its other
-        passes over them keeps those passes in cache. Either way each value is the same, bit for
-        bit (the same operations on the same numbers)."""
+        """The fp32 logits of vocab entries [start, stop) (of the tile's rows `rows` only, when
+        given) as a fresh buffer [r, CL, stop - start] the step may overwrite (the caller's logits
+        are never written), not yet tempered, and `temper(lo, hi)`, which divides the buffer's
+        flat rows [lo, hi) (a position's logits each) by their temperature in place, folded into
+        the softcap's last multiply, and returns them. A caller that tempers a few rows just
+        before its other passes over them keeps those passes in cache; each value is the same
+        however the rows are split (the same operations on the same numbers)."""
         index = None if rows is None else torch.tensor(rows, device=temperature.device)
         if index is not None:
             temperature = temperature[index]
@@ -106,16 +98,18 @@ class Scores:
         flat, source = buffer.view(-1, buffer.shape[-1]), logits.reshape(-1, logits.shape[-1])  # a view: only CL and n merge
         return buffer, lambda lo, hi: torch.div(source[lo:hi], per_row[lo:hi], out=flat[lo:hi])
 
+
 # A CPU's share of cache for one group of positions: of 1, 2 and 4 MiB at vocab 262,144 (2 shared
-# cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of the reference step's rows fastest.
+# cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of the reference step's rows fastest
+# (the chunked step, in 32,768-wide chunks, takes the same).
 CACHE_GROUP_BYTES = 2 << 20
 
 
 def group_bytes_for(device: torch.device) -> int | None:
-    """How the reference step takes a tile's positions on `device` (`TileInputs.group_bytes`): on
-    a CPU in groups of `CACHE_GROUP_BYTES` of logits, so that its passes after the projection run
-    in cache; elsewhere all at once (a GPU would pay a launch per op per group; a meta run
-    measures a GPU)."""
+    """How a step takes a tile's positions on `device` (`TileInputs.group_bytes`): on a CPU in
+    groups of `CACHE_GROUP_BYTES` of logits, so that its passes after the projection run in
+    cache; elsewhere all at once (a GPU would pay a launch per op per group; a meta run measures
+    a GPU)."""
     return CACHE_GROUP_BYTES if device.type == "cpu" else None
 
 
@@ -130,7 +124,7 @@ class TileInputs:
     last_step: torch.Tensor  # [n] bool: this step is the canvas's last allowed one
     history: torch.Tensor  # [n, MAX_STABILITY, CL] long: previous drafts, -1 where none
     history_valid: torch.Tensor  # [n, MAX_STABILITY] bool: which history entries count
-    group_bytes: int | None = None  # the reference step takes positions in groups of this many bytes of logits; None: all at once
+    group_bytes: int | None = None  # the step takes positions in groups of this many bytes of logits; None: all at once
 
 
 @dataclass
