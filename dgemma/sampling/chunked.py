@@ -76,7 +76,7 @@ def chunked_tile(
     for start in range(0, vocab_size, width):
         stop = min(start + width, vocab_size)
 
-        def positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
             pieces, shifted = softmax_pieces(scaled)
             chunk_max, chunk_argmax = chunk_draft(pieces.block_max, shifted, start)
             best.update(chunk_max, chunk_argmax, span)
@@ -84,7 +84,7 @@ def chunked_tile(
                 race.update(pieces, shifted, start, span)
             finish_pieces(pieces, shifted)
             softmax.update(pieces, chunk_max, span)
-            return (), scaled.copy_(pieces.exp) if in_place else pieces.exp
+            return (), pieces.exp
 
         _, exp = in_position_groups(scores, inputs, None, positions, start, stop)
         softmax.accumulate(exp.flatten(0, 1), embed_weight[start:stop])

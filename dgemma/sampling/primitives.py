@@ -99,9 +99,9 @@ class Scores:
         return buffer, lambda lo, hi: torch.div(source[lo:hi], per_row[lo:hi], out=flat[lo:hi])
 
 
-# A CPU's share of cache for one group of positions: of 1, 2 and 4 MiB at vocab 262,144 (2 shared
-# cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of the reference step's rows fastest
-# (the chunked step, in 32,768-wide chunks, takes the same).
+# A CPU's share of cache for one group of positions: of 1, 2, 4 and 8 MiB at vocab 262,144 (2
+# shared cores, 1 MiB L2 each, 32 MiB L3), 2 MiB ran both kinds of the reference step's rows
+# fastest in hand timings (the chunked step, in 32,768-wide chunks, takes the same).
 CACHE_GROUP_BYTES = 2 << 20
 
 
@@ -140,10 +140,10 @@ class TileResult:
     logprobs: torch.Tensor  # [n, CL] float32: log p(draft token)
 
 
-# What a step does to a group of positions: (tempered logits [positions, width], the group's
-# span of the tile's flat positions, whether to write its weights over the logits) -> (figures
-# [positions] each, weights [positions, width] for the soft embedding).
-Positions = Callable[[torch.Tensor, slice, bool], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
+# What a step does to a group of positions: (tempered logits [positions, width], which it may
+# overwrite; the group's span of the tile's flat positions) -> (figures [positions] each,
+# weights [positions, width] for the soft embedding).
+Positions = Callable[[torch.Tensor, slice], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
 
 
 def in_position_groups(
@@ -158,10 +158,16 @@ def in_position_groups(
     n, canvas_length, width = logits.shape
     total, group = n * canvas_length, cache_group(n * canvas_length, width, inputs.group_bytes)
     if group == total:  # one group: the weights are a tensor of their own, and the logits go now
-        figures, weights = positions(temper(0, total), slice(0, total), False)
+        figures, weights = positions(temper(0, total), slice(0, total))
     else:
-        parts = [positions(temper(lo, min(lo + group, total)), slice(lo, lo + group), True) for lo in range(0, total, group)]
-        figures, weights = [torch.cat(f) for f in zip(*(f for f, _ in parts))], logits
+        parts = []
+        for lo in range(0, total, group):
+            scaled = temper(lo, min(lo + group, total))
+            group_figures, group_weights = positions(scaled, slice(lo, lo + group))
+            scaled.copy_(group_weights)  # in cache; the group's own weights go now
+            del group_weights
+            parts.append(group_figures)
+        figures, weights = [torch.cat(f) for f in zip(*parts)], logits
     return tuple(f.view(n, canvas_length) for f in figures), weights.view(n, canvas_length, width)
 
 

@@ -52,7 +52,7 @@ def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, e
     keys = inputs.rows if rows is None else [inputs.rows[i] for i in rows]
     race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device), scores.vocab_size)
 
-    def positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, the sample the block race
         pieces, shifted = softmax_pieces(scaled)
         top, draft = chunk_draft(pieces.block_max, shifted, 0)
@@ -61,7 +61,7 @@ def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, e
         total, weighted = pieces.rescale(top)  # exp(x - top): entropy = log s - sum e (x - top) / s
         log_total = torch.log(total)
         entropy = log_total - weighted / total
-        return (draft, entropy, total, log_total), scaled.copy_(pieces.exp) if in_place else pieces.exp
+        return (draft, entropy, total, log_total), pieces.exp
 
     (draft, entropy, total, log_total), exp = in_position_groups(scores, inputs, rows, positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
@@ -77,7 +77,7 @@ def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, emb
     return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft
 
 
-def _greedy_positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+def _greedy_positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """Phases 2-3 for greedy rows' tempered logits [positions, vocab]: ((draft, entropy, mass,
     log p(draft)), probabilities)."""
     # The draft, as the sampling rows find it (the first block holding the max, its first entry
@@ -93,7 +93,7 @@ def _greedy_positions(scaled: torch.Tensor, span: slice, in_place: bool) -> tupl
     weighted = per_block(shifted.mul_(probs), torch.sum).nan_to_num_(nan=0.0).sum(dim=-1)
     log_p_draft = torch.log(probs.gather(-1, draft[..., None]).squeeze(-1) / mass)
     entropy = -log_p_draft - weighted / mass
-    return (draft, entropy, mass, log_p_draft), scaled.copy_(probs) if in_place else probs
+    return (draft, entropy, mass, log_p_draft), probs
 
 
 def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch.Tensor, normalizer: float) -> torch.Tensor:
