@@ -237,8 +237,8 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
     # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
     # order each round (ABCD BCDA ...): no config always runs right after another. The seed's
     # step runs its repeats after all of them: its gigabytes of fresh pages slowed whatever ran
-    # next (the reference at 16 x 32, two threads: 1.02x the floor beside it alone, 1.29x with
-    # the seed's step in the rounds), and its own ratios are far from 1, where that is noise.
+    # next (by a quarter, in hand timings of the reference at 16 x 32 on two threads), and its
+    # own ratios are far from 1, where that is noise.
     timed = configs + ([] if case.meta else [floor])
     for round_ in range(1 if case.meta else case.repeats):
         for i in range(len(timed)):
