@@ -25,7 +25,7 @@ from dgemma.memory.allocator import cap_malloc_arenas  # noqa: E402
 
 cap_malloc_arenas()  # before any thread allocates: a server's threads otherwise spread over many arenas
 
-from dgemma.ui.zerogpu import enabled as zerogpu_enabled  # noqa: E402
+from dgemma.serving.zerogpu import enabled as zerogpu_enabled  # noqa: E402
 
 if zerogpu_enabled():  # `import spaces` before anything touches CUDA (torch included)
     import spaces  # noqa: F401
@@ -147,9 +147,9 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
     """Serve the page at once, then load torch, transformers and the model on a thread."""
     import threading
 
-    from dgemma.ui.layout import build_demo
-    from dgemma.ui.loading import LoadingBackend
-    from dgemma.ui.settings import Limits
+    from dgemma.serving.inputs import Limits
+    from dgemma.serving.loading import LoadingBackend
+    from dgemma.ui.page import build_demo
 
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
     backend = LoadingBackend(limits, args.max_num_seqs, args.memory_budget, args.model)
@@ -162,7 +162,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
 
     def build(stage):
         stage("importing torch and transformers")
-        from dgemma.ui.engine_backend import make_backend
+        from dgemma.serving.engine_backend import make_backend
 
         stage("reading the weights and starting the engine")
         return make_backend(args, progress=backend.download)
@@ -186,8 +186,8 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
 def main_zerogpu(args: argparse.Namespace, started: float) -> int:
     """ZeroGPU: the model is loaded and put on "cuda" here, in the main thread, before launch
     (spaces' CUDA emulation is thread-local), so the page comes after the model on a Space."""
-    from dgemma.ui.gpu_backend import make_zerogpu_backend
-    from dgemma.ui.layout import build_demo
+    from dgemma.serving.gpu_backend import make_zerogpu_backend
+    from dgemma.ui.page import build_demo
 
     try:
         backend = make_zerogpu_backend(args)

@@ -164,7 +164,7 @@ def run(argv: list[str] | None = None) -> int:
 def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:
     """Each prompt's note (the teaching model's scope; "" for a real checkpoint), printed once per
     prompt on stderr before the run, so the answers that follow are read for what they are."""
-    from dgemma.ui.examples import prompt_note
+    from dgemma.examples import prompt_note
 
     notes = [prompt_note(embedded, p) for p in prompts]
     for i, (prompt, note) in enumerate(zip(prompts, notes, strict=True)):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dgemma.memory.units import GiB
+from dgemma.units import GiB
 
 RELEASED_ID = "google/diffusiongemma-26B-A4B-it"
 RELEASED_VOCAB = 262_144  # the lesson's "real scale" pads the small model's logits to this

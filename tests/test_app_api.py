@@ -132,7 +132,7 @@ def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, w
 def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
     """Run pressed right after ticking real scale: the box still holds the small scale's budget."""
     from dgemma.model.loading import load_model
-    from dgemma.ui import lesson_run
+    from dgemma.serving import lesson_run
 
     model = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
     small, real = lesson_run.suggest_budget(model, 4, False), lesson_run.suggest_budget(model, 4, True)
@@ -249,7 +249,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
     """In-process: crash the engine thread until it gives up; the next run restarts it and completes."""
     import argparse
 
-    from dgemma.ui.engine_backend import make_backend
+    from dgemma.serving.engine_backend import make_backend
     from dgemma.sampling import SamplingParams
     from dgemma.settings import Settings
     from faults import install_faults

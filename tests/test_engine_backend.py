@@ -20,7 +20,7 @@ OTHERS: set[int] = set()  # engine threads of other tests in this process, alive
 
 @pytest.fixture
 def backend():
-    from dgemma.ui.engine_backend import make_backend
+    from dgemma.serving.engine_backend import make_backend
 
     if not (Path(DEFAULT_MODEL) / "config.json").is_file():
         pytest.skip("the embedded model is not in assets/model yet")

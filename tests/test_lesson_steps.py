@@ -9,7 +9,7 @@ import pytest
 from dgemma.memory import format_bytes
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
-from dgemma.ui.lesson_steps import render_call
+from dgemma.ui.lesson.steps import render_call
 
 N = 8
 
@@ -17,7 +17,7 @@ N = 8
 @pytest.fixture(scope="module")
 def lesson(tiny_model):
     from dgemma.engine import EngineCore
-    from dgemma.ui import lesson_run
+    from dgemma.serving import lesson_run
 
     budget = lesson_run.suggest_budget(tiny_model, N, real_scale=False)
     settings = Settings(SamplingParams(max_denoising_steps=3, seed=5))

@@ -158,7 +158,7 @@ def test_a_bad_environment_value_is_one_line_naming_the_variable(monkeypatch, ca
 
 
 def test_only_the_embedded_model_is_offered_its_task_prompts(embedded_model, tiny_model):
-    from dgemma.ui.examples import PLAIN_PROMPTS, TASK_PROMPTS, example_prompts
+    from dgemma.examples import PLAIN_PROMPTS, TASK_PROMPTS, example_prompts
 
     assert embedded_model.facts()["embedded"] is True
     assert example_prompts(embedded_model.facts()) == TASK_PROMPTS

@@ -16,7 +16,7 @@ from dgemma import plan
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size
 from dgemma.ui.charts import plan_figure
-from dgemma.ui.explorer import plan_sentence, plan_table
+from dgemma.ui.lesson.explorer import plan_sentence, plan_table
 from app_server import ROOT
 
 MiB, GiB = 1024**2, 1024**3
@@ -216,9 +216,9 @@ def test_the_loaded_model_plans_as_its_checkpoint_directory_does(embedded_model)
 
 
 def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
-    from dgemma.ui.explorer import explore
-    from dgemma.ui.loading import LoadingBackend
-    from dgemma.ui.settings import Limits
+    from dgemma.ui.lesson.explorer import explore
+    from dgemma.serving.loading import LoadingBackend
+    from dgemma.serving.inputs import Limits
 
     loading = LoadingBackend(Limits(), 8, None)  # page first: the model has not loaded yet
     sentence, chart, table = explore(loading, plan.GPUS[0].key, "loaded", 0)

@@ -12,10 +12,10 @@ from dgemma.events import RequestEvent, StepEvent, TilePlan
 from dgemma.recording import MAX_POSITIONS, Recording, RecordingError, load, run_header
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
-from dgemma.ui import playback
+from dgemma.ui.generate import playback
 from dgemma.ui.board import fold
 from dgemma.ui.canvas import render_board
-from dgemma.ui.settings import Limits
+from dgemma.serving.inputs import Limits
 from dgemma.ui.stream import frames
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park", "A", "B"]
@@ -26,7 +26,7 @@ def recorded(tiny_model):
     """A seeded run of 6 prompts on 4 slots (two wait), 2 canvases each, read as the page reads it,
     next to a spy: a subscription that keeps every event the engine emitted, in order."""
     from dgemma.engine import EngineConfig
-    from dgemma.ui.engine_backend import EngineBackend
+    from dgemma.serving.engine_backend import EngineBackend
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=4, tiling=2), Limits(), None)
     try:

@@ -126,9 +126,9 @@ def test_settings_a_visitor_changed_before_the_first_tick_keep_their_values(tiny
     import gradio as gr
 
     from dgemma.engine import EngineConfig
-    from dgemma.ui.engine_backend import EngineBackend
-    from dgemma.ui.layout import _loading_tick
-    from dgemma.ui.settings import Limits
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.ui.loading_tick import loading_tick as _loading_tick
+    from dgemma.serving.inputs import Limits
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
     try:

@@ -7,6 +7,8 @@ inside a function body still counts.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dgemma"
 
 MAX_FILE_LINES = 400
+MAX_VIEW_FILE_LINES = 250  # the views (dgemma/ui): a tab's room is a folder of small files
 MAX_CLASS_LINES = 250
 MAX_FUNCTION_LINES = 100
 
@@ -111,3 +114,71 @@ def test_every_design_md_the_project_cites_is_its_own():
     texts = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md") and ".git" not in p.parts and p != Path(__file__).resolve()]
     outside = [str(p.relative_to(ROOT)) for p in texts if "../shared" in p.read_text(errors="ignore") or "seeds/" in p.read_text(errors="ignore")]
     assert not outside, f"files citing material outside the repository: {outside}"
+
+
+# ------------------------------------------------------------------ rooms: the views apart from serving
+VIEWS = "dgemma.ui"
+SERVING = "dgemma.serving"
+# What a view may not import: torch and ZeroGPU, and the packages that do the work. The views see a
+# Backend (dgemma.serving.backend), the event stream (dgemma.events) and plain data.
+VIEW_FORBIDDEN = ("torch", "spaces", "dgemma.engine", "dgemma.model", "dgemma.sampling", "dgemma.memory")
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every module `path` names in an import statement anywhere in its body, absolute and dotted
+    (`from a.b import c` names a.b and a.b.c; relative imports are resolved against its package)."""
+    this = module_name(path) if path.is_relative_to(ROOT) else path.stem
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)
+    return names
+
+
+def forbidden_in_a_view(path: Path) -> list[str]:
+    """The imports of `path` that a view may not make."""
+    return sorted(n for n in all_imports(path) if any(n == f or n.startswith(f + ".") for f in VIEW_FORBIDDEN))
+
+
+def _room(prefix: str) -> dict[str, Path]:
+    return {name: path for name, path in modules().items() if name == prefix or name.startswith(prefix + ".")}
+
+
+def test_no_view_imports_torch_spaces_the_engine_model_sampler_or_memory():
+    found = {name: bad for name, path in _room(VIEWS).items() if (bad := forbidden_in_a_view(path))}
+    assert not found, f"views importing what only serving may: {found}"
+
+
+def test_the_view_rule_catches_a_view_that_imports_the_engine_or_torch(tmp_path):
+    view = tmp_path / "bad_view.py"
+    view.write_text("import gradio as gr\nfrom dgemma.engine import Engine\n\ndef f():\n    import torch\n")
+    assert forbidden_in_a_view(view) == ["dgemma.engine", "dgemma.engine.Engine", "torch"]
+
+
+def test_serving_never_imports_the_views():
+    found = {name: sorted(m for m in imported_modules(path) if m == VIEWS or m.startswith(VIEWS + "."))
+             for name, path in _room(SERVING).items()}
+    found = {name: views for name, views in found.items() if views}
+    assert not found, f"serving modules importing views: {found}"
+
+
+def test_no_view_file_is_longer_than_its_limit():
+    long = {name: n for name, path in _room(VIEWS).items() if (n := len(path.read_text().splitlines())) > MAX_VIEW_FILE_LINES}
+    assert not long, f"view files over {MAX_VIEW_FILE_LINES} lines: {long}"
+
+
+def test_importing_every_view_loads_neither_torch_nor_spaces():
+    imports = "; ".join(f"import {name}" for name in _room(VIEWS))
+    probe = f"import sys; {imports}; print(sorted(m for m in ('torch', 'spaces') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"importing the views loaded {out.stdout.strip()}"

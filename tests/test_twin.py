@@ -34,7 +34,7 @@ PROMPTS = [
 def backend(twin_dir):
     """The app's own start-up path: `app.py --model DIR` flags into make_backend."""
     import app
-    from dgemma.ui.engine_backend import make_backend
+    from dgemma.serving.engine_backend import make_backend
 
     backend = make_backend(app.parse_args(["--model", twin_dir, "--device", "cpu", "--max-num-seqs", "6"]))
     yield backend
@@ -79,8 +79,8 @@ def test_twin_has_the_released_structure(twin):
 
 
 def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examples(backend, twin_dir):
-    from dgemma.ui.api import model_info
-    from dgemma.ui.examples import CHAT_PROMPTS
+    from dgemma.serving.api import model_info
+    from dgemma.examples import CHAT_PROMPTS
 
     info = model_info(backend.info(), backend.max_num_seqs)
     assert info["model"] == twin_dir
@@ -112,7 +112,7 @@ def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tm
     from gradio_client import Client
 
     from dgemma.serve import launch
-    from dgemma.ui.examples import CHAT_PROMPTS
+    from dgemma.examples import CHAT_PROMPTS
 
     monkeypatch.setenv("DGEMMA_MODEL", twin_dir)  # no --model flag: the variable chooses
     server = launch(["--device", "cpu", "--max-num-seqs", "4"], tmp_path / "app.log")

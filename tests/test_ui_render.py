@@ -10,7 +10,7 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
-from dgemma.ui.settings import Limits, parse_call_settings, parse_prompts, prompts_from_text
+from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.ui.stream import frames
 
 LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_chars=100)
@@ -135,7 +135,7 @@ def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
 
 
 def test_the_header_says_what_the_teaching_model_can_do_and_only_for_it():
-    from dgemma.ui.layout import _header
+    from dgemma.ui.header import header_markdown as _header
 
     facts = {"model": "assets/model", "vocab_size": 45, "canvas_length": 16, "parameters": 1_100_000}
     assert "teaching model knows counting" in _header({**facts, "embedded": True}, 32)
@@ -343,7 +343,7 @@ def test_special_and_invisible_pieces_take_one_visible_cell():
 def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
     """The suggested budget's arithmetic, measured on meta tensors (real scale costs no RAM here)."""
     from dgemma.memory import parse_size, plan_tiles
-    from dgemma.ui import lesson_run
+    from dgemma.serving import lesson_run
 
     n = 16
     budget = parse_size(lesson_run.suggest_budget(tiny_model, n, real_scale))
@@ -361,7 +361,7 @@ def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
 def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):
     """The lesson's third run (real scale): same batch, same budget, one tile, the chunked step fits."""
     from dgemma.engine import EngineCore
-    from dgemma.ui import lesson_run
+    from dgemma.serving import lesson_run
 
     n = 4
     budget = lesson_run.suggest_budget(tiny_model, n, real_scale=True)

@@ -195,21 +195,21 @@ def _plain(value) -> bool:
 def gpu_backend():
     from dgemma.engine import EngineConfig
     from dgemma.model.loading import load_model
-    from dgemma.ui import gpu_run
-    from dgemma.ui.gpu_backend import ZeroGpuBackend
-    from dgemma.ui.settings import Limits
+    from dgemma.serving import gpu_worker
+    from dgemma.serving.gpu_backend import ZeroGpuBackend
+    from dgemma.serving.inputs import Limits
 
     loaded = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
     config = EngineConfig(max_num_seqs=8)
-    gpu_run.install(loaded, config)
+    gpu_worker.install(loaded, config)
     return ZeroGpuBackend(loaded, config, Limits(), None)
 
 
 def test_every_snapshot_pickles_and_is_plain(gpu_backend):
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
 
     job = gpu_backend._job("generate", gpu_backend.defaults, prompts=tuple(PROMPTS))
-    snapshots = list(gpu_run.run_on_gpu(job))
+    snapshots = list(gpu_worker.run_on_gpu(job))
     assert snapshots[-1].done and any(s.events for s in snapshots)
     for snapshot in snapshots:
         assert _plain(snapshot), snapshot
@@ -217,16 +217,16 @@ def test_every_snapshot_pickles_and_is_plain(gpu_backend):
 
 
 def test_a_lesson_snapshot_pickles_and_is_plain(gpu_backend):
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
 
     job = gpu_backend._job("lesson", gpu_backend.defaults, lesson=(4, None, False, "auto", "reference"))
-    (snapshot,) = list(gpu_run.run_on_gpu(job))
+    (snapshot,) = list(gpu_worker.run_on_gpu(job))
     assert snapshot.lesson is not None and snapshot.lesson.ok
     assert _plain(snapshot) and pickle.loads(pickle.dumps(snapshot)) == snapshot
 
 
 def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
     from dgemma.ui.board import Board, apply
 
     run = gpu_backend.start(PROMPTS * 2, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256))
@@ -240,48 +240,48 @@ def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
     assert run._stream.gi_frame is None  # the generator is closed: its loop has ended
     assert board.finished and len(board.requests) == run.size
     assert {v.status for v in board.requests.values()} <= {"done", "cancelled"}
-    assert not gpu_run._core().has_unfinished()  # the warm worker's engine is left empty
+    assert not gpu_worker._core().has_unfinished()  # the warm worker's engine is left empty
 
 
 def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, monkeypatch):
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
 
-    monkeypatch.setattr(gpu_run, "duration", lambda job: 0)  # the GPU time is used up at once
+    monkeypatch.setattr(gpu_worker, "duration", lambda job: 0)  # the GPU time is used up at once
     run = gpu_backend.start(PROMPTS, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), stream=False)
     outputs, _ = run.results()
     assert len(outputs) == len(PROMPTS)
-    assert {o.error for o in outputs} == {gpu_run.TIME_UP}
+    assert {o.error for o in outputs} == {gpu_worker.TIME_UP}
 
 
 def test_the_workload_size_is_large_for_a_small_model_and_a_sentence_beyond_xlarge(gpu_backend):
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
 
-    assert gpu_run.size_for(gpu_backend.loaded) == "large"
+    assert gpu_worker.size_for(gpu_backend.loaded) == "large"
     huge = dataclasses.replace(gpu_backend.loaded, weight_bytes=200 * 1024**3)
     with pytest.raises(ValueError, match=r"does not fit a ZeroGPU workload: its weights take 200\.00 GiB"):
-        gpu_run.size_for(huge)
+        gpu_worker.size_for(huge)
 
 
 def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
 
     small = gpu_backend._job("generate", gpu_backend.defaults, prompts=("a",))
     big = gpu_backend._job("generate", dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), prompts=("a",) * 64)
     huge = dataclasses.replace(big, settings=dataclasses.replace(
         big.settings, params=dataclasses.replace(big.settings.params, max_denoising_steps=512)))
-    assert gpu_run.duration(small) < gpu_run.duration(big) <= gpu_run.MAX_DURATION_S
-    assert gpu_run.duration(huge) == gpu_run.MAX_DURATION_S
+    assert gpu_worker.duration(small) < gpu_worker.duration(big) <= gpu_worker.MAX_DURATION_S
+    assert gpu_worker.duration(huge) == gpu_worker.MAX_DURATION_S
 
 
 def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
     from gradio.exceptions import Error
 
-    from dgemma.ui import gpu_run
+    from dgemma.serving import gpu_worker
 
     settings = dataclasses.replace(  # 1 KiB: less than the weights
         gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))
     job = gpu_backend._job("generate", settings, prompts=("add 1+2",))
     with pytest.raises(Error) as err:
-        list(gpu_run.run_on_gpu(job))
+        list(gpu_worker.run_on_gpu(job))
     message = err.value.message
     assert message.startswith("The GPU run failed: ") and message.endswith(".") and "\n" not in message

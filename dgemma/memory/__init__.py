@@ -1,8 +1,9 @@
 """Memory: how much is free, how much a step needs, and how to tile it.
 
-units (sizes), device (the interface), tracker (bytes an op allocates), virtual (a CPU with a
+device (the interface), tracker (bytes an op allocates), virtual (a CPU with a
 budget), probes (CPU and CUDA, and choosing one), planner (calibration and tile sizes); allocator
-(the server process's C allocator, imported on its own by app.py).
+(the server process's C allocator, imported on its own by app.py). The units of size (GiB,
+format_bytes, parse_size) live in dgemma/units.py, free of torch for the views; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dgemma.lazy import lazy_attributes
-from dgemma.memory.units import GiB, MiB, format_bytes, parse_size
+from dgemma.units import GiB, MiB, format_bytes, parse_size
 
 if TYPE_CHECKING:
     from dgemma.memory.device import Measurement, MemoryDevice

@@ -19,8 +19,8 @@ import torch
 
 from dgemma.memory.device import Measurement, MemoryDevice
 from dgemma.memory.tracker import TransientTracker
-from dgemma.memory.units import parse_size
 from dgemma.memory.virtual import VirtualDevice
+from dgemma.units import parse_size
 
 
 class HostMemory(MemoryDevice):

@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from dgemma.memory.units import format_bytes
+from dgemma.units import format_bytes
 
 
 def raise_out_of_memory(needed: int, free: int, what: str) -> None:

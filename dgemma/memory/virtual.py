@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from dgemma.memory.device import Measurement, MemoryDevice
 from dgemma.memory.tracker import TransientTracker, raise_out_of_memory
-from dgemma.memory.units import parse_size
+from dgemma.units import parse_size
 
 
 class VirtualDevice(MemoryDevice):

@@ -1,4 +1,5 @@
-"""The app's UI: pure renderers (board, canvas, charts), the layout, the lesson and the API.
+"""The views: what the page draws from the event stream and plain data (never torch or the engine).
 
-Only engine_backend.py touches the engine; everything else reads events and settings.
+page composes the title, the tabs and the API; generate/ and lesson/ are the two tabs; board,
+stream, canvas and charts are the views both share. All work goes through dgemma/serving's Backend.
 """

@@ -21,8 +21,8 @@ from typing import Any
 from gradio.data_classes import GradioModel
 
 from dgemma.events import TilePlan
-from dgemma.memory import GiB, MiB
 from dgemma.ui.board import Board
+from dgemma.units import GiB, MiB
 
 # Free memory (GiB) and a small model's peak transient (KiB) differ by 10^6: a log axis shows both.
 MEMORY_FLOOR_MIB = 1e-3

@@ -14,11 +14,11 @@ import os
 import gradio as gr
 
 from dgemma.errors import SettingsError
+from dgemma.examples import example_prompts, prompt_note
 from dgemma.recording import MODEL_KEYS, Recording, run_header
-from dgemma.ui.backend import Backend
-from dgemma.ui.examples import example_prompts, prompt_note
-from dgemma.ui.sessions import Sessions
-from dgemma.ui.settings import parse_call_settings, parse_prompts
+from dgemma.serving.backend import Backend
+from dgemma.serving.inputs import parse_call_settings, parse_prompts
+from dgemma.serving.sessions import Sessions
 
 INFO_KEYS = MODEL_KEYS  # what /info returns and what a run file's header keeps of the model
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from dgemma.memory import format_bytes
 from dgemma.ui.charts import plan_figure, plot
+from dgemma.units import format_bytes
 
 CANVAS_CHOICES = [("the model's own", 0), 16, 32, 64, 128, 256, 512, 1024]
 DEFAULT_GPU = "h200"

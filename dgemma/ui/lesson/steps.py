@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from dgemma.memory import format_bytes
-from dgemma.ui.backend import LessonOutcome
+from dgemma.serving.backend import LessonOutcome
 from dgemma.ui.charts import mark_step, plot, tile_figure
+from dgemma.units import format_bytes
 
 RUNS = (("Untiled (one tile)", "untiled"), ("Tiled (auto)", "tiled"), ("Chunked, untiled", "chunked"))
 PACE_S = 1.0  # seconds per call while playing

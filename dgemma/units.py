@@ -1,4 +1,4 @@
-"""Sizes: parse '512MiB', print bytes for people, and the binary units."""
+"""Sizes: parse '512MiB', print bytes for people, and the binary units (pure Python: the views use it too)."""
 
 from __future__ import annotations
 

@@ -24,10 +24,10 @@ from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.recording import Recording
 from dgemma.sampling import RunOptions
+from dgemma.serving import lesson_run
+from dgemma.serving.backend import LessonOutcome, Output
+from dgemma.serving.inputs import Limits
 from dgemma.settings import Settings, run_options
-from dgemma.ui import lesson_run
-from dgemma.ui.backend import LessonOutcome, Output
-from dgemma.ui.settings import Limits
 
 log = logging.getLogger(__name__)
 

@@ -12,24 +12,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dgemma.errors import first_line
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
+from dgemma.serving.backend import Backend, LessonOutcome, LoadState, Run
+from dgemma.serving.inputs import Limits
 from dgemma.settings import Settings
-from dgemma.ui.backend import Backend, LessonOutcome, Run
-from dgemma.ui.settings import Limits
-
-
-@dataclass(frozen=True)
-class LoadState:
-    """What the page shows in its status line while (or after) the model loads."""
-
-    ready: bool
-    failed: bool
-    message: str  # one sentence: "Loading model … (4 s): reading the weights." | the failure | ""
 
 
 class LoadingBackend:

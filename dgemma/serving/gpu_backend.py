@@ -1,4 +1,4 @@
-"""The main process's backend on ZeroGPU: every run is one call of `gpu_run.run_on_gpu`.
+"""The main process's backend on ZeroGPU: every run is one call of `gpu_worker.run_on_gpu`.
 
 The main process never runs the engine (it has no GPU, and `spaces` emulates CUDA there only on
 the main thread): it turns a click, an API call or a lesson into a `Job`, iterates the GPU call's
@@ -17,11 +17,11 @@ from types import SimpleNamespace
 
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.recording import Recording
+from dgemma.serving import gpu_worker
+from dgemma.serving.backend import LessonOutcome, Output
+from dgemma.serving.gpu_worker import Job, Snapshot
+from dgemma.serving.inputs import Limits
 from dgemma.settings import Settings
-from dgemma.ui import gpu_run
-from dgemma.ui.backend import LessonOutcome, Output
-from dgemma.ui.gpu_run import Job, Snapshot
-from dgemma.ui.settings import Limits
 
 STOPPED = "stopped"
 
@@ -60,7 +60,7 @@ class GpuRun:
             self.pid = snapshot.pid
             events = list(snapshot.events)
             self._plans.extend(e for e in events if isinstance(e, TilePlan))
-            gpu_run.final_events(events, self._seen, "")  # only records the statuses
+            gpu_worker.final_events(events, self._seen, "")  # only records the statuses
             if snapshot.done:
                 self._ended = True
                 for _ in self._stream:  # to its end: spaces then releases the GPU as a call that finished
@@ -72,7 +72,7 @@ class GpuRun:
     def _end(self, reason: str) -> list[Event]:
         self._ended = True
         self._stream.close()  # GeneratorExit at the worker's next yield: its loop ends there
-        return list(gpu_run.final_events([], self._seen, reason))
+        return list(gpu_worker.final_events([], self._seen, reason))
 
     def cancel(self) -> None:
         """Stop (from another thread): the reading thread closes the GPU call at its next poll."""
@@ -106,10 +106,10 @@ class GpuRun:
 
 
 class ZeroGpuBackend:
-    """The Backend of dgemma/ui/backend.py with all GPU work in the one `spaces.GPU` call."""
+    """The Backend of dgemma/serving/backend.py with all GPU work in the one `spaces.GPU` call."""
 
     def __init__(self, loaded, config, limits: Limits, budget_text: str | None,
-                 call: Callable[[Job], Iterator[Snapshot]] = gpu_run.run_on_gpu):
+                 call: Callable[[Job], Iterator[Snapshot]] = gpu_worker.run_on_gpu):
         from dgemma.sampling import RunOptions, SamplingParams
 
         self.loaded = loaded
@@ -123,7 +123,7 @@ class ZeroGpuBackend:
         self.defaults = Settings(
             params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),
             max_new_tokens=min(limits.max_new_tokens, 64),
-        )  # the engine's own defaults (dgemma/ui/engine_backend.py), read from the same config
+        )  # the engine's own defaults (dgemma/serving/engine_backend.py), read from the same config
         self._facts = {**loaded.facts(), "device": "cuda (ZeroGPU)"}  # plain values, read before launch
 
     def _job(self, kind: str, settings: Settings, **fields) -> Job:
@@ -147,14 +147,14 @@ class ZeroGpuBackend:
         raise ValueError("The GPU call ended without the lesson's result.")
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
-        from dgemma.ui import lesson_run
+        from dgemma.serving import lesson_run
 
         return lesson_run.suggest_budget(self._budget_model, requests, real_scale)
 
     def info(self) -> dict:
         return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
                 "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False),
-                "note": f"Each Run is one batch on a borrowed GPU ({_workload()}at most {gpu_run.MAX_DURATION_S} s); "
+                "note": f"Each Run is one batch on a borrowed GPU ({_workload()}at most {gpu_worker.MAX_DURATION_S} s); "
                         "visitors' runs wait in ZeroGPU's own queue."}
 
     def close(self) -> None:
@@ -162,7 +162,7 @@ class ZeroGpuBackend:
 
 
 def _workload() -> str:
-    size = gpu_run.workload_size
+    size = gpu_worker.workload_size
     return f"a ZeroGPU {size} workload, " if size else ""
 
 
@@ -194,5 +194,5 @@ def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
     config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,
                           max_new_tokens=args.max_new_tokens, max_prompt_chars=limits.max_prompt_chars)
-    gpu_run.install(loaded, config)
+    gpu_worker.install(loaded, config)
     return ZeroGpuBackend(loaded, config, limits, format_bytes(budget) if budget else None)

@@ -21,16 +21,22 @@ import time
 
 import torch
 
-from dgemma.errors import first_line
-from dgemma.memory import (
-    CudaMemory, HostMemory, MemoryDevice, VirtualDevice, format_bytes, memory_for, parse_size,
-)  # fmt: skip
 from dgemma.engine import EngineCore
+from dgemma.errors import first_line
 from dgemma.gpus import RELEASED_VOCAB
+from dgemma.memory import (
+    CudaMemory,
+    HostMemory,
+    MemoryDevice,
+    VirtualDevice,
+    format_bytes,
+    memory_for,
+    parse_size,
+)  # fmt: skip
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import TiledSampler, build_sampler, calibrate_tile, reference_tile
+from dgemma.serving.backend import LessonOutcome
 from dgemma.settings import Settings
-from dgemma.ui.backend import LessonOutcome
 
 REAL_VOCAB = RELEASED_VOCAB
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0

@@ -18,12 +18,12 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
-from dgemma.memory import format_bytes
-from dgemma.ui import explorer, lesson_steps
-from dgemma.ui.backend import Backend, LessonOutcome
+from dgemma.serving.backend import Backend, LessonOutcome
+from dgemma.serving.inputs import parse_call_settings
 from dgemma.ui.charts import plot, tile_figure
-from dgemma.ui.settings import parse_call_settings
-
+from dgemma.ui.lesson import explorer
+from dgemma.ui.lesson import steps as lesson_steps
+from dgemma.units import format_bytes
 
 UNTILED, TILED, CHUNKED = "Untiled (one tile)", "Tiled (auto)", "Chunked sampler, untiled (one tile)"
 PENDING = '<div class="lesson-result">running…</div>'

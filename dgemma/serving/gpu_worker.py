@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 
 from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent
-from dgemma.ui.backend import LessonOutcome
+from dgemma.serving.backend import LessonOutcome
+from dgemma.serving.zerogpu import enabled
 from dgemma.settings import Settings, run_options
-from dgemma.ui.zerogpu import enabled
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
 
 
 def _lesson(job: Job) -> Iterator[Snapshot]:
-    from dgemma.ui import lesson_run
+    from dgemma.serving import lesson_run
 
     requests, budget, real_scale, tiling, impl = job.lesson
     outcome = lesson_run.run(_core(), requests, budget, real_scale, tiling, job.settings, impl)

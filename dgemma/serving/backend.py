@@ -1,8 +1,8 @@
-"""What the UI needs from the engine, in one small interface (the layout never imports torch).
+"""The serving contract: what the views need from the engine, in one small interface (no torch).
 
 `Backend.start` submits one call's prompts and returns a `Run`: poll it for events, cancel it,
-or wait for its results. The real backend (dgemma/ui/engine_backend.py) wraps dgemma.engine.engine;
-keeping the interface this small is what lets the layout and the API be tested and read alone.
+or wait for its results. The real backend (dgemma/serving/engine_backend.py) wraps dgemma.engine.engine;
+keeping the interface this small is what lets the views and the API be tested and read alone.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from dgemma.events import Event, TilePlan
 from dgemma.recording import Recording
+from dgemma.serving.inputs import Limits
 from dgemma.settings import Settings
-from dgemma.ui.settings import Limits
 
 
 @dataclass
@@ -81,3 +81,18 @@ class Backend(Protocol):
         """A budget where one tile of `requests` runs out of memory but tiles of a few fit."""
 
     def info(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """What the page shows in its status line while (or after) the model loads."""
+
+    ready: bool
+    failed: bool
+    message: str  # one sentence: "Loading model … (4 s): reading the weights." | the failure | ""
+
+
+def backend_state(backend: Backend) -> LoadState:
+    """A backend that loads its model after the page is served has a state; any other is ready."""
+    state = getattr(backend, "state", None)
+    return state() if state is not None else LoadState(True, False, "")

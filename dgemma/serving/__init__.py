@@ -1,0 +1,6 @@
+"""Serving: how a click or an API call becomes engine work, and the Backend contract the views see.
+
+backend (the contract), engine_backend (the engine in this process), gpu_backend and gpu_worker
+(ZeroGPU: the one `spaces.GPU` call), loading (page first), sessions, inputs (a call's checked
+input), api (the API's endpoints), lesson_run (the lesson's batch).
+"""

@@ -1,0 +1,1 @@
+"""The Generate tab: prompts and settings in, live cards, charts, status line and playback out."""

@@ -1,0 +1,75 @@
+"""The Generate tab, top to bottom: prompts and Run / Stop, example prompts, settings, the status
+line, playback, the cards and the two charts; then the events that wire them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from dgemma.serving.backend import Backend
+from dgemma.serving.sessions import Sessions
+from dgemma.ui.board import Board
+from dgemma.ui.canvas import render_board
+from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
+from dgemma.ui.generate import playback
+from dgemma.ui.generate.controls import Controls, settings_panel
+from dgemma.ui.generate.run import wire_run
+
+ENTROPY_TEXT = (
+    "**Confidence per step.** Each line is one request's mean token entropy after each denoising "
+    "step. A canvas starts as random tokens (high entropy) and converges when its mean drops below "
+    "the dashed threshold and its draft stops changing; then it is committed and the next canvas starts."
+)
+TILE_TEXT = (
+    "**Tiles against free memory.** Each sampler call sees how much memory is free and groups the "
+    "denoising requests into tiles that fit half of it. Grey area: requests denoising; blue: the "
+    "largest tile; dotted orange: tiles per call; right axis: free memory, the measured peak transient, the budget."
+)
+
+
+@dataclass
+class GenerateTab:
+    """The tab's components that its events (and the page's loading tick) refer to."""
+
+    controls: Controls
+    run: gr.Button
+    stop: gr.Button
+    examples: gr.Examples
+    status: gr.Markdown
+    player: playback.Player
+    cards: gr.HTML
+    entropy_plot: gr.Plot
+    tile_plot: gr.Plot
+
+
+def build(backend: Backend, examples: list[list[str]], ready: bool, loading_message: str) -> GenerateTab:
+    """The tab's components (call inside `gr.Tab`)."""
+    with gr.Row():
+        prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3, value=examples[0][0])
+        with gr.Column(scale=1, min_width=220):
+            concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
+                                   label="Concurrent requests",
+                                   info="Fills the batch by cycling the prompts (seed S + i each).")
+            run = gr.Button("Run", variant="primary", elem_id="run", interactive=ready)
+            stop = gr.Button("Stop", variant="stop", elem_id="stop")
+    example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
+    controls = settings_panel(backend, prompts, concurrent)
+    status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
+    player = playback.build()  # step slider, play / pause, download and load a run
+    cards = gr.HTML(render_board(Board()), elem_id="cards")
+    with gr.Row():
+        with gr.Column():
+            entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")
+            gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
+        with gr.Column():
+            tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
+            gr.Markdown(TILE_TEXT, elem_classes="explain")
+    return GenerateTab(controls, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
+
+
+def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool) -> None:
+    """Run and Stop, and playback of the last (or a loaded) run in the same views."""
+    views = [tab.cards, tab.entropy_plot, tab.tile_plot]
+    wire_run(backend, sessions, tab.controls, tab.run, tab.stop, [*views, tab.status], tab.player, embedded)
+    playback.wire(tab.player, views, tab.status)

@@ -1,0 +1,58 @@
+"""The page, top to bottom: the title, the Generate tab, the Tiling-vs-OOM tab, and the API.
+
+It only composes: each tab builds and wires its own components (dgemma/ui/generate/,
+dgemma/ui/lesson/), the API is served by dgemma/serving/api.py, and all work goes through the
+Backend the page is given (dgemma/serving/backend.py).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from dgemma.examples import example_sets
+from dgemma.serving import api
+from dgemma.serving.backend import Backend, backend_state
+from dgemma.serving.sessions import Sessions, client_left
+from dgemma.ui.generate import tab as generate
+from dgemma.ui.header import header_markdown
+from dgemma.ui.lesson import tab as lesson
+from dgemma.ui.loading_tick import loading_tick
+
+
+def build_demo(backend: Backend) -> gr.Blocks:
+    """The whole app for one backend (one engine, one model)."""
+    sessions = Sessions(backend.limits.max_queued)
+    loading = backend_state(backend)
+    facts = backend.info()
+    examples = example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
+
+    with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
+        header = gr.Markdown(header_markdown(facts, backend.max_num_seqs))
+        with gr.Tab("Generate"):
+            gen = generate.build(backend, examples, loading.ready, loading.message)
+        with gr.Tab("Tiling vs OOM"):
+            lesson_parts = lesson.build(backend)
+
+        # ---------------------------------------------------------------- events
+        embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
+        generate.wire(backend, sessions, gen, embedded)
+        lesson.wire(backend, lesson_parts)
+        api.register(backend, sessions, embedded)
+        # Page first: until the model has loaded, a timer refreshes the status line; at ready it
+        # enables Run, fills in the model's own defaults and example prompts, and stops.
+        prompts = gen.controls.prompts
+        settings = [*gen.controls.model_defaults(), lesson_parts.budget]
+        built = [field.value for field in settings]
+        model_fields = [header, gen.status, gen.run, *settings, prompts, gen.examples.dataset]
+        timer = gr.Timer(0.5, active=not loading.ready)
+        timer.tick(lambda shown, played, *values: loading_tick(backend, shown, examples[0][0], played.recording is not None,
+                                                               values, built),
+                   [prompts, gen.player.state, *settings], [*model_fields, timer],
+                   show_progress="hidden", api_visibility="private", concurrency_limit=None)
+
+        def closed(request: gr.Request) -> None:
+            # A closed tab (or a client gone for good): its requests stop and free their slots.
+            client_left(sessions.cancel(request.session_hash or "anonymous"), "page closed")
+
+        demo.unload(closed)
+    return demo
