@@ -20,6 +20,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import dgemma  # noqa: F401  (first: it asks MKL for strict reproducibility before any product runs)
+
 TINY_TEXT = dict(
     vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
     num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
@@ -115,3 +117,13 @@ def twin_dir(tmp_path_factory) -> str:
     from twin import save_twin
 
     return save_twin(tmp_path_factory.mktemp("twin"))
+
+
+@pytest.fixture(params=[None, 2], ids=["default-threads", "two-threads"])
+def threads(request) -> int:
+    """torch's default thread count, or the one given (restored after the test)."""
+    before = torch.get_num_threads()
+    if request.param is not None:
+        torch.set_num_threads(request.param)
+    yield torch.get_num_threads()
+    torch.set_num_threads(before)

@@ -349,6 +349,26 @@ def test_an_injected_oom_is_split_and_retried_with_identical_results():
     assert max(plan.tiles) <= 2
 
 
+@pytest.mark.parametrize("step", [reference_tile, functools.partial(chunked_tile, chunk_size=1024)], ids=["reference", "chunked"])
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
+def test_a_requests_soft_embedding_has_the_same_bits_whatever_its_tile_size(step, greedy, threads):
+    # A tile of one request multiplies 8 positions' weights by the embedding, a tile of six 48:
+    # with two threads MKL's sgemm split the vocabulary's sum between them for the few rows and
+    # gave them other last bits (dgemma/reproducible.py).
+    n, CL, V = 6, 8, 2000
+    params = [SamplingParams(seed=i, greedy=greedy) for i in range(n)]
+    logits = logits_for(n, CL, V, seed=0)
+    soft = {}
+    for size in range(1, n + 1):
+        sampler = make_sampler(n, CL, V, tiling=size, tile_fn=step)
+        for slot in range(n):
+            sampler.start_canvas(slot, params[slot], 0)
+        assert sampler.step(logits, list(range(n))).plan.tiles[0] == size
+        soft[size] = sampler.soft.clone()
+    for size in range(1, n):
+        assert torch.equal(soft[size], soft[n]), f"tiles of {size} against one tile of {n}"
+
+
 def test_untiled_mode_lets_the_out_of_memory_through():
     n, CL, V = 4, 8, 2000
     sampler = make_sampler(n, CL, V, tiling="off", memory=VirtualDevice(reference_cost(CL, V).tile_bytes(2)))

@@ -1,0 +1,36 @@
+"""A CPU's matrix products, asked to give a row the same bits whatever the rows beside it.
+
+torch hands a CPU's fp32 products to MKL's sgemm, which picks its kernel and its split of the
+work between threads by the product's shape. With few rows and a long sum, it splits the sum
+between the threads and adds their parts, so a row of `W @ E` came out with other last bits in
+a product of a few rows than in one of many: a request's self-conditioning embedding (its
+weights [CL, vocab] @ the embedding [vocab, hidden]) depended on how many requests shared its
+tile, and the LM head's logits did too in a tile of under 16 positions. Measured on this
+project's 2-core Xeon (AVX-512, torch 2.13.0, MKL 2024.2): with two threads, rows 1-12 of
+[rows, 2000] @ [2000, 8] and 1-15 of [rows, 32768] @ [32768, 640] differed from the same rows in
+a product of 128; a single row differed at one thread too, and on MKL's AVX2 path (as on a CPU
+without AVX-512) about two row counts in three did, at one thread as at two.
+
+MKL's strict conditional-numerical-reproducibility mode (`MKL_CBWR=AUTO,STRICT`) sums every
+element in one fixed order: each of those shapes then gave the same bits at every row count
+from 1 to 128, on both code paths, at one and two threads, and the LM head's shapes too. MKL
+reads the variable once, at its first call, so the package sets it when it is imported (before
+any product; importing torch calls no MKL). A process that ran an MKL product before importing
+dgemma keeps MKL's default mode. Out of its reach: a GPU's products (cuBLAS; the H200 run found
+tiled rows equal to untiled, docs/benchmarks.md) and a CPU's bf16/fp16 ones (oneDNN).
+"""
+
+from __future__ import annotations
+
+import os
+
+STRICT = "STRICT"
+
+
+def ask_mkl_for_strict_reproducibility() -> str:
+    """Set `MKL_CBWR` to MKL's fastest code path in strict mode (`AUTO,STRICT`), or add STRICT to
+    the branch a user set; returns the value. STRICT holds only on an AVX2 or later branch."""
+    value = os.environ.get("MKL_CBWR", "").replace(" ", "")
+    if STRICT not in value.upper().split(","):
+        os.environ["MKL_CBWR"] = f"{value},{STRICT}" if value else f"AUTO,{STRICT}"
+    return os.environ["MKL_CBWR"]
