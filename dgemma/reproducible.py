@@ -16,8 +16,13 @@ element in one fixed order: each of those shapes then gave the same bits at ever
 from 1 to 128, on both code paths, at one and two threads, and the LM head's shapes too. MKL
 reads the variable once, at its first call, so the package sets it when it is imported (before
 any product; importing torch calls no MKL). A process that ran an MKL product before importing
-dgemma keeps MKL's default mode. Out of its reach: a GPU's products (cuBLAS; the H200 run found
-tiled rows equal to untiled, docs/benchmarks.md) and a CPU's bf16/fp16 ones (oneDNN).
+dgemma keeps MKL's default mode. Out of its reach: a CPU's bf16/fp16 products (oneDNN, which
+gave other bits for some row counts at one thread), and a GPU's (cuBLAS, which picks its kernels
+by shape too; the one H200 run compared tiles' tokens, all equal, not their soft embeddings:
+scripts/gpu_check.py now compares those, in tiles of one request). So no step computes its
+products per request: that would cost a GPU a launch per request, and a CPU re-packing the
+embedding per request (1.3-3.4x the one product's CPU time at 16-32 positions per request, hand
+timed), for bits this mode already makes equal on a CPU.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ and prints one JSON line per measurement:
   peak host RSS, next to the weights' size (a full host copy first would show RSS above it);
 - sampler, 16 and 32 requests: untiled ("off") vs tiled ("auto") peak `torch.cuda.max_memory_allocated`,
   copies per request measured vs calibrated, and the chunked step's peak; the fraction of tokens
-  tiled == untiled == chunked (1.0 where the kernels are exact);
+  tiled == untiled == chunked (1.0 where the kernels are exact), and whether the soft embeddings
+  of tiles of one request are untiled's bit for bit;
 - tile size: the planner's group for 32 requests vs what the calibrated transient says fits in half
   of this GPU's free memory;
 - engine: canvas tokens per second on the engine vs transformers' `generate` on the same model.
@@ -86,7 +87,9 @@ def measure_load(path: str, device: str) -> None:
 
 
 def sampler_rows(loaded, n: int) -> None:
-    """One step of n requests: reference untiled, reference tiled (auto), chunked (auto)."""
+    """One step of n requests: reference untiled, tiled (auto) and in tiles of one, chunked (auto);
+    the tokens and soft embeddings of each against untiled's (cuBLAS picks kernels by the row count
+    too: a tile of one request is the fewest rows a product gets)."""
     import torch
 
     from dgemma.memory import CudaMemory
@@ -100,7 +103,7 @@ def sampler_rows(loaded, n: int) -> None:
     hidden = torch.randn(n, cl, loaded.hidden_size, generator=gen, device=device, dtype=loaded.dtype) * 4
     per_copy = cl * vocab * 4
     states = {}
-    for impl, tiling in (("reference", "off"), ("reference", "auto"), ("chunked", "auto")):
+    for impl, tiling in (("reference", "off"), ("reference", "auto"), ("reference", 1), ("chunked", "auto")):
         sampler = build_sampler(impl, n, cl, vocab, loaded.embed_weight, loaded.embed_scale,
                                 memory=CudaMemory(device), tiling=tiling, lm_head=head if impl == "chunked" else None)
         for slot in range(n):
@@ -120,7 +123,7 @@ def sampler_rows(loaded, n: int) -> None:
             continue
         plan = out.plan
         peak = torch.cuda.max_memory_allocated(device) - base
-        states[(impl, tiling)] = sampler.draft[:n].clone()
+        states[(impl, tiling)] = (sampler.draft[:n].clone(), sampler.soft[:n].clone())
         emit(measure="sampler", requests=n, impl=impl, tiling=tiling, tiles=list(plan.tiles),
              peak_allocated_bytes=int(peak), seconds=round(time.perf_counter() - started, 4),
              copies_per_request_measured=round(plan.peak_transient_bytes / (max(plan.tiles) * per_copy), 3),
@@ -128,10 +131,11 @@ def sampler_rows(loaded, n: int) -> None:
         del sampler, out
         torch.cuda.empty_cache()
     base = states.get(("reference", "off"))
-    for key, draft in states.items():
+    for key, (draft, soft) in states.items():
         if base is not None and key != ("reference", "off"):
             emit(measure="tokens_equal", requests=n, impl=key[0], tiling=key[1], vs="reference/off",
-                 fraction_equal=round(float((draft == base).float().mean()), 6), exact=bool(torch.equal(draft, base)))
+                 fraction_equal=round(float((draft == base[0]).float().mean()), 6), exact=bool(torch.equal(draft, base[0])),
+                 soft_exact=bool(torch.equal(soft, base[1])))
 
 
 def tile_size(loaded, n: int = 32) -> None:
