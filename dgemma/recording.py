@@ -27,11 +27,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
+import sys
 import time
 from array import array
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from importlib import metadata
 from typing import Any
 
@@ -41,8 +43,13 @@ from dgemma.settings import Settings
 FORMAT = "dgemma-run"
 VERSION = 1
 MAX_POSITIONS = 256 * 32 * 512  # canvas positions over all kept step frames (see the module's docstring)
-# A file at the bound is 127 MB (about 30 bytes a position); twice that is no run file.
+# A file at the bound is 127 MB (about 30 bytes a position); twice that is no run file. The app
+# refuses a larger upload before storing it (Gradio's max_file_size) and reads no more than this.
 MAX_FILE_BYTES = 256 * 2**20
+# What a kept step frame costs beyond its 13 bytes a position (ids, entropies, mask), and a piece
+# in the table beyond its string: measured with tracemalloc (tests/test_recording.py checks the sum against it).
+FRAME_BYTES = 400
+PIECE_BYTES = 80  # its id and its slot in the table; the string is counted by its own size
 PACKAGES = ("torch", "transformers", "gradio")
 # The model's facts a header keeps (those `/info` returns).
 MODEL_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
@@ -102,6 +109,7 @@ class Recording:
         self.max_positions = max_positions
         self.positions = 0  # canvas positions kept
         self.dropped_frames = 0  # step frames past the bound, not kept
+        self.held_bytes = sys.getsizeof(self)  # what this recording holds in memory (kept up to date by add)
         self._items: list[_Frame | RequestEvent | TilePlan] = []
         self._pieces: dict[int, str] = {}
         self._plan_at: list[int] = []  # index in _items of each TilePlan: step k ends before _plan_at[k]
@@ -114,8 +122,11 @@ class Recording:
                 self.dropped_frames += 1
                 return
             self.positions += len(event.token_ids)
+            self.held_bytes += FRAME_BYTES + 13 * len(event.token_ids)
             for token, piece in zip(event.token_ids, event.pieces, strict=True):
-                self._pieces.setdefault(token, piece)
+                if token not in self._pieces:
+                    self._pieces[token] = piece
+                    self.held_bytes += PIECE_BYTES + sys.getsizeof(piece)
             self._items.append(_Frame(
                 event.request_id, event.canvas_index, event.step, event.max_steps, array("i", event.token_ids),
                 array("d", event.entropy), bytes(event.accepted), event.mean_entropy, event.confidence_threshold,
@@ -125,6 +136,7 @@ class Recording:
         if isinstance(event, TilePlan):
             self._plan_at.append(len(self._items))
         self._items.append(event)
+        self.held_bytes += _event_bytes(event)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -186,6 +198,21 @@ class Recording:
             f.writelines(self.lines())
 
 
+def _event_bytes(event: RequestEvent | TilePlan) -> int:
+    """The bytes an event object holds: itself, its fields, and the items of its tuples and dicts
+    (a committed request event carries every token id and logprob of its text)."""
+    total = sys.getsizeof(event) + 16  # and its slot in the list
+    for f in fields(event):
+        value = getattr(event, f.name)
+        total += sys.getsizeof(value)
+        if isinstance(value, tuple):
+            total += sum(sys.getsizeof(v) for v in value)
+        elif isinstance(value, dict):
+            total += sum(sys.getsizeof(v) + (sum(map(sys.getsizeof, v)) if isinstance(v, (list, tuple)) else 0)
+                         for v in value.values())
+    return total
+
+
 def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:
     if isinstance(item, _Frame):
         return {"type": "step", "request_id": item.request_id, "canvas_index": item.canvas_index, "step": item.step,
@@ -232,13 +259,35 @@ def _decode(record: dict, pieces: dict[int, str]) -> Event:
     raise ValueError(f"unknown event type {kind!r:.40}")
 
 
+def _too_big(size: int) -> RecordingError:
+    return RecordingError(f"This file is {size / 2**20:.0f} MB, more than any run file can be "
+                          f"({MAX_FILE_BYTES // 2**20} MB); it is not a dgemma run.")
+
+
+def read_run_file(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the file at `path`, reading at most `limit` of them: a larger file is refused
+    (RecordingError) by its size before any byte is read, or, if it grows meanwhile, after `limit`."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise _too_big(size)
+        data = f.read(limit)
+        if f.read(1):
+            raise _too_big(limit + 1)
+    return data
+
+
+def load_file(path: str, max_positions: int = MAX_POSITIONS) -> Recording:
+    """A recording from the run file at `path`, never reading more than MAX_FILE_BYTES of it."""
+    return load(read_run_file(path), max_positions)
+
+
 def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
     """A recording from a run file's bytes; RecordingError (one sentence) for anything else."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     if len(data) > MAX_FILE_BYTES:
-        raise RecordingError(f"This file is {len(data) / 2**20:.0f} MB, more than any run file can be "
-                             f"({MAX_FILE_BYTES // 2**20} MB); it is not a dgemma run.")
+        raise _too_big(len(data))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from dgemma.events import RequestEvent, StepEvent, TilePlan
-from dgemma.recording import MAX_POSITIONS, Recording, RecordingError, load, run_header
+from dgemma.recording import MAX_FILE_BYTES, MAX_POSITIONS, Recording, RecordingError, load, load_file, run_header
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
 from dgemma.ui.generate import playback
@@ -163,3 +163,49 @@ def test_the_record_bound_holds_at_32_requests_times_the_step_limit():
     assert recording.dropped_frames == 1 and recording.positions == MAX_POSITIONS
     recording.add(RequestEvent(1, "done", text="kept"))  # final texts are still recorded past the bound
     assert fold(recording.events()).requests[1].committed_text == "kept"
+
+
+def run_of(requests: int, steps: int, canvas_length: int) -> Recording:
+    """A recording of `requests` x `steps` step frames at `canvas_length`, each request committed at the end."""
+    recording = Recording()
+    for step in range(1, steps + 1):
+        recording.add(TilePlan(0.0, "reference", requests, canvas_length, 262_144, 2**34, None, 2**20, requests,
+                               (requests,), 2**25))
+        for r in range(1, requests + 1):
+            recording.add(frame(r, step, canvas_length))
+    for r in range(1, requests + 1):
+        ids = tuple(range(canvas_length))
+        recording.add(RequestEvent(r, "committed", token_ids=ids, text="x" * canvas_length,
+                                   extra={"logprobs": [-0.5] * canvas_length}))
+        recording.add(RequestEvent(r, "done", text="x" * canvas_length))
+    return recording
+
+
+@pytest.mark.parametrize("requests, steps, canvas_length", [(8, 40, 16), (32, 24, 256)])
+def test_what_a_recording_says_it_holds_is_within_a_fifth_of_what_it_holds(requests, steps, canvas_length):
+    """held_bytes (what the memory cap counts) against tracemalloc, for a recording loaded from its
+    file: every object it keeps was allocated by the load, the decoded events were freed."""
+    data = run_of(requests, steps, canvas_length).text().encode("utf-8")
+    tracemalloc.start()
+    loaded = load(data)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert 0.8 * held <= loaded.held_bytes <= 1.2 * held, (loaded.held_bytes, held)
+
+
+def test_a_file_over_the_cap_is_refused_by_its_size_without_being_read(tmp_path):
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: no disk used, and reading it would take 256 MB
+    tracemalloc.start()
+    with pytest.raises(RecordingError, match=r"^This file is 256 MB, more than any run file can be \(256 MB\)"):
+        load_file(str(big))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 2**20, peak
+
+
+def test_a_run_file_loads_from_its_path_as_from_its_bytes(recorded, tmp_path):
+    path = tmp_path / "run.jsonl"
+    recorded[0].save(str(path))
+    assert list(load_file(str(path)).events()) == list(recorded[0].events())
