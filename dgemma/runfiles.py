@@ -1,0 +1,263 @@
+"""The files visitors cause, on disk: one directory per start of the app, every file an age, all of them a total.
+
+Every Run on the page writes its run file (Download run), and every upload (Load a run) is a file
+Gradio writes before any handler sees it. A public app cannot keep them for ever, so `RunFiles`
+owns one directory for this start of the app, and Gradio's upload folder (GRADIO_TEMP_DIR) is
+that directory: Gradio stores uploads there, and serves a run file saved there without copying it
+(it copies only files from outside its folder), so each run is one file on disk, not two.
+
+- A restart starts clean: the directory is emptied at start, and those of earlier starts whose
+  process has gone (their lock file is no longer locked) are removed.
+- A tab's files go when the tab closes (`release(session)`, from the page's unload hook).
+- A file older than `max_age_s` goes (`sweep`, every SWEEP_PERIOD_S on a thread).
+- All files together stay under `max_bytes`: after every save and every sweep the oldest go first;
+  an upload reserves its declared size before a byte of it is stored (dgemma/upload_guard.py), and
+  is refused when even the oldest files' removal cannot make room.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock, so earlier starts' directories are left to the OS's temp cleaning
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+PREFIX = "dgemma-files-"  # one directory per start of the app: PREFIX + its process id
+LOCK = ".lock"  # held (flock) for the life of the app: a free lock means its app has gone
+SWEEP_PERIOD_S = 2.0
+FRESH_DIR_S = 60.0  # an empty directory younger than this may be Gradio's, about to receive an upload
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the directory holds now, and what one sweep removed."""
+
+    files: int
+    bytes: int
+    expired: int = 0  # files removed for their age
+    evicted: int = 0  # files removed, oldest first, for the total cap
+
+
+class RunFiles:
+    def __init__(self, root: str | Path, max_bytes: int, max_age_s: float, sweep_period_s: float = SWEEP_PERIOD_S):
+        self.root = Path(os.path.abspath(root))
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self.sweep_period_s = sweep_period_s
+        self.removed_hooks: list[Callable[[str], None]] = []  # told of every file removed (Gradio's bookkeeping)
+        self._by_session: dict[str, set[str]] = {}
+        self._reserved = 0  # bytes of uploads under way (counted before they are written)
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock_file = None
+
+    @classmethod
+    def for_this_start(cls, max_bytes: int, max_age_s: float, parent: str | Path | None = None,
+                       sweep_period_s: float = SWEEP_PERIOD_S) -> RunFiles:
+        """A clean directory under `parent` (default: the system's temp dir) for this process, the
+        directories of earlier starts that have ended removed."""
+        parent = Path(parent or tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_abandoned(parent)
+        root = parent / f"{PREFIX}{os.getpid()}"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
+        files = cls(root, max_bytes, max_age_s, sweep_period_s)
+        files._lock_file = open(root / LOCK, "w")  # noqa: SIM115 - held open for the app's life
+        if fcntl is not None:
+            fcntl.flock(files._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return files
+
+    # ---------------------------------------------------------------- a session's files
+
+    def save(self, session: str, write: Callable[[str], None], prefix: str = "dgemma-run-", suffix: str = ".jsonl") -> str:
+        """A new file of `session`, written by `write(path)`; the session's earlier files go first
+        (a tab keeps its last run), and the oldest of all after it while the total passes the cap.
+        OSError if the file alone passes the cap (it is not kept)."""
+        self.release(session)
+        folder = self.root / "runs"
+        folder.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        fd, path = tempfile.mkstemp(prefix=f"{prefix}{stamp}-", suffix=suffix, dir=folder)
+        os.close(fd)
+        try:
+            write(path)
+        except BaseException:
+            self.remove(path)
+            raise
+        with self._lock:
+            self._by_session.setdefault(session, set()).add(path)
+            self._fit(keep=path)
+            if not os.path.exists(path):
+                raise OSError(f"the run's file passes the app's disk cap of {self.max_bytes / 2**20:.0f} MiB")
+        return path
+
+    def release(self, session: str) -> int:
+        """Remove every file of `session` (its tab closed, or it saved a newer one); the bytes freed."""
+        with self._lock:
+            paths = self._by_session.pop(session, set())
+        return sum(self.remove(p) for p in paths)
+
+    def remove(self, path: str) -> int:
+        """Remove `path` if it lies in this directory (an upload once read, an expired file); its size."""
+        path = os.path.abspath(path)
+        if not _inside(path, self.root) or os.path.basename(path) == LOCK:
+            return 0
+        try:
+            size = os.stat(path).st_size
+            os.remove(path)
+        except OSError:
+            return 0
+        for hook in self.removed_hooks:
+            hook(path)
+        parent = os.path.dirname(path)
+        if parent != str(self.root) and os.path.basename(parent) != "runs":
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)  # Gradio's folder of one upload, now empty
+        return size
+
+    # ---------------------------------------------------------------- the directory's total
+
+    def usage(self) -> Usage:
+        entries = self._entries()
+        return Usage(len(entries), sum(size for _, size, _ in entries))
+
+    def reserve(self, size: int) -> bool:
+        """Count `size` bytes about to be written (an upload) against the cap, making room by
+        removing the oldest files; False (nothing counted) if the cap cannot hold them."""
+        with self._lock:
+            if size + self._reserved > self.max_bytes:
+                return False
+            self._reserved += size
+            self._fit()
+            if self.usage().bytes + self._reserved > self.max_bytes:
+                self._reserved -= size
+                return False
+            return True
+
+    def unreserve(self, size: int) -> None:
+        with self._lock:
+            self._reserved -= size
+
+    def sweep(self, now: float | None = None) -> Usage:
+        """Remove files older than the age, then the oldest while the total passes the cap."""
+        now = time.time() if now is None else now
+        expired = 0
+        with self._lock:
+            for mtime, _, path in self._entries():
+                if now - mtime > self.max_age_s and self.remove(path):
+                    expired += 1
+            evicted = self._fit()
+            self._forget_missing()
+        self._remove_empty_dirs(now)
+        usage = self.usage()
+        return Usage(usage.files, usage.bytes, expired, evicted)
+
+    def _fit(self, keep: str | None = None) -> int:
+        """Remove the oldest files (`keep` last) while the total and the reserved bytes pass the cap."""
+        entries = sorted(self._entries(), key=lambda e: (e[2] == keep, e[0]))
+        total = sum(size for _, size, _ in entries) + self._reserved
+        evicted = 0
+        for _, size, path in entries:
+            if total <= self.max_bytes:
+                break
+            if self.remove(path):
+                total -= size
+                evicted += 1
+        return evicted
+
+    def _entries(self) -> list[tuple[float, int, str]]:
+        """(mtime, size, path) of every file in the directory but the lock."""
+        found = []
+        for folder, _, names in os.walk(self.root):
+            for name in names:
+                path = os.path.join(folder, name)
+                if name == LOCK and folder == str(self.root):
+                    continue
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    st = os.stat(path)
+                    found.append((st.st_mtime, st.st_size, path))
+        return found
+
+    def _forget_missing(self) -> None:
+        for session, paths in list(self._by_session.items()):
+            paths -= {p for p in paths if not os.path.exists(p)}
+            if not paths:
+                del self._by_session[session]
+
+    def _remove_empty_dirs(self, now: float) -> None:
+        for folder, dirs, files in os.walk(self.root, topdown=False):
+            if folder != str(self.root) and not dirs and not files:
+                with contextlib.suppress(OSError):
+                    if now - os.stat(folder).st_mtime > FRESH_DIR_S:
+                        os.rmdir(folder)
+
+    # ---------------------------------------------------------------- the sweeper
+
+    def start(self) -> RunFiles:
+        """Sweep every `sweep_period_s` on a daemon thread until `close`."""
+        def loop() -> None:
+            while not self._stop.wait(self.sweep_period_s):
+                try:
+                    self.sweep()
+                except Exception:  # noqa: BLE001 - a sweep that failed must not stop the next one
+                    log.exception("sweeping %s failed", self.root)
+
+        self._thread = threading.Thread(target=loop, name="dgemma-files", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop sweeping and remove the whole directory (the app is stopping)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock_file is not None:
+            self._lock_file.close()
+
+
+def remove_abandoned(parent: Path) -> list[Path]:
+    """Remove the directories of earlier starts under `parent` whose app has gone; those removed."""
+    removed = []
+    for folder in parent.glob(f"{PREFIX}*"):
+        if folder.is_dir() and _abandoned(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _abandoned(folder: Path) -> bool:
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(folder / LOCK, os.O_RDWR)
+    except OSError:  # no lock file: a start under way, or one that never got so far
+        with contextlib.suppress(OSError):
+            return time.time() - folder.stat().st_mtime > FRESH_DIR_S
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: its app has gone (the lock went with it)
+        return True
+    except BlockingIOError:
+        return False  # an app running now holds it
+    finally:
+        os.close(fd)
+
+
+def _inside(path: str, root: Path) -> bool:
+    return os.path.commonpath([path, str(root)]) == str(root)

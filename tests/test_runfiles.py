@@ -1,0 +1,168 @@
+"""The files visitors cause: one directory per start, a tab's files go with it, every file has an
+age, all of them a total with the oldest removed first, and an upload is sized before it is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dgemma.runfiles import LOCK, PREFIX, RunFiles, remove_abandoned
+from dgemma.upload_guard import FORM_OVERHEAD, UploadGuard
+
+MiB = 2**20
+
+
+def writer(size: int):
+    return lambda path: open(path, "wb").write(b"x" * size)
+
+
+def aged(path: str, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+@pytest.fixture
+def files(tmp_path):
+    store = RunFiles.for_this_start(max_bytes=10 * MiB, max_age_s=60, parent=tmp_path)
+    yield store
+    store.close()
+
+
+def test_a_start_begins_with_an_empty_directory_of_its_own(tmp_path):
+    first = RunFiles.for_this_start(10 * MiB, 60, parent=tmp_path)
+    first.save("tab", writer(1000))
+    first._lock_file.close()  # the process "died": its lock is free, its files stay behind
+    second = RunFiles.for_this_start(10 * MiB, 60, parent=tmp_path)
+    try:
+        assert second.root.name == f"{PREFIX}{os.getpid()}" and second.usage().files == 0
+    finally:
+        second.close()
+    assert not second.root.exists()  # a clean stop leaves nothing
+
+
+def test_the_directory_of_an_app_that_is_still_running_is_left_alone_and_that_of_one_gone_removed(tmp_path):
+    holder = ("import sys, time; from dgemma.runfiles import RunFiles; "
+              "f = RunFiles.for_this_start(2**20, 60, parent=sys.argv[1]); print(f.root, flush=True); time.sleep(60)")
+    running = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        alive = running.stdout.readline().strip()
+        assert remove_abandoned(tmp_path) == [] and os.path.isdir(alive)
+    finally:
+        running.kill()
+        running.wait()
+    assert [str(p) for p in remove_abandoned(tmp_path)] == [alive] and not os.path.exists(alive)
+
+
+def test_a_tab_keeps_only_its_last_run_file_and_closing_it_removes_that(files):
+    first = files.save("tab", writer(1000))
+    second = files.save("tab", writer(2000))
+    other = files.save("other tab", writer(3000))
+    assert not os.path.exists(first) and os.path.getsize(second) == 2000
+    assert files.release("tab") == 2000 and not os.path.exists(second) and os.path.exists(other)
+    assert files.usage().bytes == 3000
+
+
+def test_a_file_older_than_the_age_goes_at_the_next_sweep(files):
+    old, new = files.save("a", writer(1000)), files.save("b", writer(1000))
+    aged(old, 61)
+    usage = files.sweep()
+    assert (usage.expired, usage.files) == (1, 1) and not os.path.exists(old) and os.path.exists(new)
+
+
+def test_past_the_total_cap_the_oldest_files_go_first(files):
+    paths = []
+    for i in range(4):
+        paths.append(files.save(f"tab {i}", writer(3 * MiB)))
+        aged(paths[-1], 40 - i)  # tab 0's is the oldest
+    assert [os.path.exists(p) for p in paths] == [False, True, True, True]
+    assert files.usage().bytes == 9 * MiB <= files.max_bytes
+
+
+def test_a_file_larger_than_the_cap_is_not_kept(files):
+    with pytest.raises(OSError, match="passes the app's disk cap of 10 MiB"):
+        files.save("tab", writer(11 * MiB))
+    assert files.usage().files == 0
+
+
+def test_an_upload_once_read_is_removed_and_a_path_outside_the_directory_never(files, tmp_path):
+    upload = files.root / "0123abcd" / "run.jsonl"  # where Gradio stores an upload
+    upload.parent.mkdir()
+    upload.write_text("x")
+    outside = tmp_path / "mine.txt"
+    outside.write_text("keep")
+    assert files.remove(str(upload)) == 1 and not upload.parent.exists()
+    assert files.remove(str(outside)) == 0 and outside.exists()
+    assert files.remove(str(files.root / LOCK)) == 0
+
+
+def test_the_sweeper_thread_removes_expired_files_by_itself(tmp_path):
+    store = RunFiles.for_this_start(10 * MiB, max_age_s=0.5, parent=tmp_path, sweep_period_s=0.2).start()
+    try:
+        path = store.save("tab", writer(100))
+        deadline = time.monotonic() + 5
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(path)
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- the upload guard (a real ASGI call)
+
+
+def call(guard: UploadGuard, headers: dict[str, str]) -> tuple[int | None, str, bool]:
+    """POST through `guard` to an app that records whether it was reached: (status, body, reached)."""
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(guard.files._reserved)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"stored"})
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    guard.app = app
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload",
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    asyncio.run(guard(scope, receive, send))
+    return sent[0]["status"], sent[1]["body"].decode(), bool(reached)
+
+
+FORM = "multipart/form-data; boundary=x"
+
+
+def test_an_upload_larger_than_a_run_file_is_refused_by_its_declared_size_before_it_is_read(files):
+    guard = UploadGuard(None, files, max_file_bytes=4 * MiB)
+    status, body, reached = call(guard, {"content-type": FORM, "content-length": str(4 * MiB + FORM_OVERHEAD + 1)})
+    assert (status, reached) == (413, False) and body == "This file is 4 MB, more than any run file can be (4 MB); it was not stored."
+
+
+def test_an_upload_that_does_not_say_its_size_is_refused(files):
+    status, body, reached = call(UploadGuard(None, files, 4 * MiB), {"content-type": FORM, "transfer-encoding": "chunked"})
+    assert (status, reached) == (411, False) and body.endswith("(a Content-Length header).")
+
+
+def test_an_upload_makes_room_by_removing_the_oldest_files_and_counts_while_it_is_stored(files):
+    old = files.save("tab", writer(8 * MiB))
+    status, _, reached = call(UploadGuard(None, files, 4 * MiB), {"content-type": FORM, "content-length": str(3 * MiB)})
+    assert (status, reached) == (200, True) and not os.path.exists(old) and files._reserved == 0
+
+
+def test_an_upload_refused_when_uploads_under_way_fill_the_cap(files):
+    assert files.reserve(8 * MiB)  # another visitor's upload, under way
+    status, body, reached = call(UploadGuard(None, files, 4 * MiB), {"content-type": FORM, "content-length": str(3 * MiB)})
+    assert (status, reached) == (507, False) and body.startswith("The app's disk for visitors' files is full")
+
+
+def test_requests_that_are_not_uploads_pass_untouched(files):
+    status, body, reached = call(UploadGuard(None, files, 4 * MiB), {"content-type": "application/json"})
+    assert (status, body, reached) == (200, "stored", True)
