@@ -60,6 +60,7 @@ def _size(text: str) -> str:
 ENV_FLAGS = {
     "DGEMMA_MODEL": "--model", "DGEMMA_DEVICE": "--device", "DGEMMA_DTYPE": "--dtype",
     "DGEMMA_MAX_NUM_SEQS": "--max-num-seqs", "DGEMMA_MEMORY_BUDGET": "--memory-budget",
+    "DGEMMA_MAX_DISK": "--max-disk", "DGEMMA_FILES_MAX_AGE": "--files-max-age",
 }  # fmt: skip
 
 
@@ -95,6 +96,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
     p.add_argument("--max-queued", type=positive_int, default=64,
                    help="requests one session may have waiting or running at once (default 64)")
+    p.add_argument("--max-disk", type=_size, default="2GiB",
+                   help="disk all visitors' run files and uploads may use together, oldest removed first (default 2GiB)")
+    p.add_argument("--files-max-age", type=positive_int, default=3600,
+                   help="seconds a run file or upload is kept at most; a tab's go when it closes (default 3600)")
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = _env_args(argv)
     if extra:
@@ -118,9 +123,37 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _open_files(args: argparse.Namespace) -> None:
+    """The app's directory for visitors' files (dgemma/runfiles.py), before Gradio is imported: its
+    upload folder is that directory. Kept on `args` for the launch (`args.files`)."""
+    from dgemma.memory import parse_size
+    from dgemma.runfiles import RunFiles
+
+    parent = os.environ.get("GRADIO_TEMP_DIR")  # one set by the user is where the directory goes
+    args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent).start()
+    os.environ["GRADIO_TEMP_DIR"] = str(args.files.root)
+
+
+def _upload_limits(demo, args: argparse.Namespace) -> dict:
+    """launch()'s arguments that size uploads: Gradio's own cap (the page checks it before sending),
+    and the guard that sizes every upload before a byte is stored (dgemma/upload_guard.py)."""
+    from starlette.middleware import Middleware
+
+    from dgemma.recording import MAX_FILE_BYTES
+    from dgemma.upload_guard import UploadGuard
+
+    files = args.files
+    largest = min(MAX_FILE_BYTES, files.max_bytes)
+    # Gradio keeps the path of every file it served or stored; forget those removed, or the sets grow for ever.
+    files.removed_hooks.append(lambda path: [s.discard(path) for s in getattr(demo, "temp_file_sets", [])])
+    return {"max_file_size": largest,
+            "app_kwargs": {"middleware": [Middleware(UploadGuard, files=files, max_file_bytes=largest)]}}
+
+
 def _launch(demo, args: argparse.Namespace) -> int:
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
     demo.launch(
+        **_upload_limits(demo, args),
         server_name=args.host,
         server_port=port,
         share=args.share,
@@ -141,6 +174,7 @@ def _serve(demo, close) -> int:
     finally:
         close()
     return 0
+
 
 
 def main_page_first(args: argparse.Namespace, started: float) -> int:
@@ -222,9 +256,13 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(str(err))
     # SIGTERM (a Space stopping, a test ending) exits like Ctrl-C, so spaces' workers end with us.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    if zerogpu_enabled():
-        return main_zerogpu(args, started)
-    return main_page_first(args, started)
+    _open_files(args)
+    try:
+        if zerogpu_enabled():
+            return main_zerogpu(args, started)
+        return main_page_first(args, started)
+    finally:
+        args.files.close()  # a stopped app leaves no visitor's file behind
 
 
 if __name__ == "__main__":

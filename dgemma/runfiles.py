@@ -125,7 +125,7 @@ class RunFiles:
         for hook in self.removed_hooks:
             hook(path)
         parent = os.path.dirname(path)
-        if parent != str(self.root) and os.path.basename(parent) != "runs":
+        if _is_hash(os.path.basename(parent)):
             with contextlib.suppress(OSError):
                 os.rmdir(parent)  # Gradio's folder of one upload, now empty
         return size
@@ -200,8 +200,9 @@ class RunFiles:
                 del self._by_session[session]
 
     def _remove_empty_dirs(self, now: float) -> None:
+        # Only Gradio's folders of one stored file (named by a hash): others it made at start stay.
         for folder, dirs, files in os.walk(self.root, topdown=False):
-            if folder != str(self.root) and not dirs and not files:
+            if _is_hash(os.path.basename(folder)) and not dirs and not files:
                 with contextlib.suppress(OSError):
                     if now - os.stat(folder).st_mtime > FRESH_DIR_S:
                         os.rmdir(folder)
@@ -257,6 +258,10 @@ def _abandoned(folder: Path) -> bool:
         return False  # an app running now holds it
     finally:
         os.close(fd)
+
+
+def _is_hash(name: str) -> bool:
+    return len(name) >= 32 and all(c in "0123456789abcdef" for c in name)
 
 
 def _inside(path: str, root: Path) -> bool:

@@ -90,7 +90,7 @@ def test_a_file_larger_than_the_cap_is_not_kept(files):
 
 
 def test_an_upload_once_read_is_removed_and_a_path_outside_the_directory_never(files, tmp_path):
-    upload = files.root / "0123abcd" / "run.jsonl"  # where Gradio stores an upload
+    upload = files.root / ("0123abcd" * 8) / "run.jsonl"  # where Gradio stores an upload: a folder named by its hash
     upload.parent.mkdir()
     upload.write_text("x")
     outside = tmp_path / "mine.txt"
