@@ -23,11 +23,12 @@ EVICTED = ("This tab's run was removed from the server's memory to make room for
 
 
 class Holder(Protocol):
+    live: bool  # still recording: never evicted
+
     def held_bytes(self) -> int: ...
 
-    def live(self) -> bool: ...
-
-    def evict(self, sentence: str) -> None: ...
+    def evict(self, sentence: str) -> None:
+        """Drop the recording and board; say `sentence` when next used ("" for a closed tab)."""
 
 
 class HeldRuns:
@@ -65,15 +66,18 @@ class HeldRuns:
                 self._held[session] = (holder, size, time.monotonic())
 
     def release(self, session: str) -> int:
-        """Forget `session` (its tab closed); the bytes it held."""
+        """Free what `session` holds and forget it (its tab closed: Gradio keeps a closed tab's state
+        for an hour, so the holder drops its recording now); the bytes it held."""
         with self._lock:
-            _, size, _ = self._held.pop(session, (None, 0, 0.0))
+            holder, size, _ = self._held.pop(session, (None, 0, 0.0))
+        if holder is not None:
+            holder.evict("")
         return size
 
     def _over_cap(self, keep: str) -> list[tuple[str, Holder]]:
         total = sum(size for _, size, _ in self._held.values())
         idle = sorted((used, session) for session, (holder, _, used) in self._held.items()
-                      if session != keep and not holder.live())
+                      if session != keep and not holder.live)
         victims = []
         for _, session in idle:
             if total <= self.max_bytes:

@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak|recording`."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile`."""
 
 from dgemma.bench import main
 from dgemma.cli import run_cli
