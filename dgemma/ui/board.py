@@ -139,3 +139,17 @@ def fold(events: Iterable[Event], board: Board | None = None) -> Board:
     for event in events:
         apply(board, event)
     return board
+
+
+def held_bytes(board: Board) -> int:
+    """About what `board` holds in memory (the cap on kept runs counts it, dgemma/held_runs.py): each
+    request's view, its last step frame (84 bytes a canvas position: ids, entropies, mask as tuples of
+    objects), its committed pieces and logprobs (slots: the objects are the events'), and its entropy
+    curve (64 bytes a point). Within a factor of 2 of tracemalloc's count (tests/test_held_runs.py)."""
+    total = 400 + 8 * len(board.plans)  # the plans themselves are the recording's
+    for view in board.requests.values():
+        total += (400 + len(view.committed_text) + 8 * len(view.committed_pieces) + 8 * len(view.committed_logprobs)
+                  + 64 * len(view.entropy_curve))
+        if view.last_step is not None:
+            total += 200 + 84 * len(view.last_step.token_ids)
+    return total
