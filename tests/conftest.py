@@ -45,6 +45,7 @@ KIND_BY_MODULE = {
     "test_gpu_check": "server",
     "test_browser": "browser",
     "test_playback": "browser",
+    "test_hostile": "browser",
     "test_embedded_model": "embedded",
     "test_train": "embedded",
     "test_engine_backend": "embedded",

@@ -1,0 +1,102 @@
+"""A public app's disk, on the real app in a real browser: an upload over the cap is refused with one
+sentence on the page and nothing of it stays on disk; tabs that run and close leave the disk as it
+was; and, small, the hostile-visitor bench (`python -m dgemma.bench hostile`) holds its cap while an
+ordinary visitor's Run completes."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app_server import MODEL_ARGS, launch
+from dgemma.bench.hostile import CHROMIUM, DOWNLOAD_READY, disk_bytes, run_hostile, upload
+
+AGE_S = 20
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """The app with an 8 MiB disk cap (so also an 8 MiB largest upload) and a 20 s file age."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    server = launch([*MODEL_ARGS, "--max-disk", "8MiB", "--files-max-age", str(AGE_S)], tmp / "app.log",
+                    env={"GRADIO_TEMP_DIR": str(tmp / "files")})
+    server.files = tmp / "files" / f"dgemma-files-{server.process.pid}"
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield chromium
+        chromium.close()
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != ".lock")
+
+
+def test_an_upload_over_the_cap_is_refused_with_one_sentence_on_the_page_and_nothing_stays_on_disk(app, browser, tmp_path):
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"x" * (9 * MiB))
+    page = browser.new_page()
+    try:
+        page.goto(app.url, wait_until="load")
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        with page.expect_file_chooser() as chooser:
+            page.click("#load-run")
+        chooser.value.set_files(str(big))
+        toast = page.locator(".toast-body").first
+        toast.wait_for(timeout=10_000)
+        assert 'exceed the maximum allowed size of 8.0 Mb: "big.jsonl"' in toast.inner_text()
+        time.sleep(1)
+        assert files_in(app.files) == []
+    finally:
+        page.close()
+
+
+def test_a_script_posting_past_the_cap_gets_one_sentence_and_nothing_is_stored(app):
+    response = httpx.post(f"{app.url}/gradio_api/upload", files={"files": ("big.jsonl", b"x" * (9 * MiB))}, timeout=60)
+    assert response.status_code == 413
+    assert response.text == "This file is 9 MB, more than any run file can be (8 MB); it was not stored."
+    assert upload(app.url, 9 * MiB, declare=False).startswith("http 411")  # a size not declared: refused too
+    assert files_in(app.files) == []
+
+
+def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, browser):
+    baseline = disk_bytes(app.files)
+    tabs = [browser.new_page() for _ in range(3)]
+    for tab in tabs:
+        tab.goto(app.url, wait_until="load")
+        tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        tab.click("#run")
+    for tab in tabs:
+        tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
+    ran = files_in(app.files)
+    assert len(ran) == 3 and disk_bytes(app.files) > baseline, ran  # one run file per tab, no copy
+    for tab in tabs:
+        tab.close()
+    closed = time.monotonic()
+    while disk_bytes(app.files) > baseline and time.monotonic() - closed < AGE_S:
+        time.sleep(0.25)
+    assert disk_bytes(app.files) == baseline, files_in(app.files)
+    print(f"run files gone {time.monotonic() - closed:.1f} s after their tabs closed")
+
+
+def test_the_hostile_bench_keeps_disk_under_its_cap_and_returns_it_while_an_ordinary_visitor_runs():
+    args = argparse.Namespace(max_disk="24MiB", age=8, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
+                              concurrency=8, model=MODEL_ARGS[1] if MODEL_ARGS else None)
+    row = run_hostile(args)
+    assert row["outcomes"]["oversized"] and "http 200" not in row["outcomes"]["oversized"], row
+    assert row["disk_mib"]["most_during"] <= 24 and row["disk_back_to_baseline_s_after_attack"] is not None, row
+    assert row["ordinary_visitor"]["result"].startswith("ran, its file loads"), row
+    assert row["outcomes"]["api record"] == {"recorded": 4} and row["server_alive_after"], row
