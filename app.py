@@ -60,7 +60,7 @@ def _size(text: str) -> str:
 ENV_FLAGS = {
     "DGEMMA_MODEL": "--model", "DGEMMA_DEVICE": "--device", "DGEMMA_DTYPE": "--dtype",
     "DGEMMA_MAX_NUM_SEQS": "--max-num-seqs", "DGEMMA_MEMORY_BUDGET": "--memory-budget",
-    "DGEMMA_MAX_DISK": "--max-disk", "DGEMMA_FILES_MAX_AGE": "--files-max-age",
+    "DGEMMA_MAX_DISK": "--max-disk", "DGEMMA_FILES_MAX_AGE": "--files-max-age", "DGEMMA_MAX_RUN_MEMORY": "--max-run-memory",
 }  # fmt: skip
 
 
@@ -100,6 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="disk all visitors' run files and uploads may use together, oldest removed first (default 2GiB)")
     p.add_argument("--files-max-age", type=positive_int, default=3600,
                    help="seconds a run file or upload is kept at most; a tab's go when it closes (default 3600)")
+    p.add_argument("--max-run-memory", type=_size, default="1GiB",
+                   help="memory all tabs' kept runs may hold together, least recently viewed evicted first (default 1GiB)")
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = _env_args(argv)
     if extra:
@@ -121,6 +123,15 @@ def _log_to_stderr() -> None:
 def _fail(message: str) -> int:
     print(f"app.py: error: {message}", file=sys.stderr, flush=True)
     return 2
+
+
+def _keeping(args: argparse.Namespace):
+    """Where the page keeps visitors' run files (args.files) and the cap on runs held in memory."""
+    from dgemma.held_runs import HeldRuns
+    from dgemma.memory import parse_size
+    from dgemma.ui.generate.keep import Keeping
+
+    return Keeping(args.files, HeldRuns(parse_size(args.max_run_memory)))
 
 
 def _open_files(args: argparse.Namespace) -> None:
@@ -190,7 +201,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
     # The queue's default concurrency (none: the engine batches), read by the queue every Blocks
     # starts with: a demo.queue(...) call would rebuild the whole server app once more (~0.3 s).
     os.environ["GRADIO_DEFAULT_CONCURRENCY_LIMIT"] = "none"
-    demo = build_demo(backend)
+    demo = build_demo(backend, _keeping(args))
     port = _launch(demo, args)
     print(f"{PAGE_LINE} http://{args.host}:{port} in {time.monotonic() - started:.1f} s", flush=True)
 
@@ -227,7 +238,7 @@ def main_zerogpu(args: argparse.Namespace, started: float) -> int:
         backend = make_zerogpu_backend(args)
     except Exception as err:  # noqa: BLE001 - one sentence, never a traceback
         return _fail(first_line(err))
-    demo = build_demo(backend)
+    demo = build_demo(backend, _keeping(args))
     # One batch per click: visitors queue in ZeroGPU's scheduler, so Gradio's queue only holds
     # clicks waiting for it; on ZeroGPU its max_size would otherwise default to 1.
     demo.queue(default_concurrency_limit=None, max_size=ZEROGPU_QUEUE_SIZE)

@@ -4,26 +4,36 @@ Every tab keeps its last run (a `Recording`, up to 80 MB at its bound) and the b
 an API call with `record: true` holds one while it runs. A public app cannot let visitors add these
 up without end, so each holder is registered here under its session with what it holds:
 
-- `hold(session, holder)` counts (or recounts) what the holder holds and makes it the session's
-  newest use; `use(session)` marks a view of it (the slider, play);
-- when the total passes the cap, the least recently used idle holder goes first: its `evict(sentence)`
-  drops its recording and board, and its page says the sentence when next used; a live holder (a
-  run still recording) is never evicted, nor the one being held now;
-- `release(session)` forgets a session whose tab closed (after it dropped what it held).
+- `hold(session, holder)` counts (or recounts) what the holder holds;
+- when the total passes the cap, the least recently used idle holder goes first (its `last_used`:
+  a view of its run, the slider, play): its `evict(sentence)` drops its recording and board, and its
+  page says the sentence when next used; a live holder (a run still recording) is never evicted,
+  nor the one being held now;
+- `admit(session, holder)` is `hold` for a recording that may be refused: an API call with
+  `record: true` counts the most its recording can hold, and is refused (False) when evicting every
+  idle run cannot make room for it;
+- `release(session)` frees what a session holds and forgets it (its tab closed).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Protocol
+
+from dgemma.recording import FRAME_BYTES, MAX_POSITIONS, PIECE_BYTES
 
 EVICTED = ("This tab's run was removed from the server's memory to make room for other visitors' runs; "
            "press Run again, or load its downloaded file.")
 
 
+DEFAULT_MAX_BYTES = 2**30  # about a dozen runs at the recording's bound (80 MB each), thousands of small ones
+
+
 class Holder(Protocol):
     live: bool  # still recording: never evicted
+    last_used: float  # time.monotonic() of the last view of its run: the least recent goes first
 
     def held_bytes(self) -> int: ...
 
@@ -35,55 +45,91 @@ class HeldRuns:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.evicted = 0  # holders evicted so far
-        self._held: dict[str, tuple[Holder, int, float]] = {}  # session -> (holder, bytes, last use)
+        self._held: dict[str, tuple[Holder, int]] = {}  # session -> (holder, bytes it holds)
+        self._total = 0  # the sum of those bytes
         self._lock = threading.Lock()
 
     @property
     def total(self) -> int:
         with self._lock:
-            return sum(size for _, size, _ in self._held.values())
+            return self._total
 
     def sessions(self) -> int:
         with self._lock:
             return len(self._held)
 
     def hold(self, session: str, holder: Holder) -> list[str]:
-        """Count what `holder` holds now for `session` (its newest use); evict the least recently used
-        idle holders of other sessions while the total passes the cap. The sessions evicted."""
+        """Count what `holder` holds now for `session`; evict the least recently used idle holders of
+        other sessions while the total passes the cap. The sessions evicted."""
+        return self._hold(session, holder, refuse=False)[1]
+
+    def admit(self, session: str, holder: Holder) -> bool:
+        """`hold`, unless the total would still pass the cap with every idle holder evicted: then
+        nothing is held or evicted, and False."""
+        return self._hold(session, holder, refuse=True)[0]
+
+    def _hold(self, session: str, holder: Holder, refuse: bool) -> tuple[bool, list[str]]:
+        holder.last_used = time.monotonic()  # held now: a run just made or loaded is in use
         size = holder.held_bytes()
         with self._lock:
-            self._held[session] = (holder, size, time.monotonic())
-            victims = self._over_cap(session)
+            if refuse:
+                pinned = sum(n for s, (h, n) in self._held.items() if h.live and s != session)
+                if pinned + size > self.max_bytes:
+                    return False, []
+            self._total += size - self._held.get(session, (None, 0))[1]
+            self._held[session] = (holder, size)
+            victims = self._over_cap(session) if self._total > self.max_bytes else []
         for _, victim in victims:  # outside the lock: a holder's evict takes its own
             victim.evict(EVICTED)
-        return [s for s, _ in victims]
-
-    def use(self, session: str) -> None:
-        """The session's run was viewed: it is the most recently used."""
-        with self._lock:
-            if session in self._held:
-                holder, size, _ = self._held[session]
-                self._held[session] = (holder, size, time.monotonic())
+        return True, [s for s, _ in victims]
 
     def release(self, session: str) -> int:
         """Free what `session` holds and forget it (its tab closed: Gradio keeps a closed tab's state
         for an hour, so the holder drops its recording now); the bytes it held."""
         with self._lock:
-            holder, size, _ = self._held.pop(session, (None, 0, 0.0))
+            holder, size = self._held.pop(session, (None, 0))
+            self._total -= size
         if holder is not None:
             holder.evict("")
         return size
 
     def _over_cap(self, keep: str) -> list[tuple[str, Holder]]:
-        total = sum(size for _, size, _ in self._held.values())
-        idle = sorted((used, session) for session, (holder, _, used) in self._held.items()
+        idle = sorted((holder.last_used, session) for session, (holder, _) in self._held.items()
                       if session != keep and not holder.live)
         victims = []
         for _, session in idle:
-            if total <= self.max_bytes:
+            if self._total <= self.max_bytes:
                 break
-            holder, size, _ = self._held.pop(session)
-            total -= size
+            holder, size = self._held.pop(session)
+            self._total -= size
             victims.append((session, holder))
         self.evicted += len(victims)
         return victims
+
+
+def recording_bound(requests: int, max_new_tokens: int, max_steps: int, canvas_length: int, vocab_size: int) -> int:
+    """The most a run's recording can hold: every request's every canvas at every step (and its random
+    start), at most MAX_POSITIONS positions (13 bytes each, plus each frame's own cost), a piece for
+    each token id it can meet, every request's committed tokens and logprobs, a tile plan a step."""
+    canvases = math.ceil(max_new_tokens / canvas_length)
+    positions = min(MAX_POSITIONS, requests * canvases * canvas_length * (max_steps + 1))
+    steps = canvases * (max_steps + 1)
+    return (positions * 13 + (positions // canvas_length) * FRAME_BYTES + min(positions, vocab_size) * (PIECE_BYTES + 64)
+            + requests * (canvases * canvas_length * 70 + 2000) + steps * 600)
+
+
+class Reserved:
+    """An API call's recording under the cap: it counts the most the recording can hold, for as long
+    as the call runs (live: never evicted), and is released when the call returns."""
+
+    live = True
+
+    def __init__(self, most: int):
+        self.most = most
+        self.last_used = 0.0
+
+    def held_bytes(self) -> int:
+        return self.most
+
+    def evict(self, sentence: str) -> None:
+        pass  # the call keeps its recording until it returns; `release` only forgets it

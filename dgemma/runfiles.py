@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 PREFIX = "dgemma-files-"  # one directory per start of the app: PREFIX + its process id
 LOCK = ".lock"  # held (flock) for the life of the app: a free lock means its app has gone
 SWEEP_PERIOD_S = 2.0
+DEFAULT_MAX_BYTES = 2 * 2**30  # app.py's --max-disk
+DEFAULT_MAX_AGE_S = 3600  # app.py's --files-max-age
 FRESH_DIR_S = 60.0  # an empty directory younger than this may be Gradio's, about to receive an upload
 
 

@@ -15,12 +15,15 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.examples import example_prompts, prompt_note
+from dgemma.held_runs import DEFAULT_MAX_BYTES, HeldRuns, Reserved, recording_bound
 from dgemma.recording import MODEL_KEYS, Recording, run_header
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
 from dgemma.serving.sessions import Sessions
 
 INFO_KEYS = MODEL_KEYS  # what /info returns and what a run file's header keeps of the model
+NO_ROOM = ("The server's memory for recorded runs is full right now; try again in a minute, or call without "
+           "'record'.")
 
 
 def model_info(facts: dict, max_num_seqs: int) -> dict:
@@ -45,10 +48,12 @@ def _record_option(settings: object) -> tuple[object, bool]:
     return settings, record
 
 
-def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> None:
+def register(backend: Backend, sessions: Sessions, embedded: bool = False, held: HeldRuns | None = None) -> None:
     """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`); `embedded`: the
-    served model is the teaching model, whose outputs carry a `warning` for prompts outside its families."""
+    served model is the teaching model, whose outputs carry a `warning` for prompts outside its families;
+    `held`: the cap on runs held in memory, which a call with `record: true` counts against while it runs."""
     limits = backend.limits
+    held = held or HeldRuns(DEFAULT_MAX_BYTES)
 
     def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
         """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
@@ -68,6 +73,18 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False) -> No
         if sessions.pending(session) + len(batch) > limits.max_queued:
             raise gr.Error(f"This session may have at most {limits.max_queued} requests waiting or running; "
                            "wait for them first.", print_exception=False)
+        held_as = f"api {session} {id(batch)}"  # the recording's place under the memory cap, while the call runs
+        facts = backend.info()
+        most = recording_bound(len(batch), checked.max_new_tokens, checked.params.max_denoising_steps,
+                               facts.get("canvas_length") or 256, facts.get("vocab_size") or 262_144)
+        if record and not held.admit(held_as, Reserved(most)):
+            raise gr.Error(NO_ROOM, print_exception=False)
+        try:
+            return call(batch, checked, record, session)
+        finally:
+            held.release(held_as)  # after the file's text is made: it counts while it lives
+
+    def call(batch: list[str], checked, record: bool, session: str) -> dict:
         try:
             run = backend.start(batch, checked, stream=record)  # step frames only for a recording
         except ValueError as err:

@@ -14,13 +14,16 @@ from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.serving.sessions import Sessions, client_left
 from dgemma.ui.generate import tab as generate
+from dgemma.ui.generate.keep import Keeping
 from dgemma.ui.header import header_markdown
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui.loading_tick import loading_tick
 
 
-def build_demo(backend: Backend) -> gr.Blocks:
-    """The whole app for one backend (one engine, one model)."""
+def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
+    """The whole app for one backend (one engine, one model); `keeping`: the directory and caps for
+    visitors' run files and the cap on runs held in memory (app.py's; by default a directory of its own)."""
+    keeping = keeping or Keeping.default()
     sessions = Sessions(backend.limits.max_queued)
     loading = backend_state(backend)
     facts = backend.info()
@@ -35,9 +38,9 @@ def build_demo(backend: Backend) -> gr.Blocks:
 
         # ---------------------------------------------------------------- events
         embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
-        generate.wire(backend, sessions, gen, embedded)
+        generate.wire(backend, sessions, gen, embedded, keeping)
         lesson.wire(backend, lesson_parts)
-        api.register(backend, sessions, embedded)
+        api.register(backend, sessions, embedded, keeping.held)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run, fills in the model's own defaults and example prompts, and stops.
         prompts = gen.controls.prompts
@@ -51,8 +54,11 @@ def build_demo(backend: Backend) -> gr.Blocks:
                    show_progress="hidden", api_visibility="private", concurrency_limit=None)
 
         def closed(request: gr.Request) -> None:
-            # A closed tab (or a client gone for good): its requests stop and free their slots.
-            client_left(sessions.cancel(request.session_hash or "anonymous"), "page closed")
+            # A closed tab (or a client gone for good): its requests stop and free their slots, its
+            # run file goes and its run leaves memory (Gradio keeps a closed tab's state for an hour).
+            session = request.session_hash or "anonymous"
+            client_left(sessions.cancel(session), "page closed")
+            keeping.closed(session)
 
         demo.unload(closed)
     return demo

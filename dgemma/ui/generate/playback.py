@@ -6,30 +6,26 @@ events up to that step, drawn by the same renderers as the live view -- and mark
 charts. While a run streams, the view follows it live until the user takes the slider (or a
 button); the next Run follows again. "Download run" saves the run as JSON lines; "Load a run"
 replays such a file in the same views with no model (it works while the model is still loading).
+Where the file and the run are kept, and under which caps: dgemma/ui/generate/keep.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import gradio as gr
 
-from dgemma.recording import Recording, RecordingError, load
-from dgemma.ui.board import Board, fold
+from dgemma.recording import Recording
+from dgemma.ui.board import Board, fold, held_bytes
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
-
-log = logging.getLogger(__name__)
+from dgemma.ui.generate.keep import Keeping, read_upload
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
-RUNS_DIR = os.path.join(tempfile.gettempdir(), "dgemma-runs")  # one file per session: its last run
 
 
 class KeptBoard:
@@ -58,6 +54,10 @@ class KeptBoard:
         yield board
         self._kept[:] = [(recording, end, board)]
 
+    def held_bytes(self) -> int:
+        kept = list(self._kept)
+        return held_bytes(kept[0][2]) if kept else 0
+
 
 class Playback:
     """One browser tab's run as the page keeps it (the value of a gr.State: each tab has its own)."""
@@ -67,33 +67,24 @@ class Playback:
         self.live = False  # the run is still streaming
         self.follow = True  # the view shows the latest step, until the user takes the slider
         self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
-        self.path: str | None = None  # the last finished run's file (Download run)
         self.kept = KeptBoard()  # the board last shown: playing folds one step's events per tick
+        self.last_used = time.monotonic()  # the last view: the memory cap evicts the least recent idle run
+        self.evicted = ""  # why the run is gone (the memory cap), said at the next view
 
     def start(self, header: dict) -> Recording:
-        self.discard()
         self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
         self.kept = KeptBoard()  # the last run's board goes, and the last run with it
+        self.evicted, self.last_used = "", time.monotonic()
         return self.recording
 
-    def save(self) -> str:
-        """Write the run's file (the session's previous one is removed: one file per tab)."""
-        self.discard()
-        os.makedirs(RUNS_DIR, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        fd, path = tempfile.mkstemp(prefix=f"dgemma-run-{stamp}-", suffix=".jsonl", dir=RUNS_DIR)
-        os.close(fd)
-        self.recording.save(path)
-        self.path = path
-        return path
+    def held_bytes(self) -> int:
+        """What this tab's run holds in memory: its recording and the board last shown."""
+        recording = self.recording
+        return (recording.held_bytes if recording is not None else 0) + self.kept.held_bytes()
 
-    def discard(self) -> None:
-        if self.path:
-            try:
-                os.remove(self.path)
-            except OSError:
-                pass
-            self.path = None
+    def evict(self, sentence: str) -> None:
+        """Drop the run and its board (the memory cap, or a closed tab); `sentence` says so at the next view."""
+        self.recording, self.playing, self.kept, self.evicted = None, False, KeptBoard(), sentence
 
 
 @dataclass
@@ -114,7 +105,7 @@ class Player:
 
 def build() -> Player:
     """The controls (call inside the Generate tab, under the charts)."""
-    state = gr.State(Playback, delete_callback=lambda p: p.discard())
+    state = gr.State(Playback, delete_callback=lambda p: p.evict(""))
     with gr.Row(elem_id="playback"):
         slider = gr.Slider(0, 1, value=0, step=1, label="step shown (after sampler call k)", scale=4, elem_id="step-slider",
                            info="0: every canvas's random start; the last: the final texts. Drag it to step through.")
@@ -165,28 +156,21 @@ def live_slider(playback: Playback) -> gr.Slider:
     return gr.Slider(maximum=last)
 
 
-def finished(playback: Playback) -> gr.DownloadButton:
-    """The run ended: its file is ready to download."""
-    playback.live = False
-    try:
-        return gr.DownloadButton(value=playback.save(), interactive=True)
-    except OSError as err:  # a full or read-only temp disk: the run still shows, only the file is missing
-        log.warning("could not write the run's file: %s", err)
-        return gr.DownloadButton(value=None, interactive=False)
-
-
-def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
+def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping) -> None:
     """Slider, buttons, timer and upload; `views` = [cards, entropy plot, tile plot]."""
     p = player
     outputs = [*views, status_line, p.slider]
 
     def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S) -> list:
-        if playback.recording is None:
-            raise gr.Error("Nothing to replay yet: press Run, or load a downloaded run.", print_exception=False)
-        step = max(0, min(int(step or 0), playback.recording.steps))
+        recording = playback.recording  # once: the memory cap may evict it meanwhile
+        if recording is None:
+            raise gr.Error(playback.evicted or "Nothing to replay yet: press Run, or load a downloaded run.",
+                           print_exception=False)
+        playback.last_used = time.monotonic()
+        step = max(0, min(int(step or 0), recording.steps))
         line = status(playback, step, pace if playing else None)
-        cards_and_charts = view(playback.recording, step, playback.kept)
-        return [*cards_and_charts, line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
+        cards_and_charts = view(recording, step, playback.kept)
+        return [*cards_and_charts, line, gr.Slider(maximum=max(1, recording.steps), value=step)]
 
     def take(playback: Playback, step: float) -> list:
         # The user has the slider now: the live stream leaves the view alone, and play stops.
@@ -220,21 +204,17 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
     def pause(playback: Playback, step: float) -> list:
         return [*take(playback, step), gr.Timer(active=False)]
 
-    def load_run(playback: Playback, file) -> list:
+    def load_run(playback: Playback, file, request: gr.Request) -> list:
         if playback.live:
+            keeping.files.remove(file if isinstance(file, str) else getattr(file, "name", ""))
             raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
                            print_exception=False)
-        path = file if isinstance(file, str) else getattr(file, "name", None)
-        try:
-            with open(path, "rb") as f:
-                recording = load(f.read())
-        except RecordingError as err:
-            raise gr.Error(str(err), print_exception=False) from None
-        except OSError as err:
-            raise gr.Error(f"The file could not be read: {err.strerror or err}.", print_exception=False) from None
-        playback.discard()
+        recording = read_upload(file, keeping)  # the upload is removed, whatever it held
+        session = request.session_hash or "anonymous"
+        keeping.files.release(session)  # the last run's file: Download run now offers nothing
         playback.recording, playback.follow, playback.playing = recording, False, False
-        playback.kept = KeptBoard()
+        playback.kept, playback.evicted = KeptBoard(), ""
+        keeping.held.hold(session, playback)
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)

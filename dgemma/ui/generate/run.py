@@ -19,7 +19,7 @@ from dgemma.serving.sessions import Sessions, client_left
 from dgemma.ui.board import FINAL, Board, fail_unfinished
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.generate import playback
+from dgemma.ui.generate import keep, playback
 from dgemma.ui.generate.controls import Controls, raw_settings
 from dgemma.ui.generate.status import failed_status, run_status
 from dgemma.ui.stream import frames
@@ -31,7 +31,7 @@ CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
 
 def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.Button, stop: gr.Button,
-             outputs: list, player: playback.Player, embedded: bool) -> None:
+             outputs: list, player: playback.Player, embedded: bool, keeping: keep.Keeping) -> None:
     """Run streams one call's cards, charts and status line, and records it for playback (the
     slider follows the run until the user takes it); Stop cancels the session's requests."""
     limits = backend.limits
@@ -69,7 +69,8 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
         shown = -1
         try:
             for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
-                kept = playback.finished(played) if board.finished else gr.skip()
+                keeping.held.hold(session, played)  # a live run's recording grows: idle runs make room
+                kept = keep.finished(played, handle.recording, keeping, session) if board.finished else gr.skip()
                 if not played.follow:  # the user has the slider: the view is theirs
                     yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
                     continue

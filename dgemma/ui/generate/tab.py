@@ -13,6 +13,7 @@ from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import playback
+from dgemma.ui.generate.keep import Keeping
 from dgemma.ui.generate.controls import Controls, settings_panel
 from dgemma.ui.generate.run import wire_run
 
@@ -68,8 +69,9 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
     return GenerateTab(controls, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
 
-def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool) -> None:
-    """Run and Stop, and playback of the last (or a loaded) run in the same views."""
+def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool, keeping: Keeping) -> None:
+    """Run and Stop, and playback of the last (or a loaded) run in the same views; `keeping`: where
+    run files and runs are kept, under the app's caps."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
-    wire_run(backend, sessions, tab.controls, tab.run, tab.stop, [*views, tab.status], tab.player, embedded)
-    playback.wire(tab.player, views, tab.status)
+    wire_run(backend, sessions, tab.controls, tab.run, tab.stop, [*views, tab.status], tab.player, embedded, keeping)
+    playback.wire(tab.player, views, tab.status, keeping)
