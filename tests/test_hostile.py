@@ -14,6 +14,7 @@ import pytest
 
 from app_server import MODEL_ARGS, launch
 from dgemma.bench.hostile import CHROMIUM, DOWNLOAD_READY, disk_bytes, run_hostile, upload
+from dgemma.held_runs import EVICTED
 
 AGE_S = 20
 MiB = 2**20
@@ -21,9 +22,11 @@ MiB = 2**20
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    """The app with an 8 MiB disk cap (so also an 8 MiB largest upload) and a 20 s file age."""
+    """The app with an 8 MiB disk cap (so also an 8 MiB largest upload), a 20 s file age, and room in
+    memory for about one run (the embedded model's runs hold a few hundred KiB)."""
     tmp = tmp_path_factory.mktemp("hostile")
-    server = launch([*MODEL_ARGS, "--max-disk", "8MiB", "--files-max-age", str(AGE_S)], tmp / "app.log",
+    server = launch([*MODEL_ARGS, "--max-disk", "8MiB", "--files-max-age", str(AGE_S), "--max-run-memory", "16KiB"],
+                    tmp / "app.log",
                     env={"GRADIO_TEMP_DIR": str(tmp / "files")})
     server.files = tmp / "files" / f"dgemma-files-{server.process.pid}"
     yield server
@@ -90,6 +93,26 @@ def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, br
         time.sleep(0.25)
     assert disk_bytes(app.files) == baseline, files_in(app.files)
     print(f"run files gone {time.monotonic() - closed:.1f} s after their tabs closed")
+
+
+def test_when_memory_is_full_the_least_recently_used_idle_run_goes_and_its_tab_says_so_in_one_sentence(app, browser):
+    first, second = browser.new_page(), browser.new_page()
+    try:
+        for tab in (first, second):  # one after the other: the first is idle when the second runs
+            tab.goto(app.url, wait_until="load")
+            tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+            tab.click("#run")
+            tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
+        first.click("#play")
+        toast = first.locator(".toast-body").first
+        toast.wait_for(timeout=10_000)
+        assert EVICTED in toast.inner_text()
+        second.click("#play")  # the run held last is still there
+        second.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Replay of the run')",
+                                 timeout=10_000)
+    finally:
+        first.close()
+        second.close()
 
 
 def test_the_hostile_bench_keeps_disk_under_its_cap_and_returns_it_while_an_ordinary_visitor_runs():
