@@ -146,7 +146,7 @@ class RunFiles:
                 return False
             self._reserved += size
             self._fit()
-            if self.usage().bytes + self._reserved > self.max_bytes:
+            if sum(size for _, size, _ in self._entries(stored_only=True)) + self._reserved > self.max_bytes:
                 self._reserved -= size
                 return False
             return True
@@ -170,8 +170,10 @@ class RunFiles:
         return Usage(usage.files, usage.bytes, expired, evicted)
 
     def _fit(self, keep: str | None = None) -> int:
-        """Remove the oldest files (`keep` last) while the total and the reserved bytes pass the cap."""
-        entries = sorted(self._entries(), key=lambda e: (e[2] == keep, e[0]))
+        """Remove the oldest stored files (`keep` last) while they and the reserved bytes pass the cap.
+        An upload under way (a file Gradio writes at the top of the directory, then moves into a folder
+        of its own) is never removed: its reservation counts it."""
+        entries = sorted(self._entries(stored_only=True), key=lambda e: (e[2] == keep, e[0]))
         total = sum(size for _, size, _ in entries) + self._reserved
         evicted = 0
         for _, size, path in entries:
@@ -182,13 +184,14 @@ class RunFiles:
                 evicted += 1
         return evicted
 
-    def _entries(self) -> list[tuple[float, int, str]]:
-        """(mtime, size, path) of every file in the directory but the lock."""
+    def _entries(self, stored_only: bool = False) -> list[tuple[float, int, str]]:
+        """(mtime, size, path) of every file in the directory but the lock; `stored_only`: not those at
+        its top, where Gradio writes an upload under way."""
         found = []
         for folder, _, names in os.walk(self.root):
             for name in names:
                 path = os.path.join(folder, name)
-                if name == LOCK and folder == str(self.root):
+                if folder == str(self.root) and (name == LOCK or stored_only):
                     continue
                 with contextlib.suppress(OSError):  # gone meanwhile
                     st = os.stat(path)

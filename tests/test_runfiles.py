@@ -157,6 +157,17 @@ def test_an_upload_makes_room_by_removing_the_oldest_files_and_counts_while_it_i
     assert (status, reached) == (200, True) and not os.path.exists(old) and files._reserved == 0
 
 
+def test_an_upload_under_way_is_never_removed_to_make_room_its_reservation_counts_it(files):
+    assert files.reserve(6 * MiB)
+    under_way = files.root / "tmpabc123"  # where Gradio writes an upload as it arrives
+    under_way.write_bytes(b"x" * (6 * MiB))
+    stored = files.save("tab", writer(2 * MiB))
+    assert not files.reserve(5 * MiB)  # 6 under way + 5 > 10: no stored file's removal could make room
+    assert under_way.exists() and os.path.exists(stored)
+    assert files.reserve(4 * MiB)  # 6 + 2 stored + 4 > 10: the stored file goes, the one under way stays
+    assert under_way.exists() and not os.path.exists(stored)
+
+
 def test_an_upload_refused_when_uploads_under_way_fill_the_cap(files):
     assert files.reserve(8 * MiB)  # another visitor's upload, under way
     status, body, reached = call(UploadGuard(None, files, 4 * MiB), {"content-type": FORM, "content-length": str(3 * MiB)})

@@ -2,7 +2,7 @@
 
 It launches `python app.py` (the embedded model unless --model) with a small disk cap and a short
 file age, then, all at once: uploads declaring more than any run file can be (and some declaring no
-size), uploads of junk just under that size, enough to fill the disk cap several times over, API
+size), uploads of junk a quarter of the disk cap each, enough to fill it several times over, API
 calls with `record: true`, and browser tabs (chromium) that run, wait for their run file and close.
 Meanwhile an ordinary visitor's tab runs once, downloads its run file and checks that it loads.
 Every 0.25 s it reads the app's disk use (every file in its directory for visitors' files) and its
@@ -131,7 +131,7 @@ def browse(url: str, tabs: int, at_once: int, ordinary: Path, results: Counter, 
 
 
 def attack(url: str, args, cap: int, samples: list, folder: Path, pid: int) -> dict:
-    outcomes: dict[str, Counter] = {"oversized": Counter(), "undeclared": Counter(), "junk under the cap": Counter(),
+    outcomes: dict[str, Counter] = {"oversized": Counter(), "undeclared": Counter(), "junk": Counter(),
                                     "api record": Counter(), "tabs": Counter()}
     visitor: dict = {}
     largest = min(256 * MiB, cap)
@@ -142,7 +142,7 @@ def attack(url: str, args, cap: int, samples: list, folder: Path, pid: int) -> d
         for _ in range(max(1, args.oversized // 8)):
             jobs.append(("undeclared", pool.submit(upload, url, MiB, False)))
         for _ in range(args.junk):
-            jobs.append(("junk under the cap", pool.submit(upload, url, largest - MiB)))
+            jobs.append(("junk", pool.submit(upload, url, largest // 4)))
         for i in range(args.api_calls):
             jobs.append(("api record", pool.submit(api_recording, url, i)))
         with tempfile.TemporaryDirectory() as tmp:
@@ -206,7 +206,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-disk", default="256MiB", help="the app's --max-disk (default 256MiB)")
     p.add_argument("--age", type=positive_int, default=20, help="the app's --files-max-age in seconds (default 20)")
     p.add_argument("--oversized", type=int, default=40, help="uploads declaring more than a run file can be")
-    p.add_argument("--junk", type=int, default=24, help="uploads of junk just under the largest run file")
+    p.add_argument("--junk", type=int, default=24, help="uploads of junk, a quarter of the disk cap each")
     p.add_argument("--api-calls", type=int, default=32, help="API calls with record: true")
     p.add_argument("--tabs", type=int, default=8, help="browser tabs that run and close")
     p.add_argument("--tabs-at-once", type=positive_int, default=2)
