@@ -189,12 +189,16 @@ def run_hostile(args) -> dict:
             stop.set()
             server.stop()
     during = [s for s in samples if started <= s[0] <= ended]
+    peak = max(during, key=lambda s: s[1])
+    back_after_peak = next((t - peak[0] for t, disk, _ in samples if t > peak[0] and disk <= before[0]), None)
     return {
         "bench": "hostile", "max_disk_mib": round(cap / MiB, 1), "files_max_age_s": args.age,
         "attack_s": round(ended - started, 1),
         "disk_mib": {"before": round(before[0] / MiB, 2), "most_during": round(max(s[1] for s in during) / MiB, 2),
                      "after_attack": round(after_attack[1] / MiB, 2), "after_age": round(samples[-1][1] / MiB, 2)},
         "disk_back_to_baseline_s_after_attack": round(back, 1) if back is not None else None,
+        "disk_peak_at_s": round(peak[0] - started, 1),
+        "disk_back_to_baseline_s_after_peak": round(back_after_peak, 1) if back_after_peak is not None else None,
         "rss_mib": {"before": round(before[1] / MiB, 1), "most_during": round(max(s[2] for s in during) / MiB, 1),
                     "after_attack": round(after_attack[2] / MiB, 1), "after_age": round(samples[-1][2] / MiB, 1)},
         **row, "server_alive_after": alive,
