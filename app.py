@@ -36,6 +36,9 @@ from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
 
 FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
 ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler
+# Gradio keeps about 190 KiB for every session it has seen, and an API client's session never
+# closes; past this many the least recently used goes (Gradio's default, 10,000, is about 1.9 GiB).
+SESSION_CAPACITY = int(os.environ.get("DGEMMA_SESSION_CAPACITY", "2000"))
 
 
 def _port(text: str) -> int:
@@ -170,6 +173,7 @@ def _launch(demo, args: argparse.Namespace) -> int:
         share=args.share,
         css_paths=[str(ROOT / "assets" / "style.css")],
         show_error=True,  # gr.Error sentences reach the page and the client
+        state_session_capacity=SESSION_CAPACITY,
         max_threads=256,  # each live stream or API call waits in a thread; a classroom is many
         prevent_thread_lock=True,
         quiet=True,
