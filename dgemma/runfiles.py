@@ -10,7 +10,7 @@ that directory: Gradio stores uploads there, and serves a run file saved there w
   process has gone (their lock file is no longer locked) are removed.
 - A tab's files go when the tab closes (`release(session)`, from the page's unload hook).
 - A file older than `max_age_s` goes (`sweep`, every SWEEP_PERIOD_S on a thread).
-- All files together stay under `max_bytes`: after every save and every sweep the oldest go first;
+- All files together stay under `max_bytes` (and MAX_FILES): after every save and every sweep the oldest go first;
   an upload reserves its declared size before a byte of it is stored (dgemma/upload_guard.py), and
   is refused when even the oldest files' removal cannot make room.
 """
@@ -40,6 +40,7 @@ LOCK = ".lock"  # held (flock) for the life of the app: a free lock means its ap
 SWEEP_PERIOD_S = 2.0
 DEFAULT_MAX_BYTES = 2 * 2**30  # app.py's --max-disk
 DEFAULT_MAX_AGE_S = 3600  # app.py's --files-max-age
+MAX_FILES = 10_000  # and at most this many: tiny uploads cannot make every sweep and upload walk millions
 FRESH_DIR_S = 60.0  # an empty directory younger than this may be Gradio's, about to receive an upload
 
 
@@ -175,12 +176,14 @@ class RunFiles:
         of its own) is never removed: its reservation counts it."""
         entries = sorted(self._entries(stored_only=True), key=lambda e: (e[2] == keep, e[0]))
         total = sum(size for _, size, _ in entries) + self._reserved
+        count = len(entries)
         evicted = 0
         for _, size, path in entries:
-            if total <= self.max_bytes:
+            if total <= self.max_bytes and count <= MAX_FILES:
                 break
             if self.remove(path):
                 total -= size
+                count -= 1
                 evicted += 1
         return evicted
 

@@ -83,6 +83,17 @@ def test_past_the_total_cap_the_oldest_files_go_first(files):
     assert files.usage().bytes == 9 * MiB <= files.max_bytes
 
 
+def test_past_the_most_files_the_oldest_go_first(files, monkeypatch):
+    import dgemma.runfiles
+
+    monkeypatch.setattr(dgemma.runfiles, "MAX_FILES", 3)
+    paths = []
+    for i in range(5):
+        paths.append(files.save(f"tab {i}", writer(10)))
+        aged(paths[-1], 50 - i)
+    assert [os.path.exists(p) for p in paths] == [False, False, True, True, True] and files.usage().files == 3
+
+
 def test_a_file_larger_than_the_cap_is_not_kept(files):
     with pytest.raises(OSError, match="passes the app's disk cap of 10 MiB"):
         files.save("tab", writer(11 * MiB))
