@@ -99,6 +99,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
                 yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
         except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
             client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
+            keeping.closed(session)  # as the unload hook does: this stream may have held the run again after it
             raise
         finally:
             played.live = False
