@@ -188,3 +188,26 @@ def test_an_upload_refused_when_uploads_under_way_fill_the_cap(files):
 def test_requests_that_are_not_uploads_pass_untouched(files):
     status, body, reached = call(UploadGuard(None, files, 4 * MiB), {"content-type": "application/json"})
     assert (status, body, reached) == (200, "stored", True)
+
+
+# ---------------------------------------------------------------- an upload, once read
+
+
+def test_an_uploaded_run_file_is_read_and_removed_and_so_is_one_that_is_not_a_run(files):
+    import gradio as gr
+
+    from dgemma.held_runs import HeldRuns
+    from dgemma.recording import Recording
+    from dgemma.ui.generate.keep import Keeping, read_upload
+
+    keeping = Keeping(files, HeldRuns(2**30))
+    folder = files.root / ("ab" * 32)  # where Gradio stores an upload
+    folder.mkdir()
+    run, junk = folder / "run.jsonl", files.root / ("cd" * 32) / "junk.jsonl"
+    Recording().save(str(run))
+    junk.parent.mkdir()
+    junk.write_bytes(b"\x89PNG\r\n")
+    assert read_upload(str(run), keeping).steps == 0 and not run.exists() and not folder.exists()
+    with pytest.raises(gr.Error, match="not a dgemma run: it is not text"):
+        read_upload(str(junk), keeping)
+    assert files.usage().files == 0

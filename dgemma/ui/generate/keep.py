@@ -58,6 +58,8 @@ def read_upload(file, keeping: Keeping) -> Recording:
     """The run in an uploaded file (at most MAX_FILE_BYTES read), the file removed whatever it held;
     gr.Error with one sentence for anything that is not a run."""
     path = file if isinstance(file, str) else getattr(file, "name", None)
+    if not path:
+        raise gr.Error("No file arrived; choose a run file (.jsonl) again.", print_exception=False)
     try:
         return load_file(path)
     except RecordingError as err:

@@ -206,7 +206,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
 
     def load_run(playback: Playback, file, request: gr.Request) -> list:
         if playback.live:
-            keeping.files.remove(file if isinstance(file, str) else getattr(file, "name", ""))
+            keeping.files.remove(file if isinstance(file, str) else getattr(file, "name", None) or "")
             raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
                            print_exception=False)
         recording = read_upload(file, keeping)  # the upload is removed, whatever it held
