@@ -283,37 +283,42 @@ def load_file(path: str, max_positions: int = MAX_POSITIONS) -> Recording:
 
 
 def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
-    """A recording from a run file's bytes; RecordingError (one sentence) for anything else."""
+    """A recording from a run file's bytes; RecordingError (one sentence) for anything else. The
+    bytes are checked and decoded where they lie, one line at a time: a load holds the file and the
+    recording it makes, never a second copy of the file (a run file can be 256 MB)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     if len(data) > MAX_FILE_BYTES:
         raise _too_big(len(data))
+    first_end = data.find(b"\n")
+    first_end = len(data) if first_end < 0 else first_end
     try:
-        text = data.decode("utf-8")
+        data[:first_end].decode("utf-8")
     except UnicodeDecodeError:
         raise RecordingError("This file is not a dgemma run: it is not text (UTF-8).") from None
-    lines = text.split("\n")
-    header = _json_line(lines[0])
+    header = _json_line(data[:first_end])
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise RecordingError(f"This file is not a dgemma run: its first line is not a {FORMAT} header.")
     if header.get("version") != VERSION:
         raise RecordingError(f"This run file has format version {header.get('version')!r:.20}; this app reads "
                              f"version {VERSION}.")
-    if lines[-1] != "" or len(lines) < 3:
-        raise RecordingError("This run file is cut short (it does not end with its end line); download it again.")
-    end = _json_line(lines[-2])
+    end_start = data.rfind(b"\n", 0, len(data) - 1) + 1  # where the last line begins
+    end = _json_line(data[end_start:-1]) if data.endswith(b"\n") and end_start > first_end else None
     if not (isinstance(end, dict) and isinstance(end.get("end"), dict)):
         raise RecordingError("This run file is cut short (it does not end with its end line); download it again.")
     end = end["end"]
-    body = lines[1:-2]
-    digest = hashlib.sha256("".join(line + "\n" for line in lines[:-2]).encode("utf-8")).hexdigest()
-    if end.get("events") != len(body) or end.get("sha256") != digest:
+    events = data.count(b"\n", 0, end_start) - 1
+    digest = hashlib.sha256(memoryview(data)[:end_start]).hexdigest()  # every byte before the end line
+    if end.get("events") != events or end.get("sha256") != digest:
         raise RecordingError("This run file was changed after it was recorded: its checksum does not match.")
     try:
         pieces = {int(k): str(v) for k, v in end["pieces"].items()}
         recording = Recording(header, max_positions)
-        for record in body:
-            recording.add(_decode(json.loads(record), pieces))
+        at = first_end + 1
+        while at < end_start:
+            line_end = data.index(b"\n", at)
+            recording.add(_decode(json.loads(data[at:line_end]), pieces))
+            at = line_end + 1
         recording.dropped_frames += int(end.get("dropped_frames", 0))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         # The checksum matched, so the file is as written: a writer this app does not understand.
@@ -323,7 +328,7 @@ def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
     return recording
 
 
-def _json_line(line: str) -> Any:
+def _json_line(line: bytes) -> Any:
     try:
         return json.loads(line)
     except ValueError:
