@@ -130,7 +130,7 @@ def browse(url: str, tabs: int, at_once: int, ordinary: Path, results: Counter, 
             future.result()
 
 
-def attack(url: str, args, cap: int, samples: list, folder: Path, pid: int) -> dict:
+def attack(url: str, args, cap: int) -> dict:
     outcomes: dict[str, Counter] = {"oversized": Counter(), "undeclared": Counter(), "junk": Counter(),
                                     "api record": Counter(), "tabs": Counter()}
     visitor: dict = {}
@@ -174,7 +174,7 @@ def run_hostile(args) -> dict:
             before = (disk_bytes(folder), rss_bytes(server.process.pid) or 0)
             watcher.start()
             started = time.monotonic()
-            row = attack(server.url, args, cap, samples, folder, server.process.pid)
+            row = attack(server.url, args, cap)
             ended = time.monotonic()
             after_attack = samples[-1]
             back = None
