@@ -105,3 +105,20 @@ def test_holding_runs_of_many_sessions_costs_little(sessions):
     for i, tab in enumerate(tabs):
         held.hold(f"tab {i}", tab)
     assert held.sessions() == 10 and time.perf_counter() - started < 2.0
+
+
+def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path):
+    """keep.finished counts the run and writes its file while the run is still live: the stream's last
+    frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
+    from dgemma.runfiles import RunFiles
+    from dgemma.ui.generate.keep import Keeping, finished
+
+    keeping = Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1))
+    tab = tab_with_a_run(viewed=0)
+    tab.live = True
+    button = finished(tab, tab.recording, keeping, "tab")
+    keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
+    assert tab.recording is not None and button.interactive and tab.live  # the stream's finally makes it idle
+    tab.live = False
+    keeping.held.hold("third tab", tab_with_a_run(viewed=0))
+    assert tab.recording is None and tab.evicted == EVICTED

@@ -44,8 +44,8 @@ class Keeping:
 
 
 def finished(holder: Holder, recording: Recording, keeping: Keeping, session: str) -> gr.DownloadButton:
-    """A run ended: its file is written for Download run, and what it holds counted under the cap."""
-    holder.live = False
+    """A run ended: its file is written for Download run, and what it holds counted under the cap
+    (still live: it becomes evictable when its stream has sent its last frame)."""
     keeping.held.hold(session, holder)
     try:
         return gr.DownloadButton(value=keeping.files.save(session, recording.save), interactive=True)

@@ -150,9 +150,12 @@ def status(playback: Playback, step: int, pace: float | None = None) -> str:
 
 def live_slider(playback: Playback) -> gr.Slider:
     """During a run: the slider's range grows; its value follows the latest step unless the user took it."""
-    last = max(1, playback.recording.steps)
+    recording = playback.recording  # once: the memory cap may evict it meanwhile
+    if recording is None:
+        return gr.skip()
+    last = max(1, recording.steps)
     if playback.follow:
-        return gr.Slider(maximum=last, value=playback.recording.steps)
+        return gr.Slider(maximum=last, value=recording.steps)
     return gr.Slider(maximum=last)
 
 
