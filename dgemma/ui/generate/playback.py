@@ -137,9 +137,9 @@ def view(recording: Recording, step: int, kept: KeptBoard | None = None) -> tupl
         return render_board(board), plot(entropy), plot(tiles)
 
 
-def status(playback: Playback, step: int, pace: float | None = None) -> str:
-    """The status line during playback: which step, playing (at what pace) or paused, and which run."""
-    recording = playback.recording
+def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
+    """The status line during playback of `recording` (the tab's): which step, playing (at what pace)
+    or paused, and which run."""
     what = "live run" if playback.live else "run"
     state = f"playing at {pace:g} s per step" if pace is not None else "paused"
     model = recording.header.get("model", {})
@@ -171,7 +171,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
                            print_exception=False)
         playback.last_used = time.monotonic()
         step = max(0, min(int(step or 0), recording.steps))
-        line = status(playback, step, pace if playing else None)
+        line = status(playback, recording, step, pace if playing else None)
         cards_and_charts = view(recording, step, playback.kept)
         return [*cards_and_charts, line, gr.Slider(maximum=max(1, recording.steps), value=step)]
 
