@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 METRIC_KEYS = ("tokens", "canvas_tokens", "seconds", "tokens_per_s", "tokens_per_forward", "decoder_forwards", "canvases",
-               "steps_per_canvas", "decoder_share", "sampler_share", "peak_sampler_bytes")
+               "steps_per_canvas", "decoder_seconds", "sampler_seconds", "decoder_share", "sampler_share",
+               "peak_sampler_bytes")
 
 
 @dataclass(frozen=True)
@@ -49,23 +50,28 @@ def figures(work: Work) -> dict:
         tokens_per_forward=_ratio(work.canvas_tokens, work.steps),
         decoder_forwards=work.steps, canvases=work.canvases,
         steps_per_canvas=_ratio(work.steps, work.canvases, 2),
+        decoder_seconds=round(work.decoder_seconds, 4), sampler_seconds=round(work.sampler_seconds, 4),
         decoder_share=_ratio(work.decoder_seconds, busy), sampler_share=_ratio(work.sampler_seconds, busy),
         peak_sampler_bytes=int(work.peak_sampler_bytes),
     )  # fmt: skip
 
 
-def run_summary(requests: Sequence[dict], wall_seconds: float, decoder_seconds: float, sampler_seconds: float) -> dict:
-    """A run's figures from its requests' (`figures` dicts, as their final events carry them) and
-    the run's own clock: tokens per forward is the run's tokens over its requests' forwards (as
-    transformers' per-row figure, summed over rows)."""
+def run_summary(requests: Sequence[dict | None], wall_seconds: float) -> dict:
+    """A run's figures from its requests' (`figures` dicts, as their final events carry them; None
+    for one that never ran) and the run's wall time. Tokens per forward is the run's tokens over its
+    requests' forwards (transformers' per-row figure, summed over rows); the decoder and sampler
+    shares weigh each request's steps alike (a step shared by n requests counts n times)."""
     done = [r for r in requests if r]
     work = Work(
         tokens=sum(r["tokens"] for r in done), canvas_tokens=sum(r["canvas_tokens"] for r in done),
         steps=sum(r["decoder_forwards"] for r in done),
-        canvases=sum(r["canvases"] for r in done), seconds=wall_seconds, decoder_seconds=decoder_seconds,
-        sampler_seconds=sampler_seconds, peak_sampler_bytes=max((r["peak_sampler_bytes"] for r in done), default=0),
+        canvases=sum(r["canvases"] for r in done), seconds=wall_seconds,
+        decoder_seconds=sum(r["decoder_seconds"] for r in done), sampler_seconds=sum(r["sampler_seconds"] for r in done),
+        peak_sampler_bytes=max((r["peak_sampler_bytes"] for r in done), default=0),
     )  # fmt: skip
-    return {**figures(work), "requests": len(done)}
+    summary = figures(work)
+    del summary["decoder_seconds"], summary["sampler_seconds"]  # summed over requests: not the run's time
+    return {**summary, "requests": len(done)}
 
 
 def summary_line(summary: dict) -> str:
