@@ -90,7 +90,8 @@ def run_header(model: dict[str, Any], settings: Settings | None, prompts: list[s
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {k: v for k, v in model.items() if k in MODEL_KEYS},
-        "settings": asdict(settings) if settings is not None else {}, "prompts": list(prompts), "seeds": seeds,
+        # As JSON has them (tuples as lists), so a loaded header equals the one written.
+        "settings": json.loads(json.dumps(asdict(settings))) if settings is not None else {}, "prompts": list(prompts), "seeds": seeds,
         "versions": package_versions(), "max_positions": MAX_POSITIONS,
     }  # fmt: skip
 
