@@ -125,7 +125,10 @@ def run(argv: list[str] | None = None) -> int:
         engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling,
                                              sampler=options.sampler, memory_budget=options.memory_budget))
         params = [settings.request_params(i) for i in range(len(prompts))]
-        check_canvases(settings, len(prompts), loaded)
+        # --start and --pin against the model (one token a pin, inside the canvas) before anything runs.
+        problem = settings.canvas_problem(len(prompts), loaded.canvas_length, loaded.encode_text)
+        if problem:
+            raise ValueError(problem)
     except (ModelLoadError, EngineError, ValueError) as err:
         return _fail(str(err), EXIT_USAGE)
 
@@ -182,18 +185,6 @@ def run(argv: list[str] | None = None) -> int:
               f"{summary['canvas_tokens_per_s']} canvas tokens/s, {len(tile_plans)} sampler calls", file=sys.stderr)
         print(summary_line(figures), file=sys.stderr)
     return EXIT_REQUEST_FAILED if failed else 0
-
-
-def check_canvases(settings: Settings, prompts: int, loaded) -> None:
-    """Each prompt's --start and --pin against the model (one token a pin, inside the canvas), before
-    anything runs; a ValueError with one sentence naming the first that cannot be used."""
-    from dgemma.sampling.start import resolve_start
-
-    for i in range(prompts):
-        canvas = settings.request_canvas(i)
-        error, _ = resolve_start(canvas["start"], canvas["pins"], loaded.canvas_length, loaded.encode_text)
-        if error:
-            raise ValueError(error)
 
 
 def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:

@@ -15,13 +15,13 @@ per prompt. Whether a piece is one token and a position inside the canvas is the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
 from dgemma.sampling import MAX_SEED, Bound, RunOptions, SamplingParams, check_number, parse_tiling
-from dgemma.sampling.start import pin_position
+from dgemma.sampling.start import pin_position, resolve_start
 
 PARAM_NAMES = tuple(f.name for f in fields(SamplingParams))
 OPTION_NAMES = tuple(f.name for f in fields(RunOptions))
@@ -50,6 +50,16 @@ class Settings:
         start = self.start[index] if self.start else None
         pins = dict(self.pins[index]) if self.pins else {}
         return dict(start=start, pins=pins or None)
+
+    def canvas_problem(self, prompts: int, canvas_length: int, encode: Callable[[str], list[int]]) -> str:
+        """One sentence about the first prompt whose start or pins the model cannot take (a piece that
+        is not one token, a position outside the canvas, a start longer than it), else ''."""
+        for i in range(prompts if self.start or self.pins else 0):
+            canvas = self.request_canvas(i)
+            error, _ = resolve_start(canvas["start"], canvas["pins"], canvas_length, encode)
+            if error:
+                return f"prompt {i + 1}: {error}" if prompts > 1 else error
+        return ""
 
 
 def _per_prompt(name: str, value: Any, prompts: int, one: Any) -> tuple:

@@ -37,6 +37,7 @@ TINY_VISION = dict(
 # A module whose every test starts a real process or a browser carries that kind.
 KIND_BY_MODULE = {
     "test_app_api": "server",
+    "test_app_api_canvas": "server",
     "test_load": "server",
     "test_soak": "server",
     "test_bench_sampler": "server",
