@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dgemma.units import format_bytes
+
 METRIC_KEYS = ("tokens", "canvas_tokens", "seconds", "tokens_per_s", "tokens_per_forward", "decoder_forwards", "canvases",
                "steps_per_canvas", "decoder_seconds", "sampler_seconds", "decoder_share", "sampler_share",
                "peak_sampler_bytes")
@@ -80,7 +82,7 @@ def summary_line(summary: dict) -> str:
         value = summary.get(key)
         return "-" if value is None else format(value, fmt)
 
-    peak = summary.get("peak_sampler_bytes") or 0
     return (f"{show('tokens_per_s', '.1f')} tokens/s · {show('tokens_per_forward', '.2f')} tokens per forward · "
             f"{show('steps_per_canvas', '.1f')} steps per canvas · decoder {show('decoder_share', '.0%')} / "
-            f"sampler {show('sampler_share', '.0%')} of a step · peak sampler memory {peak / 2**20:.1f} MiB")
+            f"sampler {show('sampler_share', '.0%')} of a step · peak sampler memory "
+            f"{format_bytes(summary.get('peak_sampler_bytes') or 0)}")

@@ -45,6 +45,7 @@ KIND_BY_MODULE = {
     "test_startup": "server",
     "test_gpu_check": "server",
     "test_browser": "browser",
+    "test_browser_canvas": "browser",
     "test_playback": "browser",
     "test_embedded_model": "embedded",
     "test_train": "embedded",

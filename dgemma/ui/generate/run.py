@@ -21,7 +21,8 @@ from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import playback
 from dgemma.ui.generate.controls import Controls, raw_settings
-from dgemma.ui.generate.status import failed_status, run_status
+from dgemma.ui.generate.first_canvas import FirstCanvas, canvas_settings, refine_request
+from dgemma.ui.generate.status import failed_status, finished_status, run_status
 from dgemma.ui.stream import frames
 
 log = logging.getLogger(__name__)
@@ -30,19 +31,50 @@ log = logging.getLogger(__name__)
 CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
 
-def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.Button, stop: gr.Button,
-             outputs: list, player: playback.Player, embedded: bool) -> None:
+def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: FirstCanvas, run: gr.Button,
+             stop: gr.Button, outputs: list, player: playback.Player, embedded: bool) -> None:
     """Run streams one call's cards, charts and status line, and records it for playback (the
-    slider follows the run until the user takes it); Stop cancels the session's requests."""
+    slider follows the run until the user takes it); a card's Refine runs its prompt and seed again
+    from its text; Stop cancels the session's requests."""
     limits = backend.limits
 
-    def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-                        seed_, greedy_, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
+    def panel(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
+              seed_, greedy_, start, pins, template) -> tuple[list[str], dict]:
+        """The panel's prompts and raw settings (ValueError: one sentence)."""
         values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
+        raw = {**raw_settings(values, mode, fixed, budget_, sampler_), **canvas_settings(start, pins, template)}
+        return parse_prompts(prompts_from_text(text, n), limits), raw
+
+    # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
+    def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold,
+                        stable, seed_, greedy_, start, pins, template, played: playback.Playback,
+                        request: gr.Request) -> Iterator[tuple]:
+        fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
+                  seed_, greedy_, start, pins, template)
+        try:
+            batch, raw = panel(*fields)
+        except ValueError as err:
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
+            return
+        yield from stream(batch, raw, played, request)
+
+    def refine_stream(card: str, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound,
+                      threshold, stable, seed_, greedy_, start, pins, template, played: playback.Playback,
+                      request: gr.Request) -> Iterator[tuple]:
+        fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
+                  seed_, greedy_, start, pins, template)
+        try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
+            prompt, seed, start = refine_request(card)
+            _, raw = panel(*fields)
+            batch, raw = [prompt], {**raw, "seed": seed, "start": start}
+        except ValueError as err:
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
+            return
+        yield from stream(batch, raw, played, request)
+
+    def stream(batch: list[str], raw: dict, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
         session = request.session_hash or "anonymous"
         try:  # a failure before the run starts: one sentence in the status line, the last run's cards stay
-            batch = parse_prompts(prompts_from_text(text, n), limits)
-            raw = raw_settings(values, mode, fixed, budget_, sampler_)
             settings = parse_call_settings(raw, backend.defaults, limits, backend.max_num_seqs, len(batch))
             if sessions.pending(session) + len(batch) > limits.max_queued:
                 raise ValueError(f"This session may have at most {limits.max_queued} requests waiting or running; "
@@ -85,7 +117,8 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
                         charts.append(plot(figure(board)))
                     else:
                         charts.append(gr.skip())
-                yield render_board(board), *charts, run_status(board, started), playback.live_slider(played), kept
+                line = finished_status(board, started) if board.finished else run_status(board, started)
+                yield render_board(board), *charts, line, playback.live_slider(played), kept
         except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
             # One sentence where the user looks: the status line, and every card it stopped.
             if not isinstance(err, gr.Error):
@@ -110,12 +143,16 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
         if not n:
             gr.Info("Nothing to stop.")
 
+    inputs = [*controls.inputs(), *first.inputs(), player.state]
     run.click(
-        generate_stream, inputs=[*controls.inputs(), player.state], outputs=[*outputs, player.slider, player.download],
+        generate_stream, inputs=inputs, outputs=[*outputs, player.slider, player.download],
         api_name="generate_stream", api_visibility="undocumented",
         concurrency_limit=None,  # sessions share the engine; the engine does the batching
         show_progress="minimal",
     )
+    first.refine_run.click(refine_stream, inputs=[first.refine_request, *inputs],
+                           outputs=[*outputs, player.slider, player.download], api_visibility="private",
+                           concurrency_limit=None, show_progress="minimal")
     # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
     # the stream ends by itself once the engine has freed every slot (within one step).
     stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from dgemma.metrics import run_summary, summary_line
 from dgemma.ui.board import Board
 
 
@@ -14,6 +15,12 @@ def run_status(board: Board, started: float) -> str:
         counts[view.status] = counts.get(view.status, 0) + 1
     parts = ", ".join(f"{n} {status}" for status, n in counts.items())
     return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
+
+
+def finished_status(board: Board, started: float) -> str:
+    """The line when a run has ended, and under it the run summary: the figures people quote."""
+    summary = run_summary([view.metrics for view in board.requests.values()], time.monotonic() - started)
+    return f"{run_status(board, started)}\n\n**Run summary:** {summary_line(summary)}"
 
 
 def failed_status(sentence: str) -> str:

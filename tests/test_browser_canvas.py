@@ -1,0 +1,114 @@
+"""The page's first canvas in a real browser: click-to-pin, a template, Refine, and the run summary.
+
+What the page runs is checked against the API on the same server: the same call gives the same
+tokens through the page and the API.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from app_server import MODEL_ARGS, shared
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"chromium not found at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
+        page = browser.new_page(viewport={"width": 1360, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url, wait_until="load")
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        page.errors = errors
+        yield page
+        browser.close()
+
+
+def run_one(page, prompt: str, seed: int) -> None:
+    """Run `prompt` alone, greedy, with `seed`, and wait for its card to finish."""
+    page.get_by_label("Prompts, one per line").fill(prompt)
+    concurrent = page.locator("input[type=number]").first
+    concurrent.fill("1")
+    concurrent.press("Enter")
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.get_by_label("seed (request i gets seed + i)").fill(str(seed))
+    page.get_by_label("greedy").check()
+    page.get_by_text("Settings (the model's defaults)").click()
+    click_and_wait(page, "#run")
+
+
+def click_and_wait(page, selector: str) -> None:
+    """Click, then wait for the new run's cards to finish and its summary (the last run's cards are
+    marked first: a redraw replaces them, and the status line keeps the last run's text meanwhile)."""
+    page.evaluate("() => document.querySelectorAll('#cards .card').forEach(c => { c.dataset.old = '1'; })")
+    page.click(selector)
+    page.wait_for_function("() => { const cards = [...document.querySelectorAll('#cards .card')];"
+                           " return cards.length && cards.every(c => !c.dataset.old && c.classList.contains('status-done'))"
+                           " && document.querySelector('#status').innerText.includes('Run summary'); }", timeout=120_000)
+
+
+def card_text(page) -> str:
+    return page.locator("#cards .card .committed").first.inner_text()
+
+
+def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, server):
+    run_one(page, "add 12+34", seed=3)
+    first = page.locator("#cards .card .ctok[data-pos='0']")
+    piece = first.get_attribute("data-piece")
+    first.click()
+    assert page.input_value("#pins textarea") == f"0={piece}"
+    page.fill("#template input, #template textarea", "_|9")
+    run_one(page, "add 12+34", seed=3)
+    text = card_text(page)
+    assert text[:2] == f"{piece}9"
+    api = Client(server.url, verbose=False).predict(
+        ["add 12+34"], {"seed": 3, "greedy": True, "pins": {"0": piece, "1": "9"}}, api_name="/generate")
+    assert api["outputs"][0]["text"] == text  # the same call through the page and the API
+    summary = page.inner_text("#status")
+    assert "tokens per forward" in summary and "tokens/s" in summary and "peak sampler memory" in summary
+    page.fill("#pins textarea", "")
+    page.fill("#template input, #template textarea", "")
+    assert not page.errors, page.errors
+
+
+def test_refine_runs_the_card_again_from_its_text(page, server):
+    run_one(page, "count 3 to 9", seed=11)
+    refine = page.locator("#cards .card button.refine")
+    start, seed = refine.get_attribute("data-start"), int(refine.get_attribute("data-seed"))
+    assert seed == 11 and start == card_text(page)[: len(start)]
+    page.get_by_label("Prompts, one per line").fill("add 1+1")  # Refine runs the card's prompt, not the box's
+    click_and_wait(page, "#cards .card button.refine")
+    assert page.inner_text("#cards .card .prompt") == "count 3 to 9"
+    assert page.locator("#cards .card").count() == 1
+    api = Client(server.url, verbose=False).predict(
+        ["count 3 to 9"], {"seed": 11, "greedy": True, "start": start}, api_name="/generate")
+    assert api["outputs"][0]["text"] == card_text(page)
+    assert not page.errors, page.errors
+
+
+def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
+    page.fill("#pins textarea", "99=a")
+    page.click("#run")
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('outside the canvas')",
+                           timeout=60_000)
+    assert page.inner_text("#status") == "⚠️ Pin position 99 is outside the canvas (positions 0 to 15)."
+    page.fill("#pins textarea", "")
