@@ -112,3 +112,32 @@ def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
                            timeout=60_000)
     assert page.inner_text("#status") == "⚠️ Pin position 99 is outside the canvas (positions 0 to 15)."
     page.fill("#pins textarea", "")
+
+
+def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server):
+    from dgemma.recording import load
+
+    page.get_by_label("Prompts, one per line").fill("add 12+34\nreverse hello")
+    concurrent = page.locator("input[type=number]").first
+    concurrent.fill("2")
+    concurrent.press("Enter")
+    page.get_by_text("Compare two settings side by side").click()
+    page.fill("#compare-a textarea, #compare-a input", "greedy=true")
+    page.fill("#compare-b textarea, #compare-b input", "greedy=true, sampler=chunked, tiling=off")
+    page.click("#compare-run")
+    page.wait_for_selector("#compare-table table.compare-table", timeout=180_000)
+    for side in ("a", "b"):
+        assert page.locator(f"#compare-cards-{side} .card.status-done").count() == 2
+        assert page.locator(f"#compare-entropy-{side} .scatterlayer .trace").count() == 2
+    table = page.inner_text("#compare-table")
+    for label in ("denoising steps", "tokens/s", "tokens per forward", "peak sampler memory"):
+        assert label in table, table
+    assert "same text in 2 of 2 requests" in table  # the step and the tiling change no token
+    with page.expect_download() as download:
+        page.click("#compare-download-b")
+    recording = load(Path(download.value.path()).read_bytes())
+    assert recording.header["settings"]["options"] == {"tiling": "off", "sampler": "chunked", "memory_budget": None}
+    texts = [page.locator(f"#compare-cards-a .card .committed").nth(i).inner_text() for i in range(2)]
+    api = Client(server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True}, api_name="/generate")
+    assert [o["text"] for o in api["outputs"]] == texts
+    assert not page.errors, page.errors

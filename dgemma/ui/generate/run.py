@@ -14,7 +14,7 @@ from dgemma.errors import first_line
 from dgemma.examples import prompt_note
 from dgemma.recording import run_header
 from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import parse_call_settings, parse_prompts, prompts_from_text
+from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.serving.sessions import Sessions, client_left
 from dgemma.ui.board import FINAL, Board, fail_unfinished
 from dgemma.ui.canvas import render_board
@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
 
+def read_panel(limits: Limits, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound,
+               threshold, stable, seed_, greedy_, start, pins, template) -> tuple[list[str], dict]:
+    """The panel's prompts and raw settings, in `Controls.inputs()` then `FirstCanvas.inputs()` order
+    (ValueError: one sentence)."""
+    values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
+    raw = {**raw_settings(values, mode, fixed, budget_, sampler_), **canvas_settings(start, pins, template)}
+    return parse_prompts(prompts_from_text(text, n), limits), raw
+
+
 def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: FirstCanvas, run: gr.Button,
              stop: gr.Button, outputs: list, player: playback.Player, embedded: bool) -> None:
     """Run streams one call's cards, charts and status line, and records it for playback (the
@@ -38,12 +47,8 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
     from its text; Stop cancels the session's requests."""
     limits = backend.limits
 
-    def panel(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-              seed_, greedy_, start, pins, template) -> tuple[list[str], dict]:
-        """The panel's prompts and raw settings (ValueError: one sentence)."""
-        values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
-        raw = {**raw_settings(values, mode, fixed, budget_, sampler_), **canvas_settings(start, pins, template)}
-        return parse_prompts(prompts_from_text(text, n), limits), raw
+    def panel(*fields) -> tuple[list[str], dict]:
+        return read_panel(limits, *fields)
 
     # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
     def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold,

@@ -12,7 +12,7 @@ from dgemma.serving.sessions import Sessions
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.generate import first_canvas, playback
+from dgemma.ui.generate import compare, first_canvas, playback
 from dgemma.ui.generate.controls import Controls, settings_panel
 from dgemma.ui.generate.run import wire_run
 
@@ -34,6 +34,7 @@ class GenerateTab:
 
     controls: Controls
     first: first_canvas.FirstCanvas
+    compare: compare.Compare
     run: gr.Button
     stop: gr.Button
     examples: gr.Examples
@@ -67,7 +68,8 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
         with gr.Column():
             tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
             gr.Markdown(TILE_TEXT, elem_classes="explain")
-    return GenerateTab(controls, first, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
+    side_by_side = compare.build()
+    return GenerateTab(controls, first, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
 
 def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool) -> None:
@@ -75,3 +77,4 @@ def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool)
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
     wire_run(backend, sessions, tab.controls, tab.first, tab.run, tab.stop, [*views, tab.status], tab.player, embedded)
     playback.wire(tab.player, views, tab.status)
+    compare.wire(backend, sessions, tab.compare, [*tab.controls.inputs(), *tab.first.inputs()], embedded)
