@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pins:
         from dgemma.embedded.pinned import pinned_rows
 
-        for row in pinned_rows(args.model, args.families, args.n, config, args.seed, model.config.canvas_length):
+        for row in pinned_rows(generate_engine, args.model, args.families, args.n, config, args.seed, model.config.canvas_length):
             print(json.dumps(row) if args.json else _format_row(row), flush=True)
     if "engine" in texts and "engine-chunked" in texts:
         # The chunked sampler projects per vocab chunk: a matmul's blocking may change a bit.

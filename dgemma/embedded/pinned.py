@@ -16,6 +16,7 @@ greedily with the same seed as unpinned. Per family:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
@@ -41,11 +42,10 @@ def rest_correct(text: str, answer: str, position: int) -> bool:
     return len(text) == len(answer) and all(t == a for i, (t, a) in enumerate(zip(text, answer)) if i != position)
 
 
-def pinned_rows(model_dir: Path, families: list[str], n: int, config: DiffusionGemmaGenerationConfig, seed: int,
-                canvas_length: int) -> list[dict]:
-    """One row per checkable family in `families` (see the module's docstring)."""
-    from dgemma.embedded.eval import generate_engine
-
+def pinned_rows(generate_engine: Callable[..., list], model_dir: Path, families: list[str], n: int,
+                config: DiffusionGemmaGenerationConfig, seed: int, canvas_length: int) -> list[dict]:
+    """One row per checkable family in `families` (see the module's docstring); `generate_engine`
+    is eval's engine impl (it takes `pins=`, one {position: piece} per prompt)."""
     rows = []
     for family in [f for f in families if f in corpus.CHECKABLE]:
         examples = [ex for ex in corpus.heldout(family, n) if pin_position(ex.answer, canvas_length) is not None]

@@ -124,22 +124,13 @@ class TiledSampler:
         self.canvas[slot] = keyed_tokens(keys, self.canvas_length, self.vocab_size)[0]
         self.pins[slot] = -1  # a tile holding a pinned row reads every row's pins
         if start:
-            self._place(slot, start)
+            place_start(self.canvas[slot], self.pins[slot], start)
         self.draft[slot] = self.canvas[slot]
         self.phase[slot] = DENOISING
         self.history[slot] = -1
         self.history_valid[slot] = False
         self.history_valid[slot, MAX_STABILITY - params.stability_threshold :] = params.stability_threshold > 0
         self.soft[slot] = 0  # no self-conditioning on a canvas's first step (transformers: zeros)
-
-    def _place(self, slot: int, start: CanvasStart) -> None:
-        """`start`'s tokens over the head of `slot`'s canvas, its pins at their places (and held)."""
-        if start.tokens:
-            self.canvas[slot, : len(start.tokens)] = torch.tensor(start.tokens, dtype=torch.long)
-        if start.pins:
-            positions, tokens = (torch.tensor(part, dtype=torch.long) for part in zip(*start.pins))
-            self.pins[slot, positions.to(self.device)] = tokens.to(self.device)
-            self.canvas[slot] = torch.where(self.pins[slot] >= 0, self.pins[slot], self.canvas[slot])
 
     def free(self, slot: int) -> None:
         self.phase[slot] = FREE
@@ -312,6 +303,17 @@ class TiledSampler:
             finite=torch.isfinite(mean),
             plan=plan,
         )
+
+
+def place_start(canvas: torch.Tensor, pins: torch.Tensor, start: CanvasStart) -> None:
+    """`start`'s tokens over the head of a slot's `canvas` [CL], its pins in `pins` [CL] (held there
+    by the step) and on the canvas, in place."""
+    if start.tokens:
+        canvas[: len(start.tokens)] = torch.tensor(start.tokens, dtype=torch.long)
+    if start.pins:
+        positions, tokens = (torch.tensor(part, dtype=torch.long) for part in zip(*start.pins))
+        pins[positions.to(pins.device)] = tokens.to(pins.device)
+        canvas.copy_(torch.where(pins >= 0, pins, canvas))
 
 
 def build_sampler(

@@ -50,6 +50,9 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
     def panel(*fields) -> tuple[list[str], dict]:
         return read_panel(limits, *fields)
 
+    def stream(batch: list[str], raw: dict, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
+        return stream_run(backend, sessions, embedded, batch, raw, played, request)
+
     # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
     def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold,
                         stable, seed_, greedy_, start, pins, template, played: playback.Playback,
@@ -77,71 +80,6 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
             return
         yield from stream(batch, raw, played, request)
 
-    def stream(batch: list[str], raw: dict, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
-        session = request.session_hash or "anonymous"
-        try:  # a failure before the run starts: one sentence in the status line, the last run's cards stay
-            settings = parse_call_settings(raw, backend.defaults, limits, backend.max_num_seqs, len(batch))
-            if sessions.pending(session) + len(batch) > limits.max_queued:
-                raise ValueError(f"This session may have at most {limits.max_queued} requests waiting or running; "
-                                 "wait or press Stop.")
-            handle = backend.start(batch, settings)
-        except ValueError as err:  # SettingsError is one
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
-            return
-        try:
-            sessions.add(session, handle)
-        except ValueError as err:  # another click of this session got in first
-            handle.close()
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
-            return
-        if getattr(handle, "notice", ""):
-            gr.Warning(handle.notice)
-        handle.recording = played.start(run_header(backend.info(), settings, batch))
-        started = time.monotonic()
-        # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
-        # period apart, and both at the end: a Plotly redraw costs the browser far more than
-        # the cards do, and two at once would stall a busy laptop's page for a moment.
-        due = [started, started + CHART_PERIOD_S / 2]
-        board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
-        shown = -1
-        try:
-            for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
-                kept = playback.finished(played) if board.finished else gr.skip()
-                if not played.follow:  # the user has the slider: the view is theirs
-                    yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
-                    continue
-                if board.events == shown and not board.finished:  # nothing new: only the clock moves
-                    yield gr.skip(), gr.skip(), gr.skip(), run_status(board, started), gr.skip(), gr.skip()
-                    continue
-                shown = board.events
-                now = time.monotonic()
-                charts = []
-                for i, figure in enumerate((entropy_figure, board_tile_figure)):
-                    if now >= due[i] or board.finished:
-                        due[i] = now + CHART_PERIOD_S
-                        charts.append(plot(figure(board)))
-                    else:
-                        charts.append(gr.skip())
-                line = finished_status(board, started) if board.finished else run_status(board, started)
-                yield render_board(board), *charts, line, playback.live_slider(played), kept
-        except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
-            # One sentence where the user looks: the status line, and every card it stopped.
-            if not isinstance(err, gr.Error):
-                log.exception("a run's stream failed")
-            sentence = err.message if isinstance(err, gr.Error) else f"The run failed: {first_line(err)}"
-            if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
-                yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence), gr.skip(), gr.skip()
-            else:
-                fail_unfinished(board, sentence)
-                yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
-        except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
-            client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
-            raise
-        finally:
-            played.live = False
-            handle.close()  # a closed page: free the slots; a no-op for requests already done
-            sessions.remove(session, handle)
-
     def stop_session(request: gr.Request) -> None:
         n = sessions.cancel(request.session_hash or "anonymous")
         log.info("stop: cancelled %d requests", n)
@@ -161,3 +99,73 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
     # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
     # the stream ends by itself once the engine has freed every slot (within one step).
     stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)
+
+
+def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list[str], raw: dict,
+               played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
+    """One call's cards, charts and status line as it streams, recorded for playback: the outputs
+    of Run (and of Refine)."""
+    limits = backend.limits
+    session = request.session_hash or "anonymous"
+    try:  # a failure before the run starts: one sentence in the status line, the last run's cards stay
+        settings = parse_call_settings(raw, backend.defaults, limits, backend.max_num_seqs, len(batch))
+        if sessions.pending(session) + len(batch) > limits.max_queued:
+            raise ValueError(f"This session may have at most {limits.max_queued} requests waiting or running; "
+                             "wait or press Stop.")
+        handle = backend.start(batch, settings)
+    except ValueError as err:  # SettingsError is one
+        yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
+        return
+    try:
+        sessions.add(session, handle)
+    except ValueError as err:  # another click of this session got in first
+        handle.close()
+        yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
+        return
+    if getattr(handle, "notice", ""):
+        gr.Warning(handle.notice)
+    handle.recording = played.start(run_header(backend.info(), settings, batch))
+    started = time.monotonic()
+    # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
+    # period apart, and both at the end: a Plotly redraw costs the browser far more than
+    # the cards do, and two at once would stall a busy laptop's page for a moment.
+    due = [started, started + CHART_PERIOD_S / 2]
+    board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
+    shown = -1
+    try:
+        for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+            kept = playback.finished(played) if board.finished else gr.skip()
+            if not played.follow:  # the user has the slider: the view is theirs
+                yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
+                continue
+            if board.events == shown and not board.finished:  # nothing new: only the clock moves
+                yield gr.skip(), gr.skip(), gr.skip(), run_status(board, started), gr.skip(), gr.skip()
+                continue
+            shown = board.events
+            now = time.monotonic()
+            charts = []
+            for i, figure in enumerate((entropy_figure, board_tile_figure)):
+                if now >= due[i] or board.finished:
+                    due[i] = now + CHART_PERIOD_S
+                    charts.append(plot(figure(board)))
+                else:
+                    charts.append(gr.skip())
+            line = finished_status(board, started) if board.finished else run_status(board, started)
+            yield render_board(board), *charts, line, playback.live_slider(played), kept
+    except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
+        # One sentence where the user looks: the status line, and every card it stopped.
+        if not isinstance(err, gr.Error):
+            log.exception("a run's stream failed")
+        sentence = err.message if isinstance(err, gr.Error) else f"The run failed: {first_line(err)}"
+        if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
+            yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence), gr.skip(), gr.skip()
+        else:
+            fail_unfinished(board, sentence)
+            yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
+    except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
+        client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
+        raise
+    finally:
+        played.live = False
+        handle.close()  # a closed page: free the slots; a no-op for requests already done
+        sessions.remove(session, handle)
