@@ -1,21 +1,43 @@
-"""The page's first canvas in a real browser: click-to-pin, a template, Refine, and the run summary.
+"""The page's first canvas in a real browser: click-to-pin, a template, Refine, the run summary,
+and two settings side by side.
 
 What the page runs is checked against the API on the same server: the same call gives the same
-tokens through the page and the API.
+tokens through the page and the API. Screenshots go to a temporary folder; to refresh the ones
+README.md shows, run with DGEMMA_SCREENSHOTS=assets/screenshots.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
 
-from app_server import MODEL_ARGS, shared
+from app_server import MODEL_ARGS, ROOT, shared
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = ROOT / os.environ["DGEMMA_SCREENSHOTS"] if os.environ.get("DGEMMA_SCREENSHOTS") else tmp_path_factory.mktemp("shots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def snap(page, shots: Path, name: str, *selectors: str) -> None:
+    """A small PNG of the part of the page from the first selector's top to the last's bottom."""
+    page.locator(selectors[0]).first.scroll_into_view_if_needed()
+    scroll = page.evaluate("() => [window.scrollX, window.scrollY]")  # boxes are the viewport's, the clip the page's
+    boxes = [page.locator(s).first.bounding_box() for s in selectors]
+    boxes = [{**b, "x": b["x"] + scroll[0], "y": b["y"] + scroll[1]} for b in boxes]
+    top, bottom = min(b["y"] for b in boxes), max(b["y"] + b["height"] for b in boxes)
+    left, right = min(b["x"] for b in boxes), max(b["x"] + b["width"] for b in boxes)
+    page.screenshot(path=str(shots / name), full_page=True,
+                    clip={"x": left, "y": top, "width": right - left, "height": bottom - top})
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +92,7 @@ def card_text(page) -> str:
     return page.locator("#cards .card .committed").first.inner_text()
 
 
-def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, server):
+def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, server, shots):
     run_one(page, "add 12+34", seed=3)
     first = page.locator("#cards .card .ctok[data-pos='0']")
     piece = first.get_attribute("data-piece")
@@ -83,6 +105,7 @@ def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, serve
     api = Client(server.url, verbose=False).predict(
         ["add 12+34"], {"seed": 3, "greedy": True, "pins": {"0": piece, "1": "9"}}, api_name="/generate")
     assert api["outputs"][0]["text"] == text  # the same call through the page and the API
+    snap(page, shots, "first-canvas.png", "#start", "#cards")
     summary = page.inner_text("#status")
     assert "tokens per forward" in summary and "tokens/s" in summary and "peak sampler memory" in summary
     page.fill("#pins textarea", "")
@@ -90,9 +113,10 @@ def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, serve
     assert not page.errors, page.errors
 
 
-def test_refine_runs_the_card_again_from_its_text(page, server):
+def test_refine_runs_the_card_again_from_its_text(page, server, shots):
     run_one(page, "count 3 to 9", seed=11)
     refine = page.locator("#cards .card button.refine")
+    snap(page, shots, "refine.png", "#status", "#cards .card")
     start, seed = refine.get_attribute("data-start"), int(refine.get_attribute("data-seed"))
     assert seed == 11 and start == card_text(page)[: len(start)]
     page.get_by_label("Prompts, one per line").fill("add 1+1")  # Refine runs the card's prompt, not the box's
@@ -114,7 +138,7 @@ def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
     page.fill("#pins textarea", "")
 
 
-def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server):
+def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server, shots):
     from dgemma.recording import load
 
     page.get_by_label("Prompts, one per line").fill("add 12+34\nreverse hello")
@@ -129,6 +153,7 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
     for side in ("a", "b"):
         assert page.locator(f"#compare-cards-{side} .card.status-done").count() == 2
         assert page.locator(f"#compare-entropy-{side} .scatterlayer .trace").count() == 2
+    snap(page, shots, "compare.png", "#compare")
     table = page.inner_text("#compare-table")
     for label in ("denoising steps", "tokens/s", "tokens per forward", "peak sampler memory"):
         assert label in table, table
@@ -138,6 +163,8 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
     recording = load(Path(download.value.path()).read_bytes())
     assert recording.header["settings"]["options"] == {"tiling": "off", "sampler": "chunked", "memory_budget": None}
     texts = [page.locator(f"#compare-cards-a .card .committed").nth(i).inner_text() for i in range(2)]
-    api = Client(server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True}, api_name="/generate")
+    seed = int(page.locator("#compare-cards-a .card .card-head").first.inner_text().split("seed")[1].split()[0])
+    api = Client(server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True, "seed": seed},
+                                                    api_name="/generate")
     assert [o["text"] for o in api["outputs"]] == texts
     assert not page.errors, page.errors

@@ -71,7 +71,7 @@ def build() -> FirstCanvas:
             pins = gr.Textbox(label="Pins (position=token, one per line)", elem_id="pins", lines=2, scale=2,
                               placeholder="0=4", info="held for the whole denoising; click a finished card's token to add it")
             template = gr.Textbox(label="Template", elem_id="template", scale=2, placeholder="4|_|_|1",
-                                  info="cells by |, an empty or \\_ cell is free: 4|\\_|\\_|1 pins 0 to 4 and 3 to 1")
+                                  info="one cell per position, split by |; an empty cell or an underscore leaves it free")
     refine_request = gr.Textbox(elem_id="refine-request", elem_classes="hidden-input", show_label=False, container=False)
     refine_run = gr.Button("refine", elem_id="refine-run", elem_classes="hidden-input")
     return FirstCanvas(start, pins, template, refine_request, refine_run)
