@@ -88,3 +88,21 @@ def test_a_start_longer_than_the_canvas_is_refused_with_one_sentence(engine):
     final = engine.submit("add 1+2", max_new_tokens=16, start="1 2 3 4 5 6 7 8 9").result(30)
     assert final.status == "error"
     assert final.error == "the start text is 17 tokens but the canvas holds 16; shorten it to the first canvas"
+
+
+def test_a_started_and_pinned_request_gives_the_same_tokens_alone_and_among_others(embedded_model):
+    from dgemma.bench.engine import bench_prompts
+
+    def sampled(seed: int) -> SamplingParams:
+        return SamplingParams.from_generation_config(embedded_model.model.generation_config, seed=seed)
+
+    target = dict(prompt="count 12 to 20", params=sampled(5), max_new_tokens=MAX_NEW_TOKENS, start="12 1", pins={3: "3"})
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8, tiling=2)) as eng:
+        alone = eng.submit(**target).result(120)
+        others = [eng.submit(p, sampled(100 + i), MAX_NEW_TOKENS, pins={i % 16: "7"}, start="9" * (i % 4))
+                  for i, p in enumerate(bench_prompts(10))]
+        together = eng.submit(**target).result(120)
+        assert all(h.result(120).status == "done" for h in others)
+    assert alone.status == together.status == "done"
+    assert alone.text[3] == "3"  # the pin holds
+    assert (together.token_ids, together.steps, together.extra["logprobs"]) == (alone.token_ids, alone.steps, alone.extra["logprobs"])
