@@ -8,24 +8,16 @@ README.md shows, run with DGEMMA_SCREENSHOTS=assets/screenshots.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import MODEL_ARGS, shared
+from browser_page import chromium_page
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture; DGEMMA_SCREENSHOTS)
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    folder = ROOT / os.environ["DGEMMA_SCREENSHOTS"] if os.environ.get("DGEMMA_SCREENSHOTS") else tmp_path_factory.mktemp("shots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def snap(page, shots: Path, name: str, *selectors: str) -> None:
@@ -47,22 +39,9 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(server):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"chromium not found at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-        )
-        page = browser.new_page(viewport={"width": 1360, "height": 1000})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server.url, wait_until="load")
+    with chromium_page(server.url) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=60_000)
-        page.errors = errors
         yield page
-        browser.close()
 
 
 def run_one(page, prompt: str, seed: int) -> None:

@@ -138,10 +138,13 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
         seconds = [0.0, 0.0]
         shown = [render_board(boards[0]), render_board(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
         for i, (side, checked) in enumerate(zip(sides, settings)):
+            handle = None
             try:
                 handle = backend.start(batch, checked)
-                sessions.add(session, handle)
+                sessions.add(session, handle)  # the session's cap on waiting requests holds here too
             except ValueError as err:
+                if handle is not None:
+                    handle.close()
                 yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(str(err))}</div>', *[gr.skip()] * 6]
                 return
             handle.recording = side.start(run_header(backend.info(), checked, batch))
