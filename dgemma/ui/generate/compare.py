@@ -152,7 +152,9 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
             try:
                 for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, boards[i]):
                     shown[i] = render_board(board)
-                    if board.finished:
+                    if board.finished:  # the side's figures in its file's end line, as any run's
+                        side.recording.summary = run_summary([v.metrics for v in board.requests.values()],
+                                                             time.monotonic() - started)
                         shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), playback.finished(side)
                     yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
             finally:

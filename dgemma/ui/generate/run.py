@@ -22,7 +22,7 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import playback
 from dgemma.ui.generate.controls import Controls, raw_settings
 from dgemma.ui.generate.first_canvas import FirstCanvas, canvas_settings, refine_request
-from dgemma.ui.generate.status import failed_status, finished_status, run_status
+from dgemma.ui.generate.status import board_summary, failed_status, finished_status, run_status
 from dgemma.ui.stream import frames
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,8 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
     shown = -1
     try:
         for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+            if board.finished:  # the run's figures go in its file's end line, and under the status line
+                summary = played.recording.summary = board_summary(board, started)
             kept = playback.finished(played) if board.finished else gr.skip()
             if not played.follow:  # the user has the slider: the view is theirs
                 yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
@@ -150,7 +152,7 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
                     charts.append(plot(figure(board)))
                 else:
                     charts.append(gr.skip())
-            line = finished_status(board, started) if board.finished else run_status(board, started)
+            line = finished_status(board, started, summary) if board.finished else run_status(board, started)
             yield render_board(board), *charts, line, playback.live_slider(played), kept
     except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
         # One sentence where the user looks: the status line, and every card it stopped.

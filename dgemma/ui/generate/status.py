@@ -17,9 +17,13 @@ def run_status(board: Board, started: float) -> str:
     return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
 
 
-def finished_status(board: Board, started: float) -> str:
+def board_summary(board: Board, started: float) -> dict:
+    """The run's quoted figures (dgemma/metrics.py) from its cards' final events and its wall time."""
+    return run_summary([view.metrics for view in board.requests.values()], time.monotonic() - started)
+
+
+def finished_status(board: Board, started: float, summary: dict) -> str:
     """The line when a run has ended, and under it the run summary: the figures people quote."""
-    summary = run_summary([view.metrics for view in board.requests.values()], time.monotonic() - started)
     return f"{run_status(board, started)}\n\n**Run summary:** {summary_line(summary)}"
 
 
