@@ -1,5 +1,6 @@
 """Where a click becomes engine work: Run submits one call's prompts through the Backend and streams
-its cards, charts and status line (recording it for playback); Stop cancels the session's requests."""
+its cards, charts and status line (recording it for playback); a finished card's Refine runs its
+prompt and seed again from its text; Stop cancels the session's requests."""
 
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
                   seed_, greedy_, start, pins, template)
         try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
             prompt, seed, start = refine_request(card)
-            _, raw = panel(*fields)
-            batch, raw = [prompt], {**raw, "seed": seed, "start": start}
+            batch, raw = panel(prompt, 1, *fields[2:])  # the card's prompt alone, whatever the prompts box holds
+            raw = {**raw, "seed": seed, "start": start}
         except ValueError as err:
             yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
             return
