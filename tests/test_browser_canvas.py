@@ -109,6 +109,7 @@ def test_refine_runs_the_card_again_from_its_text(page, server, shots):
 
 
 def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
+    page.get_by_label("Prompts, one per line").fill("add 1+2")
     page.fill("#pins textarea", "99=a")
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.includes('outside the canvas')",
