@@ -130,7 +130,7 @@ def _fail(message: str) -> int:
 
 def _keeping(args: argparse.Namespace):
     """Where the page keeps visitors' run files (args.files) and the cap on runs held in memory."""
-    from dgemma.held_runs import HeldRuns
+    from dgemma.serving.held_runs import HeldRuns
     from dgemma.memory import parse_size
     from dgemma.ui.generate.keep import Keeping
 
@@ -138,10 +138,10 @@ def _keeping(args: argparse.Namespace):
 
 
 def _open_files(args: argparse.Namespace) -> None:
-    """The app's directory for visitors' files (dgemma/runfiles.py), before Gradio is imported: its
+    """The app's directory for visitors' files (dgemma/serving/runfiles.py), before Gradio is imported: its
     upload folder is that directory. Kept on `args` for the launch (`args.files`)."""
     from dgemma.memory import parse_size
-    from dgemma.runfiles import RunFiles
+    from dgemma.serving.runfiles import RunFiles
 
     parent = os.environ.get("GRADIO_TEMP_DIR")  # one set by the user is where the directory goes
     args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent).start()
@@ -150,11 +150,11 @@ def _open_files(args: argparse.Namespace) -> None:
 
 def _upload_limits(demo, args: argparse.Namespace) -> dict:
     """launch()'s arguments that size uploads: Gradio's own cap (the page checks it before sending),
-    and the guard that sizes every upload before a byte is stored (dgemma/upload_guard.py)."""
+    and the guard that sizes every upload before a byte is stored (dgemma/serving/upload_guard.py)."""
     from starlette.middleware import Middleware
 
     from dgemma.recording import MAX_FILE_BYTES
-    from dgemma.upload_guard import UploadGuard
+    from dgemma.serving.upload_guard import UploadGuard
 
     files = args.files
     largest = min(MAX_FILE_BYTES, files.max_bytes)

@@ -48,6 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sampler", help="sampler step: reference (default; eager, ~2 fp32 vocab copies per request) "
                                      "or chunked (streams the vocabulary)")
     p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
+    p.add_argument("--start", help="text the first canvas starts from (its tokens from position 0; "
+                                   "transformers' decoder_input_ids), for every prompt")
+    p.add_argument("--pin", action="append", default=[], metavar="POSITION=TEXT",
+                   help="hold the first canvas's POSITION at the one-token TEXT for the whole denoising (repeatable)")
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
     p.add_argument("--record", metavar="FILE", help="also save the run, every step of every request, as the app's "
                                                     "run file (JSON lines; the app's 'Load a run' replays it)")
@@ -69,7 +73,19 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
 
 def raw_settings(args: argparse.Namespace) -> dict[str, object]:
     """The settings flags by their setting names; None where a flag was not given."""
-    return {name: getattr(args, name) for name in NAMES}
+    flags = {name: getattr(args, name) for name in NAMES if name != "pins"}
+    return {**flags, "pins": pins_from_flags(args.pin)}
+
+
+def pins_from_flags(flags: list[str]) -> dict[str, str] | None:
+    """--pin POSITION=TEXT flags as the settings' {position: text} (the text may hold '=')."""
+    pins: dict[str, str] = {}
+    for flag in flags:
+        position, sep, text = flag.partition("=")
+        if not sep or not position.strip():
+            raise ValueError(f"--pin takes POSITION=TEXT (for example --pin 3=x), got {flag[:40]!r}")
+        pins[position.strip()] = text
+    return pins or None
 
 
 def early_check(raw: dict[str, object]) -> dict[str, object]:
@@ -96,6 +112,7 @@ def run(argv: list[str] | None = None) -> int:
 
     from dgemma.engine import Engine, EngineConfig, EngineError, plan_dict
     from dgemma.events import TilePlan
+    from dgemma.metrics import run_summary, summary_line
     from dgemma.model.loading import ModelLoadError, load_model
     from dgemma.recording import Recording, run_header
 
@@ -108,6 +125,10 @@ def run(argv: list[str] | None = None) -> int:
         engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling,
                                              sampler=options.sampler, memory_budget=options.memory_budget))
         params = [settings.request_params(i) for i in range(len(prompts))]
+        # --start and --pin against the model (one token a pin, inside the canvas) before anything runs.
+        problem = settings.canvas_problem(len(prompts), loaded.canvas_length, loaded.encode_text)
+        if problem:
+            raise ValueError(problem)
     except (ModelLoadError, EngineError, ValueError) as err:
         return _fail(str(err), EXIT_USAGE)
 
@@ -116,8 +137,8 @@ def run(argv: list[str] | None = None) -> int:
     recording = Recording(run_header({**loaded.facts(), "max_num_seqs": args.max_num_seqs}, settings, prompts))
     started = time.monotonic()
     # Submit everything before the engine thread starts, so the first step admits a full batch.
-    handles = [engine.submit(p, q, settings.max_new_tokens, stream_steps=record is not None)
-               for p, q in zip(prompts, params)]
+    handles = [engine.submit(p, q, settings.max_new_tokens, stream_steps=record is not None, **settings.request_canvas(i))
+               for i, (p, q) in enumerate(zip(prompts, params))]
     tile_plans: list[TilePlan] = []
     with engine:
         while True:  # read as the run goes: the recording keeps frames compactly, the mailbox would not
@@ -129,7 +150,9 @@ def run(argv: list[str] | None = None) -> int:
                 break
         finals = [h.result() for h in handles]
     wall = time.monotonic() - started
+    figures = run_summary([f.extra.get("metrics") for f in finals], wall)
     if record is not None:
+        recording.summary = figures
         with record:
             record.writelines(recording.lines())
 
@@ -142,7 +165,8 @@ def run(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(dict(prompt=final.prompt, text=final.text, token_ids=list(final.token_ids),
                                   steps=final.steps, canvases=final.canvases, seed=final.seed,
-                                  status=final.status, error=final.error, warning=notes[i])))
+                                  status=final.status, error=final.error, warning=notes[i],
+                                  metrics=final.extra.get("metrics"))))
         elif final.status == "done":
             print(f"{final.prompt}\t->\t{final.text}")
     canvas_tokens = sum(f.canvases for f in finals) * loaded.canvas_length
@@ -151,6 +175,7 @@ def run(argv: list[str] | None = None) -> int:
         canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
         max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
         engine=dict(engine.stats),  # steps, decoder calls and splits, preemptions
+        metrics=figures,  # tokens/s, tokens per forward, steps per canvas, decoder/sampler shares, peak sampler memory
         tile_plans=[plan_dict(p) for p in tile_plans],
     )
     if args.json:
@@ -158,6 +183,7 @@ def run(argv: list[str] | None = None) -> int:
     else:
         print(f"{len(finals)} requests, {failed} failed, {wall:.2f} s, "
               f"{summary['canvas_tokens_per_s']} canvas tokens/s, {len(tile_plans)} sampler calls", file=sys.stderr)
+        print(summary_line(figures), file=sys.stderr)
     return EXIT_REQUEST_FAILED if failed else 0
 
 

@@ -18,8 +18,9 @@ its file is 127 MB (`python -m dgemma.bench recording`). Frames past the bound a
 
 File (JSON lines, UTF-8): a header line {"format": "dgemma-run", "version": 1, model, settings,
 prompts, seeds, versions, ...}; one line per event {"type": "step" | "request" | "plan", ...};
-an end line {"end": {"events", "steps", "dropped_frames", "pieces", "sha256"}} whose sha256 covers
-every byte before it. `load` refuses a foreign, truncated or edited file with one sentence.
+an end line {"end": {"events", "steps", "dropped_frames", "pieces", "sha256", "summary"}} whose sha256
+covers every byte before it; "summary" (when the run ended) holds the run's quoted figures
+(dgemma/metrics.py), each request's own are in its final event's extra["metrics"]. `load` refuses a foreign, truncated or edited file with one sentence.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def run_header(model: dict[str, Any], settings: Settings | None, prompts: list[s
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {k: v for k, v in model.items() if k in MODEL_KEYS},
-        "settings": asdict(settings) if settings is not None else {}, "prompts": list(prompts), "seeds": seeds,
+        # As JSON has them (tuples as lists), so a loaded header equals the one written.
+        "settings": json.loads(json.dumps(asdict(settings))) if settings is not None else {}, "prompts": list(prompts), "seeds": seeds,
         "versions": package_versions(), "max_positions": MAX_POSITIONS,
     }  # fmt: skip
 
@@ -113,6 +115,7 @@ class Recording:
         self._items: list[_Frame | RequestEvent | TilePlan] = []
         self._pieces: dict[int, str] = {}
         self._plan_at: list[int] = []  # index in _items of each TilePlan: step k ends before _plan_at[k]
+        self.summary: dict | None = None  # the run's quoted figures (dgemma/metrics.py), for the end line
 
     # ---------------------------------------------------------------- recording
 
@@ -188,6 +191,8 @@ class Recording:
             yield line
         end = {"events": count - 1, "steps": self.steps, "dropped_frames": self.dropped_frames,
                "pieces": {str(k): v for k, v in sorted(self._pieces.items())}, "sha256": digest.hexdigest()}
+        if self.summary is not None:
+            end["summary"] = self.summary
         yield json.dumps({"end": end}, ensure_ascii=False) + "\n"
 
     def text(self) -> str:
@@ -320,6 +325,8 @@ def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
             recording.add(_decode(json.loads(data[at:line_end]), pieces))
             at = line_end + 1
         recording.dropped_frames += int(end.get("dropped_frames", 0))
+        summary = end.get("summary")
+        recording.summary = dict(summary) if summary is not None else None
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         # The checksum matched, so the file is as written: a writer this app does not understand.
         raise RecordingError(f"This run file's events cannot be read by this app ({str(err)[:80]}).") from None

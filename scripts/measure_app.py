@@ -153,7 +153,7 @@ def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
 
     prober = threading.Thread(target=probe, daemon=True)
     job = client.submit(prompts, requests, "auto", 4, "", "reference", max_new_tokens, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False,
-                        api_name="/generate_stream")
+                        "", "", "", api_name="/generate_stream")
     t0 = time.monotonic()
     prober.start()
     stamps = []

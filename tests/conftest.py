@@ -37,6 +37,7 @@ TINY_VISION = dict(
 # A module whose every test starts a real process or a browser carries that kind.
 KIND_BY_MODULE = {
     "test_app_api": "server",
+    "test_app_api_canvas": "server",
     "test_load": "server",
     "test_soak": "server",
     "test_bench_sampler": "server",
@@ -44,6 +45,7 @@ KIND_BY_MODULE = {
     "test_startup": "server",
     "test_gpu_check": "server",
     "test_browser": "browser",
+    "test_browser_canvas": "browser",
     "test_playback": "browser",
     "test_hostile": "browser",
     "test_embedded_model": "embedded",

@@ -150,7 +150,7 @@ def test_the_teaching_model_warns_about_a_prompt_outside_its_families(client):
 
 
 def test_bad_run_input_is_one_sentence_in_the_status_line(server):
-    inputs = ("add 12+34", 1, "auto", 4, "", "reference", 16, 8, 0.9, 0.2, 0.1, 0.005, 1, 0, False)  # t_min > t_max
+    inputs = ("add 12+34", 1, "auto", 4, "", "reference", 16, 8, 0.9, 0.2, 0.1, 0.005, 1, 0, False, "", "", "")  # t_min > t_max
     frames = list(Client(server.url, verbose=False).submit(*inputs, api_name="/generate_stream"))
     status = frames[-1][3]
     assert "must not be below" in status and "\n" not in status.strip(), status
@@ -165,7 +165,7 @@ def test_settings_pick_the_sampler_step_and_tiling(client):
 
 def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
     job = Client(url, verbose=False).submit(
-        text, n, "auto", 4, "", "reference", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, api_name="/generate_stream"
+        text, n, "auto", 4, "", "reference", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, "", "", "", api_name="/generate_stream"
     )
     frames = list(job)
     seen[key] = frames

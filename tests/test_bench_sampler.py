@@ -43,6 +43,18 @@ def test_seed_baseline_prints_time_ratios_and_the_floor():
     assert rows["chunked", "tiled"]["identical_to_reference"] is True
 
 
+def test_pins_add_a_pinned_row_timed_against_the_tiled_step():
+    result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "3", "--hidden", "16",
+                   "--impl", "reference", "chunked", "--pins", "--repeats", "1", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {(row["impl"], row["mode"]): row for row in map(json.loads, result.stdout.splitlines())}
+    for impl in ("reference", "chunked"):
+        pinned, tiled = rows[impl, "pinned"], rows[impl, "tiled"]
+        assert pinned["time_ratio_pinned_vs_tiled"] == round(pinned["seconds"] / tiled["seconds"], 3)
+        # Pins add only their own [n, CL] rows (int64 tokens, a mask) to the step's transient.
+        assert 0 <= pinned["peak_transient_bytes"] - tiled["peak_transient_bytes"] <= 3 * 8 * (8 + 8)
+
+
 def test_real_run_reports_time_and_identical_tokens():
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "16", "--num-decode", "6",
                    "--budget", "2MiB", "--repeats", "1", "--json")  # fmt: skip

@@ -9,16 +9,15 @@ run with DGEMMA_SCREENSHOTS=assets/screenshots (a plain test run never touches t
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from app_server import MODEL_ARGS, ROOT, shared
+from browser_page import CHROMIUM, chromium_page  # noqa: F401  (test_playback takes CHROMIUM from here)
 from vanishing import BOUND_S, wait_until
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
 
 
@@ -31,25 +30,12 @@ def shots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
-    from playwright.sync_api import sync_playwright
-
     server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-        )
-        page = browser.new_page(viewport={"width": 1360, "height": 1000})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(server.url, wait_until="load")
+    with chromium_page(server.url) as page:
         for selector in ("#run", "#cards", "#status", "#entropy-plot", "#tile-plot"):  # the whole page is up
             page.wait_for_selector(selector, timeout=60_000)
-        page.errors = errors
         page.server = server
         yield page
-        browser.close()
 
 
 # Records, for every card, the canvas shown at every step the page displayed: frames can come

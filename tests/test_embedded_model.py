@@ -53,6 +53,16 @@ def test_eval_json_prints_a_row_per_family_then_the_summary(capsys):
     assert "lexicon_fraction" in lines[1] and "summary" in lines[-1]
 
 
+def test_eval_pins_reports_answers_with_a_right_and_a_wrong_token_pinned(capsys):
+    assert evaluation.main(["--json", "--impl", "engine", "--n", "4", "--families", "add", "prose", "--pins"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    pinned = [row for row in lines if row.get("impl") == "engine-pinned"]
+    assert [row["family"] for row in pinned] == ["add"]  # only checkable families have a right token
+    row = pinned[0]
+    assert row["n"] == 4 and row["pinned_wrong_held"] == 1.0  # a pin holds even when it is wrong
+    assert 0 <= row["pinned_wrong_rest_correct"] <= 1 and 0 <= row["pinned_correct_exact_match"] <= 1
+
+
 def test_eval_rejects_a_bad_model_dir_with_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         evaluation.parse_args(["--model", str(tmp_path)])

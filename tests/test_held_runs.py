@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-from dgemma.held_runs import EVICTED, HeldRuns, Reserved, recording_bound
+from dgemma.serving.held_runs import EVICTED, HeldRuns, Reserved, recording_bound
 from dgemma.recording import MAX_POSITIONS, load
 from dgemma.ui.board import fold, held_bytes
 from dgemma.ui.generate.playback import Playback, view
@@ -110,7 +110,7 @@ def test_holding_runs_of_many_sessions_costs_little(sessions):
 def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path):
     """keep.finished counts the run and writes its file while the run is still live: the stream's last
     frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
-    from dgemma.runfiles import RunFiles
+    from dgemma.serving.runfiles import RunFiles
     from dgemma.ui.generate.keep import Keeping, finished
 
     keeping = Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1))

@@ -14,7 +14,7 @@ import pytest
 
 from app_server import MODEL_ARGS, launch
 from dgemma.bench.hostile import CHROMIUM, DOWNLOAD_READY, disk_bytes, run_hostile, upload
-from dgemma.held_runs import EVICTED
+from dgemma.serving.held_runs import EVICTED
 
 AGE_S = 20
 MiB = 2**20

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from dgemma.runfiles import LOCK, PREFIX, RunFiles, remove_abandoned
-from dgemma.upload_guard import FORM_OVERHEAD, UploadGuard
+from dgemma.serving.runfiles import LOCK, PREFIX, RunFiles, remove_abandoned
+from dgemma.serving.upload_guard import FORM_OVERHEAD, UploadGuard
 
 MiB = 2**20
 
@@ -46,7 +46,7 @@ def test_a_start_begins_with_an_empty_directory_of_its_own(tmp_path):
 
 
 def test_the_directory_of_an_app_that_is_still_running_is_left_alone_and_that_of_one_gone_removed(tmp_path):
-    holder = ("import sys, time; from dgemma.runfiles import RunFiles; "
+    holder = ("import sys, time; from dgemma.serving.runfiles import RunFiles; "
               "f = RunFiles.for_this_start(2**20, 60, parent=sys.argv[1]); print(f.root, flush=True); time.sleep(60)")
     running = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -84,9 +84,9 @@ def test_past_the_total_cap_the_oldest_files_go_first(files):
 
 
 def test_past_the_most_files_the_oldest_go_first(files, monkeypatch):
-    import dgemma.runfiles
+    import dgemma.serving.runfiles
 
-    monkeypatch.setattr(dgemma.runfiles, "MAX_FILES", 3)
+    monkeypatch.setattr(dgemma.serving.runfiles, "MAX_FILES", 3)
     paths = []
     for i in range(5):
         paths.append(files.save(f"tab {i}", writer(10)))
@@ -196,7 +196,7 @@ def test_requests_that_are_not_uploads_pass_untouched(files):
 def test_an_uploaded_run_file_is_read_and_removed_and_so_is_one_that_is_not_a_run(files):
     import gradio as gr
 
-    from dgemma.held_runs import HeldRuns
+    from dgemma.serving.held_runs import HeldRuns
     from dgemma.recording import Recording
     from dgemma.ui.generate.keep import Keeping, read_upload
 

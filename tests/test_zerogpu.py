@@ -136,7 +136,7 @@ def test_a_quota_error_reaches_the_caller_as_one_sentence(client, sim_dir):
 
 
 def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_cards(client, sim_dir):
-    inputs = ["add 12+34", 2, "auto", 4, "", "reference", 16, 8, 0.4, 0.8, 0.1, 0.005, 1, 0, False]
+    inputs = ["add 12+34", 2, "auto", 4, "", "reference", 16, 8, 0.4, 0.8, 0.1, 0.005, 1, 0, False, "", "", ""]
     (sim_dir / "quota").touch()
     try:
         frames = list(client.submit(*inputs, api_name="/generate_stream"))
@@ -149,7 +149,7 @@ def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_ca
 
 def test_closing_a_stream_ends_the_workers_loop(server, client):
     # Stability 8 and a tiny confidence threshold: a canvas takes (nearly) all 32 steps, the run minutes.
-    inputs = ["\n".join(PROMPTS), 8, "auto", 4, "", "reference", 256, 32, 0.4, 0.8, 0.1, 1e-6, 8, 7, False]
+    inputs = ["\n".join(PROMPTS), 8, "auto", 4, "", "reference", 256, 32, 0.4, 0.8, 0.1, 1e-6, 8, 7, False, "", "", ""]
     job = client.submit(*inputs, api_name="/generate_stream")
     deadline = time.monotonic() + 120
     while len(job.outputs()) < 2 and time.monotonic() < deadline:  # streaming from the worker

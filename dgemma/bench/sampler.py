@@ -12,6 +12,10 @@ pays) plus one softmax and the self-conditioning matmul, the least any step can 
 same interleaved rounds as our rows (the seed's step runs its repeats after them), and
 `time_ratio_vs_floor`.
 
+--pins adds a "pinned" row per implementation: the tiled step where every request started from
+text (half its canvas) and pins every fourth position, and `time_ratio_pinned_vs_tiled` against
+the same step without them (docs/benchmarks.md: what pins and starts cost).
+
 --meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
 of transient) cost no memory, and the tracker still counts every byte the step allocates.
 """
@@ -30,6 +34,7 @@ from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
 from dgemma.sampling import SAMPLER_STEPS, LMHead, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
+from dgemma.sampling.start import CanvasStart
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
 
@@ -94,9 +99,17 @@ def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch
     )  # fmt: skip
 
 
-def _start(sampler: TiledSampler, case: Case) -> None:
+def _start(sampler: TiledSampler, case: Case, pinned: bool = False) -> None:
     for slot in range(case.num_decode):
-        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy), 0)
+        start = _canvas_start(case, slot) if pinned else None
+        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy), 0, start)
+
+
+def _canvas_start(case: Case, slot: int) -> CanvasStart:
+    """A request that starts from text over half its canvas and pins every fourth position."""
+    CL, V = case.canvas_length, case.vocab
+    tokens = tuple((slot + i) % V for i in range(CL // 2))
+    return CanvasStart(tokens, tuple((p, (7 * p + slot) % V) for p in range(0, CL, 4)))
 
 
 class _Config:
@@ -135,7 +148,7 @@ class _Config:
     def _step(self, track: bool) -> float:
         case, inputs = self.case, self.inputs
         sampler = self._sampler(track)  # (CUDA: sets this mode's memory cap)
-        _start(sampler, case)
+        _start(sampler, case, pinned=self.mode == "pinned")
         sampler.calibration()  # measured once per sampler (on meta tensors): not part of a step
         slots = list(range(case.num_decode))
         if case.device.type == "cuda":
@@ -224,22 +237,23 @@ class _Floor:
         self.times.append(self.case.now() - t0)
 
 
-def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[dict]:
+def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bool = False) -> list[dict]:
     """Rows for one num_decode: (impl, untiled) and (impl, tiled) for each implementation, after
-    the seed's step (untiled only) when `baseline` is "seed"."""
+    the seed's step (untiled only) when `baseline` is "seed", and (impl, pinned) with `pins`."""
     inputs = _inputs(case)
     seed = [_Config(case, "seed", "untiled", inputs)] if baseline == "seed" else []
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
+    pinned = [_Config(case, impl, "pinned", inputs) for impl in impls] if pins else []
     floor = _Floor(case, inputs)
     if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
-        for config in seed + configs:
+        for config in seed + configs + pinned:
             config.measure()
     # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
     # order each round (ABCD BCDA ...): no config always runs right after another. The seed's
     # step runs its repeats after all of them: its gigabytes of fresh pages slowed whatever ran
     # next (by a quarter, in hand timings of the reference at 16 x 32 on two threads), and its
     # own ratios are far from 1, where that is noise.
-    timed = configs + ([] if case.meta else [floor])
+    timed = configs + pinned + ([] if case.meta else [floor])
     for round_ in range(1 if case.meta else case.repeats):
         for i in range(len(timed)):
             timed[(round_ + i) % len(timed)].run_once()
@@ -259,6 +273,11 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None) -> list[
                 untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline_row["seconds"], 3)
         if untiled["seconds"] and tiled["seconds"]:
             tiled["time_ratio_tiled_vs_untiled"] = round(tiled["seconds"] / untiled["seconds"], 3)
+    for config, tiled in zip(pinned, rows[1::2]):
+        row = config.row()  # its tokens differ by design: it holds pins
+        if row["seconds"] and tiled["seconds"]:
+            row["time_ratio_pinned_vs_tiled"] = round(row["seconds"] / tiled["seconds"], 3)
+        rows.append(row)
     seed_rows = [config.row() for config in seed]
     for row in rows:
         if seed_rows and seed_rows[0]["seconds"] and row["seconds"]:
@@ -290,7 +309,7 @@ def _table(rows: list[dict]) -> str:
         return "-" if value is None else format(value, spec) if spec else str(value)
 
     head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
-            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6}")  # fmt: skip
+            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6} {'p/t':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
@@ -298,7 +317,8 @@ def _table(rows: list[dict]) -> str:
             f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
             f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r['identical_to_untiled'], ''):>8} "
             f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
-            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6}"
+            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6} "
+            f"{fmt(r.get('time_ratio_pinned_vs_tiled'), '.3f'):>6}"
         )
     return "\n".join(lines)
 
@@ -317,6 +337,7 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
+    p.add_argument("--pins", action="store_true", help="also time the tiled step with starts and pins (a 'pinned' row)")
     p.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall: elapsed seconds; cpu: the process's CPU seconds, all threads (steadier on shared cores)")
@@ -348,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size,
                     args.clock)
         _check_fits_in_ram(case)
-        for row in run_case(case, args.impl, args.baseline):
+        for row in run_case(case, args.impl, args.baseline, args.pins):
             rows.append(row)
             if args.json:
                 print(json.dumps(row), flush=True)

@@ -124,8 +124,10 @@ def generate_transformers(
 
 
 def generate_engine(
-    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int, sampler: str = "reference"
+    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int, sampler: str = "reference",
+    pins: list[dict[int, str]] | None = None,
 ) -> list[Generation]:
+    """The engine's generations; `pins` (one {position: piece} per prompt) holds tokens of the first canvas."""
     # Imported here: the engine is another room, and the transformers impl must not depend on it.
     from dgemma.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
@@ -143,7 +145,8 @@ def generate_engine(
     results = []
     with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), sampler=sampler)).start() as engine:
         handles = [
-            engine.submit(prompt, SamplingParams(**params, seed=seed + i), config.max_new_tokens, stream_steps=False)
+            engine.submit(prompt, SamplingParams(**params, seed=seed + i), config.max_new_tokens, stream_steps=False,
+                          pins=pins[i] if pins else None)
             for i, prompt in enumerate(prompts)
         ]
         for handle in handles:
@@ -252,6 +255,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed for the sampler's randomness")
     parser.add_argument("--show", type=int, default=0, help="print this many generations per family")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--pins", action="store_true", help="also run the engine with a right and a wrong token "
+                        "pinned in each checkable answer (dgemma/embedded/pinned.py)")
     tuning = parser.add_argument_group("generation overrides (default: the model's generation_config.json)")
     tuning.add_argument("--max-denoising-steps", type=int)
     tuning.add_argument("--t-min", type=float)
@@ -301,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row) if args.json else _format_row(row), flush=True)
         summary = summarize(rows)
         print(json.dumps({"summary": summary}) if args.json else _format_row({**summary, "family": "SUMMARY"}))
+    if args.pins:
+        from dgemma.embedded.pinned import pinned_rows
+
+        for row in pinned_rows(generate_engine, args.model, args.families, args.n, config, args.seed, model.config.canvas_length):
+            print(json.dumps(row) if args.json else _format_row(row), flush=True)
     if "engine" in texts and "engine-chunked" in texts:
         # The chunked sampler projects per vocab chunk: a matmul's blocking may change a bit.
         mismatch = {"mismatch": {"a": "engine", "b": "engine-chunked", **mismatch_per_million(texts["engine"], texts["engine-chunked"])}}

@@ -14,6 +14,7 @@ import itertools
 import math
 import threading
 from collections import deque
+from collections.abc import Mapping
 
 from dgemma.engine.config import EngineConfig, EngineError
 from dgemma.engine.lifecycle import Lifecycle
@@ -28,6 +29,7 @@ from dgemma.memory import MemoryDevice, format_bytes, memory_for, parse_size
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling import RunOptions, SamplingParams
+from dgemma.sampling.start import resolve_start
 
 
 class EngineCore:
@@ -52,13 +54,15 @@ class EngineCore:
             self.resident.hold(loaded.weight_bytes, "the model weights")
         except Exception:  # noqa: BLE001 - torch.OutOfMemoryError from a budget below the weights
             raise EngineError(self.resident.refuse_to_start(loaded.weight_bytes, "the model weights")) from None
-        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0, preemptions=0)
+        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0, preemptions=0,
+                          decoder_seconds=0.0, sampler_seconds=0.0)
         self.detok = Detokenizer(loaded.tokenizer)
         self.subscribers = Subscribers()
         self.scheduler = Scheduler(config.max_num_seqs)
         self.samplers = SamplerPool(loaded, config.max_num_seqs, self.memory, self.resident)
         self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
-                                   set(loaded.eos_token_ids), self.stats, self._forget_session)
+                                   set(loaded.eos_token_ids), self.stats, self._forget_session,
+                                   loaded.tokenizer.pad_token_id)
         self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
                                   loaded.tokenizer.pad_token_id or 0, self.stats)
         self._limits = Limits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
@@ -73,9 +77,13 @@ class EngineCore:
     # ------------------------------------------------------------------ the thread-safe API
 
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
-               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None
-               ) -> RequestHandle:
-        """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong."""
+               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
+               start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
+        """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong.
+
+        `start`: text whose tokens fill the first canvas from position 0 (transformers'
+        `decoder_input_ids`); `pins`: {position: piece} held in the first canvas throughout
+        (dgemma/sampling/start.py)."""
         params = params if params is not None else self.default_params
         options = options if options is not None else self.default_options
         rid = next(self._ids)
@@ -83,8 +91,12 @@ class EngineCore:
         handle = RequestHandle(self.cancel, rid, prompt_text, session, getattr(params, "seed", 0))
         error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
         error = error or self.check_options(options)
+        if not error:
+            error, canvas_start = resolve_start(start, pins, self.loaded.canvas_length, self.tokenize_text)
         req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
                       max_new_tokens if not error else 0, session, stream_steps, handle)
+        if not error:
+            req.start = canvas_start
         with self.intake:
             self._sessions[rid] = session
             if not error:
@@ -118,6 +130,11 @@ class EngineCore:
         """The prompt's token ids; safe from any thread."""
         with self.detok.lock:  # fast tokenizers are not safe under concurrent calls
             return self.loaded.encode(prompt)
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """Output text's token ids (a start, a pin); safe from any thread."""
+        with self.detok.lock:
+            return self.loaded.encode_text(text)
 
     def cancel(self, request_id: int, session: str | None = None, reason: str = "") -> None:
         """Cancel a request: a waiting one never starts, a running one frees its slot next step; its final
@@ -207,7 +224,7 @@ class EngineCore:
             rows = self.scheduler.rows()
             if not rows:
                 return
-            rows, hidden = self.phases.decode_splitting_on_oom(rows)
+            rows, hidden = self.phases.timed_decode(rows)
             rows, hidden = self.lifecycle.still_running(rows, hidden)  # a preemption may have taken a decoded row
             if rows:
                 self.phases.sample_and_emit(rows, hidden)

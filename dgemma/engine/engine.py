@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 
 from dgemma.engine.config import EngineConfig
 from dgemma.engine.core import EngineCore
@@ -96,10 +97,10 @@ class Engine:
         return self.core.default_params
 
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
-               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None
-               ) -> RequestHandle:
-        """Queue one prompt (see `EngineCore.submit`)."""
-        return self.core.submit(prompt, params, max_new_tokens, session, stream_steps, options)
+               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
+               start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
+        """Queue one prompt (see `EngineCore.submit`; `start` and `pins` shape its first canvas)."""
+        return self.core.submit(prompt, params, max_new_tokens, session, stream_steps, options, start, pins)
 
     def cancel(self, request_id: int, session: str | None = None, reason: str = "") -> None:
         self.core.cancel(request_id, session, reason)

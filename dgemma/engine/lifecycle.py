@@ -18,6 +18,7 @@ from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
 from dgemma.engine.scheduler import Scheduler
 from dgemma.errors import first_line
+from dgemma.metrics import Work, figures
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ def oom_sentence(err: BaseException | str, what: str) -> str:
 
 class Lifecycle:
     def __init__(self, scheduler: Scheduler, pool: SamplerPool, resident: Resident, subscribers: Subscribers,
-                 detok: Detokenizer, eos: set[int], stats: dict, forget_session: Callable[[int], None]):
+                 detok: Detokenizer, eos: set[int], stats: dict, forget_session: Callable[[int], None],
+                 pad_id: int | None = None):
         self.scheduler = scheduler
         self.pool = pool
         self.resident = resident
@@ -38,6 +40,7 @@ class Lifecycle:
         self.eos = eos
         self.stats = stats
         self._forget_session = forget_session
+        self.pad_id = pad_id
 
     def emit(self, req: Request, event) -> None:
         self.subscribers.emit(req, event)
@@ -61,6 +64,8 @@ class Lifecycle:
         logprobs = self.pool[req.options].take_logprobs(req.slot).tolist()
         cut = next((j for j, t in enumerate(canvas) if t in self.eos), None)
         keep = canvas if cut is None else canvas[:cut]
+        # transformers' tokens_per_forward counts a canvas up to and including EOS, pad tokens excluded.
+        req.canvas_tokens += sum(t != self.pad_id for t in (canvas if cut is None else canvas[: cut + 1]))
         req.tokens.extend(keep)
         req.logprobs.extend(logprobs[: len(keep)])
         req.canvas_index += 1
@@ -85,7 +90,7 @@ class Lifecycle:
             self.stats["requests_done"] += 1
         self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
-            queued_s=(req.started or finished) - req.submitted)))
+            queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished))))
         self._forget_session(req.id)
 
     def release(self, req: Request, ended: bool) -> None:
@@ -128,3 +133,12 @@ class Lifecycle:
         self.emit(req, request_event(req, "queued", extra=dict(
             preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "
                       "so its tokens will be the same")))
+
+
+def request_figures(req: Request, finished: float) -> dict:
+    """The quoted figures of a request that ended at `finished` (dgemma/metrics.py)."""
+    return figures(Work(
+        tokens=len(req.tokens), canvas_tokens=req.canvas_tokens, steps=req.steps, canvases=req.canvas_index,
+        seconds=finished - (req.started or finished), decoder_seconds=req.decoder_seconds,
+        sampler_seconds=req.sampler_seconds, peak_sampler_bytes=req.peak_sampler_bytes,
+    ))  # fmt: skip

@@ -13,6 +13,7 @@ Out of memory that even one request cannot survive preempts (see `Lifecycle.make
 from __future__ import annotations
 
 import logging
+import time
 
 import torch
 
@@ -67,7 +68,7 @@ class ModelPhases:
                     self.lifecycle.make_room_for(req, str(err), "its KV cache does not fit")
                     continue
                 req.pending_commit = None
-                self.pool[req.options].start_canvas(req.slot, req.params, req.canvas_index)
+                self.pool[req.options].start_canvas(req.slot, req.params, req.canvas_index, req.start)
                 started.append(req)
         self._emit_starts(started)
 
@@ -83,6 +84,19 @@ class ModelPhases:
             self.lifecycle.emit(req, start_event(req, ids, vocab, self.lifecycle.detok))
 
     # -- decode
+
+    def timed_decode(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
+        """`decode_splitting_on_oom`, its time counted for every row it decoded (on CUDA it waits for
+        the forward to end: a step's decoder and sampler shares are only honest that way)."""
+        started = time.perf_counter()
+        rows, hidden = self.decode_splitting_on_oom(rows)
+        if hidden is not None and hidden.is_cuda:
+            torch.cuda.synchronize(hidden.device)
+        seconds = time.perf_counter() - started
+        self.stats["decoder_seconds"] += seconds
+        for req in rows:
+            req.decoder_seconds += seconds
+        return rows, hidden
 
     def decode_splitting_on_oom(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
         """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
@@ -128,9 +142,10 @@ class ModelPhases:
             same_rows, same_hidden = self.lifecycle.still_running([rows[i] for i in index], same_hidden)
             if not same_rows:
                 continue
+            started = time.perf_counter()
             same_rows, out = self._sample(same_rows, same_hidden)
             if out is not None:
-                self._emit(same_rows, out)
+                self._emit(same_rows, out, started)
 
     def _sample(self, rows: list[Request], hidden: torch.Tensor) -> tuple[list[Request], StepOutput | None]:
         """The sampler step for `rows` (all of one RunOptions); when even one request's tile does not
@@ -156,8 +171,14 @@ class ModelPhases:
             return [], None
         return stepped, sampler.outputs([r.slot for r in stepped], plan)
 
-    def _emit(self, rows: list[Request], out: StepOutput) -> None:
-        draft, entropy, accepted, mean, converged, finite = to_host(out)
+    def _emit(self, rows: list[Request], out: StepOutput, started: float) -> None:
+        draft, entropy, accepted, mean, converged, finite = to_host(out)  # waits for the step's end
+        seconds = time.perf_counter() - started
+        self.stats["sampler_seconds"] += seconds
+        peak = out.plan.peak_transient_bytes if out.plan is not None else 0
+        for req in rows:
+            req.sampler_seconds += seconds
+            req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
         life = self.lifecycle
         life.subscribers.emit_plan(out.plan, rows)
         for i, req in enumerate(rows):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from dgemma.engine.mailbox import Mailbox
 from dgemma.events import Event, RequestEvent
 from dgemma.sampling import RunOptions, SamplingParams
+from dgemma.sampling.start import CanvasStart
 
 FINAL = ("done", "cancelled", "error")
 
@@ -33,6 +34,7 @@ class Request:
     stream_steps: bool
     handle: RequestHandle
     max_canvases: int = 1
+    start: CanvasStart = field(default_factory=CanvasStart)  # the first canvas's start tokens and pins
     status: str = "queued"
     admitted: int = 0  # admission order: the newest-admitted request is preempted first
     slot: int | None = None
@@ -46,12 +48,20 @@ class Request:
     stop_reason: str = ""
     submitted: float = field(default_factory=time.monotonic)
     started: float | None = None
+    # The figures people quote (dgemma/metrics.py): what its committed canvases held, as
+    # transformers counts it (up to and including EOS, pad excluded), and the time and peak sampler
+    # memory of the steps it took part in.
+    canvas_tokens: int = 0
+    decoder_seconds: float = 0.0
+    sampler_seconds: float = 0.0
+    peak_sampler_bytes: int = 0
 
     def restart_from_prompt(self) -> None:
         """Forget all progress (a preempted request recomputes; its keyed randomness repeats)."""
         self.status = "queued"
         self.canvas_index, self.steps, self.stop_reason = 0, 0, ""
         self.tokens, self.logprobs, self.pending_commit = [], [], None
+        self.canvas_tokens, self.decoder_seconds, self.sampler_seconds = 0, 0.0, 0.0
 
 
 class RequestHandle:

@@ -64,6 +64,10 @@ class LoadedModel:
     def encode(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)
 
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of output text (a canvas's start, a pinned piece): no template, no special tokens."""
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))

@@ -97,7 +97,7 @@ def chunked_tile(
     if race is not None:
         sampled[stochastic] = race.sample().view(n, canvas_length)[stochastic]
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
-    next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
+    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
 
     soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype).view(n, canvas_length, -1)
     logprobs = (best.value - (softmax.m + log_s)).view(n, canvas_length)

@@ -125,6 +125,7 @@ class TileInputs:
     history: torch.Tensor  # [n, MAX_STABILITY, CL] long: previous drafts, -1 where none
     history_valid: torch.Tensor  # [n, MAX_STABILITY] bool: which history entries count
     group_bytes: int | None = None  # the step takes positions in groups of this many bytes of logits; None: all at once
+    pins: torch.Tensor | None = None  # [n, CL] long: a pinned position's token, -1 where free; None: no row pins
 
 
 @dataclass
@@ -190,15 +191,22 @@ def settle(
     entropy: torch.Tensor,
     inputs: TileInputs,
     renoise: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Phases 4-6 on [n, CL] tensors: returns (next canvas, accepted mask, new history,
-    mean entropy, converged); `renoise` holds the tokens for the positions not accepted."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Phases 4-6 on [n, CL] tensors: returns (draft, next canvas, accepted mask, new history,
+    mean entropy, converged); `renoise` holds the tokens for the positions not accepted. A pinned
+    position (`inputs.pins`) holds its token in the draft, the sample and the next canvas, and
+    counts as accepted; its entropy stays the model's."""
+    if inputs.pins is not None:
+        held = inputs.pins >= 0
+        draft, sampled = torch.where(held, inputs.pins, draft), torch.where(held, inputs.pins, sampled)
     # ---- Phase 4: entropy-bound acceptance; re-noise the rest
     sorted_ent, sorted_idx = torch.sort(entropy, dim=-1, stable=True)
     cumsum_ent = torch.cumsum(sorted_ent, dim=-1)
     cummax_ent = torch.cummax(sorted_ent, dim=-1).values
     sorted_mask = (cumsum_ent - cummax_ent) <= inputs.entropy_bound[:, None]
     accepted = torch.zeros_like(sorted_mask).scatter_(1, sorted_idx, sorted_mask)
+    if inputs.pins is not None:
+        accepted |= held
     next_canvas = torch.where(accepted, sampled, renoise)
 
     # ---- Phase 5: stability: the draft equals each of the last `stability_threshold` drafts
@@ -209,4 +217,4 @@ def settle(
     # ---- Phase 6: convergence: stable and confident (mean entropy under the threshold), or the last step
     mean_entropy = entropy.mean(dim=-1)
     converged = (stable & (mean_entropy < inputs.confidence_threshold)) | inputs.last_step
-    return next_canvas, accepted, history, mean_entropy, converged
+    return draft, next_canvas, accepted, history, mean_entropy, converged

@@ -43,7 +43,7 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
 
     # ---- Phases 4-6: acceptance, re-noising, stability, convergence
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
-    next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
+    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
 
 

@@ -36,7 +36,7 @@ def seed_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, no
 
     # Phases 4-6 (re-noise from the global stream too), phase 7: self-conditioning and logprobs
     renoise = torch.randint(vocab_size, (n, canvas_length), device=device)
-    next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
+    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
     soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
     logprobs = log_probs.gather(-1, draft[..., None]).squeeze(-1)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)

@@ -18,6 +18,7 @@ from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
 from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, group_bytes_for
 from dgemma.sampling.reference import reference_tile
+from dgemma.sampling.start import CanvasStart
 from dgemma.sampling.steps import StepLayout, step_for
 
 # Slot phases.
@@ -46,6 +47,7 @@ class _HostSlot:
     params: SamplingParams = field(default_factory=SamplingParams)
     canvas_index: int = 0
     steps: int = 0  # denoising steps done on the current canvas
+    pinned: bool = False  # the current canvas holds pinned positions (`TiledSampler.pins`)
 
     def row(self) -> RowKey:
         return RowKey(self.params.seed, self.canvas_index, self.steps, self.params.greedy)
@@ -102,6 +104,7 @@ class TiledSampler:
         self.history_valid = torch.zeros(S, MAX_STABILITY, dtype=torch.bool, device=dev)
         self.soft = torch.zeros(S, CL, H, dtype=embed_weight.dtype, device=dev)
         self.logprobs = torch.zeros(S, CL, dtype=torch.float32, device=dev)
+        self.pins = torch.full((S, CL), -1, dtype=torch.long, device=dev)  # a pinned position's token, else -1
         # Output buffers: cleared once per call, each tile writes only its own slots' rows.
         self.out_entropy = torch.zeros(S, CL, dtype=torch.float32, device=dev)
         self.out_accepted = torch.zeros(S, CL, dtype=torch.bool, device=dev)
@@ -111,12 +114,17 @@ class TiledSampler:
 
     # ---- slots
 
-    def start_canvas(self, slot: int, params: SamplingParams, canvas_index: int) -> None:
-        """Begin denoising a fresh canvas in `slot`: keyed uniform random tokens, empty history."""
+    def start_canvas(self, slot: int, params: SamplingParams, canvas_index: int, start: CanvasStart | None = None) -> None:
+        """Begin denoising a fresh canvas in `slot`: keyed uniform random tokens, empty history; the
+        first canvas (canvas_index 0) takes `start`'s tokens from position 0 and holds its pins."""
         host = self._host[slot]
-        host.params, host.canvas_index, host.steps = params, canvas_index, 0
+        start = start if start and canvas_index == 0 else None
+        host.params, host.canvas_index, host.steps, host.pinned = params, canvas_index, 0, bool(start and start.pins)
         keys = row_keys([host.row()], INIT, self.device)
         self.canvas[slot] = keyed_tokens(keys, self.canvas_length, self.vocab_size)[0]
+        self.pins[slot] = -1  # a tile holding a pinned row reads every row's pins
+        if start:
+            place_start(self.canvas[slot], self.pins[slot], start)
         self.draft[slot] = self.canvas[slot]
         self.phase[slot] = DENOISING
         self.history[slot] = -1
@@ -182,6 +190,8 @@ class TiledSampler:
             history=self.history[idx],
             history_valid=self.history_valid[idx],
             group_bytes=group_bytes_for(dev),
+            # Only a tile holding a pinned row reads pins: the others pay nothing for them.
+            pins=self.pins[idx] if any(h.pinned for h in hosts) else None,
         )
 
     def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
@@ -293,6 +303,17 @@ class TiledSampler:
             finite=torch.isfinite(mean),
             plan=plan,
         )
+
+
+def place_start(canvas: torch.Tensor, pins: torch.Tensor, start: CanvasStart) -> None:
+    """`start`'s tokens over the head of a slot's `canvas` [CL], its pins in `pins` [CL] (held there
+    by the step) and on the canvas, in place."""
+    if start.tokens:
+        canvas[: len(start.tokens)] = torch.tensor(start.tokens, dtype=torch.long)
+    if start.pins:
+        positions, tokens = (torch.tensor(part, dtype=torch.long) for part in zip(*start.pins))
+        pins[positions.to(pins.device)] = tokens.to(pins.device)
+        canvas.copy_(torch.where(pins >= 0, pins, canvas))
 
 
 def build_sampler(

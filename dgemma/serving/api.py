@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import gradio as gr
 
 from dgemma.errors import SettingsError
+from dgemma.metrics import run_summary
 from dgemma.examples import example_prompts, prompt_note
-from dgemma.held_runs import DEFAULT_MAX_BYTES, HeldRuns, Reserved, recording_bound
+from dgemma.serving.held_runs import DEFAULT_MAX_BYTES, HeldRuns, Reserved, recording_bound
 from dgemma.recording import MODEL_KEYS, Recording, run_header
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
@@ -59,10 +61,16 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False, held:
         """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
         t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
         seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
-        (reference | chunked), record (true: also return the run as the page's "Download run"
-        file). Returns {"outputs": [{"prompt", "text", "steps", "seed", "warning"}...], "tile_plans":
-        [...], "recording": the file's text (JSON lines; only with record)}; "warning" is "" unless
-        the teaching model was asked something outside its task families."""
+        (reference | chunked), start (text the first canvas starts from: its tokens from position 0,
+        transformers' decoder_input_ids), pins ({"position": "token text"} held in the first canvas
+        for the whole denoising), each of those two one value for every prompt or a list aligned
+        with the prompts, record (true: also return the run as the page's "Download run" file).
+        Returns {"outputs": [{"prompt", "text", "steps", "seed", "warning", "metrics"}...],
+        "summary": the run's figures, "tile_plans": [...], "recording": the file's text (JSON lines;
+        only with record)}; "warning" is "" unless the teaching model was asked something outside
+        its task families; "metrics" and "summary" quote tokens_per_s, tokens_per_forward
+        (transformers' definition), steps_per_canvas, decoder_share, sampler_share and
+        peak_sampler_bytes (dgemma/metrics.py)."""
         try:
             batch = parse_prompts(prompts, limits)
             settings, record = _record_option(settings)
@@ -96,6 +104,7 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False, held:
         except ValueError as err:  # a concurrent call of this client got in first
             run.close()
             raise gr.Error(str(err), print_exception=False) from None
+        started = time.monotonic()
         try:
             outputs, plans = run.results()
         finally:
@@ -105,13 +114,16 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False, held:
         if failed:
             # An expected event (out of memory, a cancel): the engine logged anything unexpected already.
             raise gr.Error(f"Prompt {outputs.index(failed[0]) + 1} failed: {failed[0].error}", print_exception=False)
+        summary = run_summary([o.metrics for o in outputs], time.monotonic() - started)
         result = {
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
-                         "warning": prompt_note(embedded, o.prompt)} for o in outputs],
+                         "warning": prompt_note(embedded, o.prompt), "metrics": o.metrics} for o in outputs],
+            "summary": summary,
             "tile_plans": [dataclasses.asdict(p) for p in plans],
             "pid": getattr(run, "pid", None) or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
         if record:
+            run.recording.summary = summary
             result["recording"] = run.recording.text()
         return result
 

@@ -25,6 +25,7 @@ class Output:
     steps: int
     seed: int
     error: str = ""
+    metrics: dict | None = None  # the quoted figures (dgemma/metrics.py); None when it never ran
 
 
 class Run(Protocol):

@@ -57,7 +57,7 @@ class EngineRun:
         with engine.core.intake:
             self.handles = [
                 engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
-                              stream_steps=stream, options=options)
+                              stream_steps=stream, options=options, **settings.request_canvas(i))
                 for i, p in enumerate(prompts)
             ]
         self._closed = False
@@ -89,7 +89,8 @@ class EngineRun:
         for h in self.handles:
             final: RequestEvent = h.result()
             outputs.append(Output(h.prompt, final.text, final.steps, h.seed,
-                                  final.error or ("" if final.status == "done" else final.status)))
+                                  final.error or ("" if final.status == "done" else final.status),
+                                  final.extra.get("metrics")))
         return outputs, list(self.plans)
 
 
@@ -125,7 +126,8 @@ class EngineBackend:
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
         options = self.run_options(settings)
         engine = self.engine
-        problem = engine.core.check_options(options)
+        problem = engine.core.check_options(options) or settings.canvas_problem(
+            len(prompts), self.loaded.canvas_length, engine.core.tokenize_text)
         if problem:
             raise ValueError(f"{problem[:1].upper()}{problem[1:]}.")
         notice = ""

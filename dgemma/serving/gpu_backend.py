@@ -101,7 +101,7 @@ class GpuRun:
         for rid in order:
             e = finals[rid]
             outputs.append(Output(e.prompt, e.text, e.steps, e.seed if e.seed is not None else 0,
-                                  e.error or ("" if e.status == "done" else e.status)))
+                                  e.error or ("" if e.status == "done" else e.status), e.extra.get("metrics")))
         return outputs, list(self._plans)
 
 
@@ -132,6 +132,9 @@ class ZeroGpuBackend:
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> GpuRun:
         if settings.options.memory_budget not in (None, self.config.memory_budget):
             raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")
+        problem = settings.canvas_problem(len(prompts), self.loaded.canvas_length, self.loaded.encode_text)
+        if problem:
+            raise ValueError(f"{problem[:1].upper()}{problem[1:]}.")
         return GpuRun(self._job("generate", settings, prompts=tuple(prompts), stream=stream), self._call)
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,

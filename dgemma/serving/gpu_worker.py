@@ -147,7 +147,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     try:
         for i, prompt in enumerate(job.prompts):
             core.submit(prompt, job.settings.request_params(i), job.settings.max_new_tokens, session=session,
-                        stream_steps=job.stream, options=options)
+                        stream_steps=job.stream, options=options, **job.settings.request_canvas(i))
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
         timed_out = False

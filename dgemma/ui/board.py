@@ -40,6 +40,7 @@ class RequestView:
     entropy_curve: list[tuple[int, float]] = field(default_factory=list)
     error: str = ""
     preemptions: int = 0  # times the engine sent it back to the queue to free memory (it restarts)
+    metrics: dict | None = None  # the quoted figures of its final event (dgemma/metrics.py)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Board:
     confidence_threshold: float | None = None
     events: int = 0  # events folded so far: lets the driver tell whether anything changed
     notes: dict[int, str] = field(default_factory=dict)  # request index (1-based) -> a note its card shows
+    canvas_length: int = 0  # positions of a canvas, from the step frames (the first canvas's are pinnable)
 
     @property
     def finished(self) -> bool:
@@ -93,6 +95,7 @@ def apply(board: Board, event: Event) -> Board:
         if view.status not in ("done", "cancelled", "error"):
             view.status = "converged" if event.converged else "running"
         board.confidence_threshold = event.confidence_threshold
+        board.canvas_length = len(event.token_ids)
     elif isinstance(event, RequestEvent):
         view = _view(board, event.request_id)
         if event.extra.get("preempted"):
@@ -122,6 +125,8 @@ def apply(board: Board, event: Event) -> Board:
             view.last_step = None
         if event.error:
             view.error = event.error
+        if "metrics" in event.extra:
+            view.metrics = event.extra["metrics"]
     return board
 
 
@@ -142,7 +147,7 @@ def fold(events: Iterable[Event], board: Board | None = None) -> Board:
 
 
 def held_bytes(board: Board) -> int:
-    """About what `board` holds in memory (the cap on kept runs counts it, dgemma/held_runs.py): each
+    """About what `board` holds in memory (the cap on kept runs counts it, dgemma/serving/held_runs.py): each
     request's view, its last step frame (84 bytes a canvas position: ids, entropies, mask as tuples of
     objects), its committed pieces and logprobs (slots: the objects are the events'), and its entropy
     curve (64 bytes a point). Within a factor of 2 of tracemalloc's count (tests/test_held_runs.py)."""

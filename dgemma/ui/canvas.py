@@ -84,7 +84,7 @@ def render_canvas(step: StepEvent) -> str:
     return "".join(parts)
 
 
-def render_committed(view: RequestView) -> str:
+def render_committed(view: RequestView, pinnable: int = 0) -> str:
     """The committed text, one <span> per token with its log-probability on hover.
 
     Falls back to the plain text when the pieces seen do not spell it (a reader that joined
@@ -100,16 +100,31 @@ def render_committed(view: RequestView) -> str:
         hover = repr(piece)
         if logprobs:
             hover += f" · logprob {logprobs[i]:.3f} (p {math.exp(logprobs[i]):.2f})"
-        spans.append(f'<span class="ctok" title="{html.escape(hover)}">{html.escape(piece)}</span>')
+        # The first canvas's tokens can be pinned: a click writes "position=piece" into the pins box.
+        pin = f' data-pos="{i}" data-piece="{html.escape(view.committed_pieces[i])}"' if i < pinnable else ""
+        if pin:
+            hover += " · click to pin"
+        spans.append(f'<span class="ctok"{pin} title="{html.escape(hover)}">{html.escape(piece)}</span>')
     return "".join(spans)
 
 
-def render_card(view: RequestView, note: str = "") -> str:
+def refine_button(view: RequestView, canvas_length: int) -> str:
+    """A finished card's Refine: run its prompt and seed again, the first canvas starting from its
+    text (the page's script reads these attributes)."""
+    if view.status != "done" or not view.committed_text or view.seed is None:
+        return ""
+    start = "".join(p.replace("▁", " ") for p in view.committed_pieces[:canvas_length] if not is_special(p))
+    return (f'<button class="refine" title="run it again, its first canvas starting from this text" '
+            f'data-prompt="{html.escape(view.prompt)}" data-seed="{view.seed}" '
+            f'data-start="{html.escape(start or view.committed_text)}">Refine</button>')
+
+
+def render_card(view: RequestView, note: str = "", canvas_length: int = 0) -> str:
     step = view.last_step
     seed = f" · seed {view.seed}" if view.seed is not None else ""
     prompt = html.escape(view.prompt[:80] + ("…" if len(view.prompt) > 80 else ""))
     if view.committed_text:
-        committed = render_committed(view)
+        committed = render_committed(view, canvas_length if view.status == "done" else 0)
     elif view.status == "done":
         committed = '<span class="empty">empty: the model ended the text at once</span>'
     else:
@@ -127,7 +142,7 @@ def render_card(view: RequestView, note: str = "") -> str:
         f'<div class="card status-{html.escape(view.status)}" data-request="{view.request_id}" '
         f'data-step="{step.step if step else 0}">'
         f'<div class="card-head"><b title="engine request {view.request_id}">#{view.index}</b>{seed}'
-        f'<span class="status">{html.escape(status_text(view))}</span></div>'
+        f'<span class="status">{html.escape(status_text(view))}</span>{refine_button(view, canvas_length)}</div>'
         f'<div class="prompt" title="prompt">{prompt}</div>'
         + (f'<div class="note" role="note">{html.escape(note)}</div>' if note else "")
         + f'<div class="committed">{committed}</div>'
@@ -149,5 +164,5 @@ def render_board(board: Board) -> str:
     """All cards of a session, in submission order, with the legend; a hint when empty."""
     if not board.requests:
         return '<div class="board empty-board">Press <b>Run</b> to watch the canvases denoise.</div>'
-    cards = "".join(render_card(v, board.notes.get(v.index, "")) for v in board.requests.values())
+    cards = "".join(render_card(v, board.notes.get(v.index, ""), board.canvas_length) for v in board.requests.values())
     return f'{LEGEND}<div class="board">{cards}</div>'

@@ -1,9 +1,9 @@
 """What a tab keeps of its run, and where: its file on disk and its recording in memory, both capped.
 
-The run file goes to the app's directory for visitors' files (dgemma/runfiles.py): one per tab,
+The run file goes to the app's directory for visitors' files (dgemma/serving/runfiles.py): one per tab,
 removed when the tab closes, after the files' age, or, oldest first, when all files pass the disk
 cap. The recording and the board last shown count against the cap on what all tabs keep in memory
-(dgemma/held_runs.py); evicted, a tab's next view says so in one sentence. An uploaded run file is
+(dgemma/serving/held_runs.py); evicted, a tab's next view says so in one sentence. An uploaded run file is
 read (never more than the largest a run file can be) and removed at once: no upload stays on disk.
 """
 
@@ -15,12 +15,20 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from dgemma import held_runs, runfiles
-from dgemma.held_runs import HeldRuns, Holder
+from dgemma.serving import held_runs, runfiles
+from dgemma.serving.held_runs import HeldRuns, Holder
 from dgemma.recording import Recording, RecordingError, load_file
-from dgemma.runfiles import RunFiles
+from dgemma.serving.runfiles import RunFiles
 
 log = logging.getLogger(__name__)
+
+# A tab keeps its last run, and one run for each side of its last comparison: each under a key of its own.
+COMPARE_SLOTS = ("compare-a", "compare-b")
+
+
+def slot_key(session: str, slot: str = "") -> str:
+    """The key a tab's run is kept under: the session's own, or one of its other slots."""
+    return f"{session}#{slot}" if slot else session
 
 
 @dataclass(frozen=True)
@@ -38,9 +46,10 @@ class Keeping:
         return cls(files.start(), HeldRuns(held_runs.DEFAULT_MAX_BYTES))
 
     def closed(self, session: str) -> None:
-        """A tab closed: its run file goes, and what its run held in memory."""
-        self.files.release(session)
-        self.held.release(session)
+        """A tab closed: its run files go, and what its runs held in memory."""
+        for key in (session, *(slot_key(session, slot) for slot in COMPARE_SLOTS)):
+            self.files.release(key)
+            self.held.release(key)
 
 
 def finished(holder: Holder, recording: Recording, keeping: Keeping, session: str) -> gr.DownloadButton:

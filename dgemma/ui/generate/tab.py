@@ -12,7 +12,7 @@ from dgemma.serving.sessions import Sessions
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.generate import playback
+from dgemma.ui.generate import compare, first_canvas, playback
 from dgemma.ui.generate.keep import Keeping
 from dgemma.ui.generate.controls import Controls, settings_panel
 from dgemma.ui.generate.run import wire_run
@@ -34,6 +34,8 @@ class GenerateTab:
     """The tab's components that its events (and the page's loading tick) refer to."""
 
     controls: Controls
+    first: first_canvas.FirstCanvas
+    compare: compare.Compare
     run: gr.Button
     stop: gr.Button
     examples: gr.Examples
@@ -55,10 +57,11 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
             run = gr.Button("Run", variant="primary", elem_id="run", interactive=ready)
             stop = gr.Button("Stop", variant="stop", elem_id="stop")
     example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
+    first = first_canvas.build()
     controls = settings_panel(backend, prompts, concurrent)
     status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
     player = playback.build()  # step slider, play / pause, download and load a run
-    cards = gr.HTML(render_board(Board()), elem_id="cards")
+    cards = gr.HTML(render_board(Board()), elem_id="cards", js_on_load=first_canvas.CARD_CLICKS_JS)
     with gr.Row():
         with gr.Column():
             entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")
@@ -66,12 +69,15 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
         with gr.Column():
             tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
             gr.Markdown(TILE_TEXT, elem_classes="explain")
-    return GenerateTab(controls, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
+    side_by_side = compare.build()
+    return GenerateTab(controls, first, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
 
 def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool, keeping: Keeping) -> None:
     """Run and Stop, and playback of the last (or a loaded) run in the same views; `keeping`: where
     run files and runs are kept, under the app's caps."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
-    wire_run(backend, sessions, tab.controls, tab.run, tab.stop, [*views, tab.status], tab.player, embedded, keeping)
+    wire_run(backend, sessions, tab.controls, tab.first, tab.run, tab.stop, [*views, tab.status], tab.player, embedded,
+             keeping)
     playback.wire(tab.player, views, tab.status, keeping)
+    compare.wire(backend, sessions, tab.compare, [*tab.controls.inputs(), *tab.first.inputs()], embedded, keeping)

@@ -11,7 +11,7 @@ that directory: Gradio stores uploads there, and serves a run file saved there w
 - A tab's files go when the tab closes (`release(session)`, from the page's unload hook).
 - A file older than `max_age_s` goes (`sweep`, every SWEEP_PERIOD_S on a thread).
 - All files together stay under `max_bytes` (and MAX_FILES): after every save and every sweep the oldest go first;
-  an upload reserves its declared size before a byte of it is stored (dgemma/upload_guard.py), and
+  an upload reserves its declared size before a byte of it is stored (dgemma/serving/upload_guard.py), and
   is refused when even the oldest files' removal cannot make room.
 """
 

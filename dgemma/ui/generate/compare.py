@@ -1,0 +1,174 @@
+"""Compare two settings side by side: the same prompts and seeds under configuration A and B.
+
+Each side is the panel's settings with a few changed (`name=value`, by the settings' own names:
+`greedy=true`, `entropy_bound=0.5`, `sampler=chunked`, `tiling=off`, ...). A runs, then B (one
+after the other, so each side's tokens per second is its own), each streamed into its own cards and
+confidence curves and recorded: each side's file downloads, and "Load a run" replays it like any
+run. Above them, the two runs' figures (dgemma/metrics.py) and B's difference from A: steps,
+tokens per second, tokens per forward, peak sampler memory, and how many texts came out the same.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from dgemma.errors import SettingsError
+from dgemma.examples import prompt_note
+from dgemma.metrics import run_summary
+from dgemma.recording import run_header
+from dgemma.serving.backend import Backend
+from dgemma.serving.inputs import parse_call_settings
+from dgemma.serving.sessions import Sessions
+from dgemma.ui.board import Board
+from dgemma.ui.canvas import render_board
+from dgemma.ui.charts import entropy_figure, plot
+from dgemma.ui.generate import keep, playback
+from dgemma.ui.generate.run import read_panel
+from dgemma.ui.stream import frames
+from dgemma.units import format_bytes
+
+SIDES = ("a", "b")
+# (figure, how it reads, format): the rows of the comparison table.
+ROWS = (("decoder_forwards", "denoising steps", "d"), ("steps_per_canvas", "steps per canvas", ".2f"),
+        ("tokens_per_s", "tokens/s", ".1f"), ("tokens_per_forward", "tokens per forward", ".2f"),
+        ("peak_sampler_bytes", "peak sampler memory", "bytes"), ("sampler_share", "sampler share of a step", ".0%"))
+
+
+@dataclass
+class Compare:
+    changes: tuple[gr.Textbox, gr.Textbox]  # A's and B's changed settings
+    run: gr.Button
+    table: gr.HTML
+    cards: tuple[gr.HTML, gr.HTML]
+    curves: tuple[gr.Plot, gr.Plot]
+    downloads: tuple[gr.DownloadButton, gr.DownloadButton]
+    state: gr.State  # one Playback per side
+
+    def outputs(self) -> list:
+        return [self.table, *self.cards, *self.curves, *self.downloads]
+
+
+def build() -> Compare:
+    with gr.Accordion("Compare two settings side by side", open=False, elem_id="compare"):
+        with gr.Row():
+            changes = tuple(gr.Textbox(label=f"{side.upper()}: settings changed from the panel", elem_id=f"compare-{side}",
+                                       placeholder=example, info="name=value, one per line or comma-separated")
+                            for side, example in zip(SIDES, ("greedy=true", "entropy_bound=0.5")))  # fmt: skip
+            run = gr.Button("Compare", variant="primary", elem_id="compare-run", scale=0, min_width=140)
+        table = gr.HTML(elem_id="compare-table")
+        with gr.Row():
+            columns = []
+            for side in SIDES:
+                with gr.Column():
+                    columns.append((gr.HTML(render_board(Board()), elem_id=f"compare-cards-{side}"),
+                                    gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side.upper()}",
+                                            elem_id=f"compare-entropy-{side}"),
+                                    gr.DownloadButton(f"Download run {side.upper()}", elem_id=f"compare-download-{side}",
+                                                      interactive=False)))  # fmt: skip
+    cards, curves, downloads = zip(*columns)
+    return Compare(changes, run, table, cards, curves, downloads, gr.State(lambda: [playback.Playback(), playback.Playback()],
+                                                                                    delete_callback=lambda sides: [s.evict("") for s in sides]))
+
+
+def changed_settings(text: str | None) -> dict[str, str]:
+    """`greedy=true, entropy_bound=0.5` (commas or lines) -> {"greedy": "true", "entropy_bound": "0.5"}."""
+    changes: dict[str, str] = {}
+    for part in (text or "").replace("\n", ",").split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"Compare: write name=value (for example greedy=true), got {part.strip()[:40]!r}.")
+        changes[name.strip()] = value.strip()
+    return changes
+
+
+def side_settings(raw: dict[str, Any], text: str | None, backend: Backend, prompts: int):
+    """The panel's settings with one side's changes, checked by the one parser."""
+    return parse_call_settings({**raw, **changed_settings(text)}, backend.defaults, backend.limits,
+                               backend.max_num_seqs, prompts)
+
+
+def table(boards: list[Board], seconds: list[float]) -> str:
+    """Both runs' figures and B's difference from A, plus how many texts are the same."""
+    summaries = [run_summary([v.metrics for v in b.requests.values()], s) for b, s in zip(boards, seconds)]
+
+    def shown(value: Any, spec: str) -> str:
+        if value is None:
+            return "-"
+        return format_bytes(value) if spec == "bytes" else format(value, spec)
+
+    rows = []
+    for key, label, spec in ROWS:
+        a, b = (summary.get(key) for summary in summaries)
+        if a is not None and b is not None:
+            change = ("+" if b >= a else "−") + shown(abs(b - a), spec)
+            ratio = f" ({b / a:.2f}×)" if a else ""
+        else:
+            change, ratio = "-", ""
+        rows.append(f"<tr><th>{label}</th><td>{shown(a, spec)}</td><td>{shown(b, spec)}</td><td>{change}{ratio}</td></tr>")
+    texts = [[v.committed_text for v in b.requests.values()] for b in boards]
+    same = sum(x == y for x, y in zip(*texts))
+    return ('<table class="compare-table"><tr><th></th><th>A</th><th>B</th><th>B − A</th></tr>' + "".join(rows)
+            + f'</table><div class="compare-same">same text in {same} of {len(texts[0])} requests</div>')
+
+
+def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, embedded: bool,
+         keeping: keep.Keeping) -> None:
+    """Compare runs A then B on the panel's prompts and settings (`inputs`: the panel's, as run.read_panel takes them)."""
+
+    # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
+    def run(a_text, b_text, sides: list[playback.Playback], text, n, mode, fixed, budget_, sampler_, new_tokens, steps,
+            tmin, tmax, bound, threshold, stable, seed_, greedy_, start, pins, template,
+            request: gr.Request) -> Iterator[list]:
+        session = request.session_hash or "anonymous"
+        try:
+            batch, raw = read_panel(backend.limits, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin,
+                                    tmax, bound, threshold, stable, seed_, greedy_, start, pins, template)
+            settings = [side_settings(raw, text, backend, len(batch)) for text in (a_text, b_text)]
+        except ValueError as err:
+            yield [f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>', *[gr.skip()] * 6]
+            return
+        boards = [Board(notes={i + 1: n for i, p in enumerate(batch) if (n := prompt_note(embedded, p))}) for _ in SIDES]
+        seconds = [0.0, 0.0]
+        shown = [render_board(boards[0]), render_board(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
+        for i, (side, checked) in enumerate(zip(sides, settings)):
+            handle = None
+            try:
+                handle = backend.start(batch, checked)
+                sessions.add(session, handle)  # the session's cap on waiting requests holds here too
+            except ValueError as err:
+                if handle is not None:
+                    handle.close()
+                yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(str(err))}</div>', *[gr.skip()] * 6]
+                return
+            handle.recording = side.start(run_header(backend.info(), checked, batch))
+            key = keep.slot_key(session, keep.COMPARE_SLOTS[i])
+            started = time.monotonic()
+            try:
+                for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, boards[i]):
+                    keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
+                    shown[i] = render_board(board)
+                    if board.finished:  # the side's figures in its file's end line, as any run's
+                        side.recording.summary = run_summary([v.metrics for v in board.requests.values()],
+                                                             time.monotonic() - started)
+                        shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
+                    yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
+            finally:
+                handle.close()
+                sessions.remove(session, handle)
+            seconds[i] = time.monotonic() - started
+        yield [table(boards, seconds), *shown]
+
+    compare.run.click(run, inputs=[*compare.changes, compare.state, *inputs], outputs=compare.outputs(),
+                      api_visibility="private", concurrency_limit=None, show_progress="minimal")
+
+
+def side_name(i: int) -> str:
+    return SIDES[i].upper()

@@ -1,0 +1,112 @@
+"""The Generate tab's first-canvas inputs: start from text (edit), pin tokens (infill), Refine.
+
+- Start from: text whose tokens fill the first canvas from position 0 (transformers'
+  `decoder_input_ids`); the rest starts random and any of it may change.
+- Pins: `position=token` per line, held in the first canvas for the whole denoising. A click on a
+  token of a finished card's first canvas writes its line here (the script below).
+- Template: cells separated by `|`, `_` (or nothing) a free position, anything else pinned there:
+  `4|_|_|1` pins position 0 to "4" and position 3 to "1".
+- Refine (a finished card's button): the script puts the card's prompt, seed and text in a hidden
+  box and presses a hidden button: the run takes the panel's settings with that prompt and seed,
+  its first canvas starting from the text.
+
+Whether a piece is one token and a position inside the canvas is the server's to say (the one
+settings parser, then the model's tokenizer): one sentence on the status line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from dgemma.errors import SettingsError
+
+# Runs once when the cards' HTML mounts; listens on it for clicks on what every redraw puts there.
+CARD_CLICKS_JS = """
+element.addEventListener('click', (e) => {
+  const write = (id, value) => {
+    const box = document.querySelector(`#${id} textarea, #${id} input`);
+    box.value = value;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  };
+  const refine = e.target.closest('button.refine');
+  if (refine) {
+    const d = refine.dataset;
+    write('refine-request', JSON.stringify({prompt: d.prompt, seed: Number(d.seed), start: d.start}));
+    setTimeout(() => document.querySelector('#refine-run').click(), 100);
+    return;
+  }
+  const tok = e.target.closest('.ctok[data-pos]');
+  if (!tok) return;
+  const box = document.querySelector('#pins textarea');
+  const key = tok.dataset.pos + '=';
+  const lines = box.value.split('\\n').filter((l) => l.trim() && !l.startsWith(key));
+  lines.push(key + tok.dataset.piece);
+  write('pins', lines.join('\\n'));
+  tok.classList.add('pinned');
+});
+"""
+
+
+@dataclass
+class FirstCanvas:
+    start: gr.Textbox
+    pins: gr.Textbox
+    template: gr.Textbox
+    refine_request: gr.Textbox  # hidden: the Refine button's card, as JSON
+    refine_run: gr.Button  # hidden: pressed by the script after it filled refine_request
+
+    def inputs(self) -> list:
+        return [self.start, self.pins, self.template]
+
+
+def build() -> FirstCanvas:
+    with gr.Accordion("First canvas: start from text (edit), pin tokens (infill)", open=True):
+        with gr.Row():
+            start = gr.Textbox(label="Start from", elem_id="start", scale=2, placeholder="e.g. 12 13",
+                               info="its tokens fill the first canvas from position 0; the model may change any of them")
+            pins = gr.Textbox(label="Pins (position=token, one per line)", elem_id="pins", lines=2, scale=2,
+                              placeholder="0=4", info="held for the whole denoising; click a finished card's token to add it")
+            template = gr.Textbox(label="Template", elem_id="template", scale=2, placeholder="4|_|_|1",
+                                  info="one cell per position, split by |; an empty cell or an underscore leaves it free")
+    refine_request = gr.Textbox(elem_id="refine-request", elem_classes="hidden-input", show_label=False, container=False)
+    refine_run = gr.Button("refine", elem_id="refine-run", elem_classes="hidden-input")
+    return FirstCanvas(start, pins, template, refine_request, refine_run)
+
+
+def template_pins(template: str) -> dict[str, str]:
+    """`4|_|_|1` -> {"0": "4", "3": "1"}: cells by |, `_` or nothing free."""
+    if not (template or "").strip():
+        return {}
+    return {str(i): cell for i, cell in enumerate(template.split("|")) if cell not in ("", "_")}
+
+
+def pin_lines(text: str) -> dict[str, str]:
+    """`position=token` lines -> {position: token} (the token as written, spaces kept)."""
+    pins: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        position, sep, piece = line.partition("=")
+        if not sep or not position.strip():
+            raise SettingsError(f"Pins: write one position=token per line (for example 3=x), got {line[:40]!r}.")
+        pins[position.strip()] = piece
+    return pins
+
+
+def canvas_settings(start: str | None, pins: str | None, template: str | None) -> dict[str, Any]:
+    """The first-canvas inputs as the settings `start` and `pins` (a pin line wins over the template)."""
+    held = {**template_pins(template or ""), **pin_lines(pins or "")}
+    return {"start": start or None, "pins": held or None}
+
+
+def refine_request(text: str) -> tuple[str, int, str]:
+    """The hidden box's JSON as (prompt, seed, start)."""
+    try:
+        card = json.loads(text)
+        return str(card["prompt"]), int(card["seed"]), str(card["start"])
+    except (ValueError, KeyError, TypeError):
+        raise SettingsError("Refine needs a finished card: press Refine on one.") from None

@@ -1,0 +1,151 @@
+"""The page's first canvas in a real browser: click-to-pin, a template, Refine, the run summary,
+and two settings side by side.
+
+What the page runs is checked against the API on the same server: the same call gives the same
+tokens through the page and the API. Screenshots go to a temporary folder; to refresh the ones
+README.md shows, run with DGEMMA_SCREENSHOTS=assets/screenshots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from app_server import MODEL_ARGS, shared
+from browser_page import chromium_page
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture; DGEMMA_SCREENSHOTS)
+
+ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
+
+
+def snap(page, shots: Path, name: str, *selectors: str) -> None:
+    """A small PNG of the part of the page from the first selector's top to the last's bottom."""
+    page.locator(selectors[0]).first.scroll_into_view_if_needed()
+    scroll = page.evaluate("() => [window.scrollX, window.scrollY]")  # boxes are the viewport's, the clip the page's
+    boxes = [page.locator(s).first.bounding_box() for s in selectors]
+    boxes = [{**b, "x": b["x"] + scroll[0], "y": b["y"] + scroll[1]} for b in boxes]
+    top, bottom = min(b["y"] for b in boxes), max(b["y"] + b["height"] for b in boxes)
+    left, right = min(b["x"] for b in boxes), max(b["x"] + b["width"] for b in boxes)
+    page.screenshot(path=str(shots / name), full_page=True,
+                    clip={"x": left, "y": top, "width": right - left, "height": bottom - top})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with chromium_page(server.url) as page:
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        yield page
+
+
+def run_one(page, prompt: str, seed: int) -> None:
+    """Run `prompt` alone, greedy, with `seed`, and wait for its card to finish."""
+    page.get_by_label("Prompts, one per line").fill(prompt)
+    concurrent = page.locator("input[type=number]").first
+    concurrent.fill("1")
+    concurrent.press("Enter")
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.get_by_label("seed (request i gets seed + i)").fill(str(seed))
+    page.get_by_label("greedy").check()
+    page.get_by_text("Settings (the model's defaults)").click()
+    click_and_wait(page, "#run")
+
+
+def click_and_wait(page, selector: str) -> None:
+    """Click, then wait for the new run's cards to finish and its summary (the last run's cards are
+    marked first: a redraw replaces them, and the status line keeps the last run's text meanwhile)."""
+    page.evaluate("() => document.querySelectorAll('#cards .card').forEach(c => { c.dataset.old = '1'; })")
+    page.click(selector)
+    page.wait_for_function("() => { const cards = [...document.querySelectorAll('#cards .card')];"
+                           " return cards.length && cards.every(c => !c.dataset.old && c.classList.contains('status-done'))"
+                           " && document.querySelector('#status').innerText.includes('Run summary'); }", timeout=120_000)
+
+
+def card_text(page) -> str:
+    return page.locator("#cards .card .committed").first.inner_text()
+
+
+def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, server, shots):
+    run_one(page, "add 12+34", seed=3)
+    first = page.locator("#cards .card .ctok[data-pos='0']")
+    piece = first.get_attribute("data-piece")
+    first.click()
+    assert page.input_value("#pins textarea") == f"0={piece}"
+    page.fill("#template input, #template textarea", "_|9")
+    run_one(page, "add 12+34", seed=3)
+    text = card_text(page)
+    assert text[:2] == f"{piece}9"
+    api = Client(server.url, verbose=False).predict(
+        ["add 12+34"], {"seed": 3, "greedy": True, "pins": {"0": piece, "1": "9"}}, api_name="/generate")
+    assert api["outputs"][0]["text"] == text  # the same call through the page and the API
+    snap(page, shots, "first-canvas.png", "#start", "#cards")
+    summary = page.inner_text("#status")
+    assert "tokens per forward" in summary and "tokens/s" in summary and "peak sampler memory" in summary
+    page.fill("#pins textarea", "")
+    page.fill("#template input, #template textarea", "")
+    assert not page.errors, page.errors
+
+
+def test_refine_runs_the_card_again_from_its_text(page, server, shots):
+    run_one(page, "count 3 to 9", seed=11)
+    refine = page.locator("#cards .card button.refine")
+    snap(page, shots, "refine.png", "#status", "#cards .card")
+    start, seed = refine.get_attribute("data-start"), int(refine.get_attribute("data-seed"))
+    assert seed == 11 and start == card_text(page)[: len(start)]
+    page.get_by_label("Prompts, one per line").fill("")  # Refine runs the card's prompt, not the box's
+    click_and_wait(page, "#cards .card button.refine")
+    assert page.inner_text("#cards .card .prompt") == "count 3 to 9"
+    assert page.locator("#cards .card").count() == 1
+    api = Client(server.url, verbose=False).predict(
+        ["count 3 to 9"], {"seed": 11, "greedy": True, "start": start}, api_name="/generate")
+    assert api["outputs"][0]["text"] == card_text(page)
+    assert not page.errors, page.errors
+
+
+def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
+    page.get_by_label("Prompts, one per line").fill("add 1+2")
+    page.fill("#pins textarea", "99=a")
+    page.click("#run")
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('outside the canvas')",
+                           timeout=60_000)
+    assert page.inner_text("#status") == "⚠️ Pin position 99 is outside the canvas (positions 0 to 15)."
+    page.fill("#pins textarea", "")
+
+
+def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server, shots):
+    from dgemma.recording import load
+
+    page.get_by_label("Prompts, one per line").fill("add 12+34\nreverse hello")
+    concurrent = page.locator("input[type=number]").first
+    concurrent.fill("2")
+    concurrent.press("Enter")
+    page.get_by_text("Compare two settings side by side").click()
+    page.fill("#compare-a textarea, #compare-a input", "greedy=true")
+    page.fill("#compare-b textarea, #compare-b input", "greedy=true, sampler=chunked, tiling=off")
+    page.click("#compare-run")
+    page.wait_for_selector("#compare-table table.compare-table", timeout=180_000)
+    for side in ("a", "b"):
+        assert page.locator(f"#compare-cards-{side} .card.status-done").count() == 2
+        assert page.locator(f"#compare-entropy-{side} .scatterlayer .trace").count() == 2
+    snap(page, shots, "compare.png", "#compare")
+    table = page.inner_text("#compare-table")
+    for label in ("denoising steps", "tokens/s", "tokens per forward", "peak sampler memory"):
+        assert label in table, table
+    assert "same text in 2 of 2 requests" in table  # the step and the tiling change no token
+    with page.expect_download() as download:
+        page.click("#compare-download-b")
+    recording = load(Path(download.value.path()).read_bytes())
+    assert recording.header["settings"]["options"] == {"tiling": "off", "sampler": "chunked", "memory_budget": None}
+    assert recording.summary["requests"] == 2 and recording.summary["tokens_per_forward"] > 0  # its end line's figures
+    texts = [page.locator(f"#compare-cards-a .card .committed").nth(i).inner_text() for i in range(2)]
+    seed = int(page.locator("#compare-cards-a .card .card-head").first.inner_text().split("seed")[1].split()[0])
+    api = Client(server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True, "seed": seed},
+                                                    api_name="/generate")
+    assert [o["text"] for o in api["outputs"]] == texts
+    assert not page.errors, page.errors
