@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak|recording`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|frames`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ BENCHES = {
     "load": "dgemma.bench.load",  # the app under many concurrent clients
     "soak": "dgemma.bench.soak",  # the app under steady traffic for minutes: errors, latency, RSS growth
     "recording": "dgemma.bench.recording",  # a run's recording at its bound vs keeping the events
+    "frames": "dgemma.bench.frames",  # one live-view frame: cards as HTML vs compact data; seeking a run
 }
 
 

@@ -60,7 +60,8 @@ def is_special(text: str) -> bool:
     return text in _SPECIAL or (len(text) > 2 and text.startswith("<") and text.endswith(">"))
 
 
-def _piece(text: str) -> str:
+def shown_piece(text: str) -> str:
+    """What a canvas cell shows of a piece (plain text, not yet escaped for HTML)."""
     # A space keeps its cell (white-space: pre) and its shading, as does SentencePiece's '▁' (a
     # space in the text); line breaks and tabs become visible marks, an empty piece a dot.
     if is_special(text):
@@ -68,7 +69,11 @@ def _piece(text: str) -> str:
     shown = text.replace("▁", " ").translate(_VISIBLE) or "∅"
     if len(shown) > MAX_CELL:
         shown = shown[: MAX_CELL - 1] + "…"
-    return html.escape(shown)
+    return shown
+
+
+def _piece(text: str) -> str:
+    return html.escape(shown_piece(text))
 
 
 def render_canvas(step: StepEvent) -> str:
