@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from dgemma.compression import CompressedEventStream
+from dgemma.serving.compression import CompressedEventStream
 
 EVENTS = [f"data: {json.dumps({'msg': 'process_generating', 'frame': i, 'cells': 'ABCab' * 400})}\n\n".encode()
           for i in range(5)]

@@ -6,7 +6,7 @@ the compact frame (`compact.frame`, data the browser draws). Printed side by sid
 as JSON, gzip'd alone, and gzip'd as one continuing stream flushed after every frame (what the
 compressed event stream sends), the server's milliseconds to build a frame, and bytes per second
 for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
-random step, refolded from step 0 (KeptBoard after a step back) against the nearest keyframe.
+random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ frame is data instead, drawn by assets/board_view.js (the overview, the cards, t
 - `pieces`: what each position shows, joined by SEP into one string: a row is one string each, so
   Gradio's streaming diff resends a changed row whole and leaves an unchanged one out, and never
   turns 256 pieces into 256 edits.
+- `w`: the live canvas's step (None when the row shows a committed canvas: the card then has none);
 - the card's head: index, seed, status, prompt (clipped), note, meter, and the committed text's
   last TEXT_CHARS characters (the whole text is in the run's file and the API).
 
@@ -59,14 +60,14 @@ def _live(view: RequestView) -> dict:
     accepted = sum(step.accepted)
     meter = (f"canvas {step.canvas_index + 1} · accepted {accepted}/{len(step.accepted)} · mean entropy "
              f"{step.mean_entropy:.3g} (confident below {step.confidence_threshold:g})")
-    return {"c": cells, "k": _join(step.pieces), "m": meter}
+    return {"c": cells, "k": _join(step.pieces), "m": meter, "w": step.step}
 
 
 def _committed(view: RequestView, canvas_length: int) -> dict:
     """A request between canvases or finished: its last committed canvas, by probability."""
     pieces = view.committed_pieces
     if not pieces:
-        return {"c": "", "k": "", "m": ""}
+        return {"c": "", "k": "", "m": "", "w": None}
     if canvas_length <= 0:  # not known: every committed canvas but the last is whole
         canvas_length = -(-len(pieces) // max(1, view.canvases))
     start = (view.canvases - 1) * canvas_length if view.canvases else 0
@@ -75,7 +76,7 @@ def _committed(view: RequestView, canvas_length: int) -> dict:
     last = pieces[start:start + canvas_length]
     logprobs = view.committed_logprobs[start:start + canvas_length] if len(view.committed_logprobs) == len(pieces) else []
     cells = "".join(CELLS["committed"][level(math.exp(lp)) if logprobs else LEVELS - 1] for lp in (logprobs or last))
-    return {"c": cells, "k": _join(last), "m": f"canvas {view.canvases} committed · {len(pieces)} tokens in all"}
+    return {"c": cells, "k": _join(last), "m": f"canvas {view.canvases} committed · {len(pieces)} tokens in all", "w": None}
 
 
 def row(view: RequestView, canvas_length: int, note: str = "") -> dict:

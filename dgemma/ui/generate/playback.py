@@ -10,53 +10,26 @@ replays such a file in the same views with no model (it works while the model is
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import gradio as gr
 
 from dgemma.recording import Recording, RecordingError, load
-from dgemma.ui.board import Board, fold
-from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
+from dgemma.ui.compact import frame
+from dgemma.ui.generate.pacing import PlayClock
+from dgemma.ui.seek import Seeker
 
 log = logging.getLogger(__name__)
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
+CHART_PERIOD_S = 1.0  # while playing, the charts redraw at most this often (and at the last step)
 RUNS_DIR = os.path.join(tempfile.gettempdir(), "dgemma-runs")  # one file per session: its last run
-
-
-class KeptBoard:
-    """The board at the step last shown, kept so that the next step costs only its own events.
-
-    Play, forward and a slider moved on fold only the events since the last view; a step back,
-    or another recording, folds from the start. Gradio may run two of a tab's handlers at once (a
-    tick and a slider release): a view takes the board out of `_kept` (list.pop is atomic) and puts
-    it back when drawn, so two views never fold into, or draw from, one board.
-    """
-
-    def __init__(self) -> None:
-        self._kept: list[tuple[Recording, int, Board]] = []  # (recording, events folded, board)
-
-    @contextlib.contextmanager
-    def at(self, recording: Recording, step: int) -> Iterator[Board]:
-        """The board of `recording` at `step`, for the body of the `with` to draw."""
-        end = recording.end_of_step(step)
-        try:
-            kept, folded, board = self._kept.pop()
-        except IndexError:
-            kept, folded, board = None, 0, None
-        if kept is not recording or folded > end:
-            folded, board = 0, Board()
-        fold(recording.events_between(folded, end), board)
-        yield board
-        self._kept[:] = [(recording, end, board)]
 
 
 class Playback:
@@ -68,12 +41,13 @@ class Playback:
         self.follow = True  # the view shows the latest step, until the user takes the slider
         self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
         self.path: str | None = None  # the last finished run's file (Download run)
-        self.kept = KeptBoard()  # the board last shown: playing folds one step's events per tick
+        self.kept = Seeker()  # the board last shown and keyframes: playing folds one step, a jump a few
+        self.clock: PlayClock | None = None  # while playing: which step is due now
 
     def start(self, header: dict) -> Recording:
         self.discard()
         self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
-        self.kept = KeptBoard()  # the last run's board goes, and the last run with it
+        self.kept = Seeker()  # the last run's boards go, and the last run with them
         return self.recording
 
     def save(self) -> str:
@@ -135,15 +109,18 @@ def build() -> Player:
     return Player(state, slider, back, play, pause, forward, pace, download, upload, timer)
 
 
-def view(recording: Recording, step: int, kept: KeptBoard | None = None) -> tuple:
+def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bool = True) -> tuple:
     """Cards and both charts at `step`: the fold of the events up to it (continued from `kept`'s
-    board where it can be), the step marked on the charts."""
-    with (kept or KeptBoard()).at(recording, step) as board:
+    board where it can be), the step marked on the charts (left as they are when not `charts`)."""
+    with (kept or Seeker()).at(recording, step) as board:
+        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
+        if not charts:
+            return frame(board, length), gr.skip(), gr.skip()
         last = recording.steps
         taken = max((v.steps for v in board.requests.values()), default=0)
         entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
         tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
-        return render_board(board), plot(entropy), plot(tiles)
+        return frame(board, length), plot(entropy), plot(tiles)
 
 
 def status(playback: Playback, step: int, pace: float | None = None) -> str:
@@ -180,12 +157,12 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
     p = player
     outputs = [*views, status_line, p.slider]
 
-    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S) -> list:
+    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S, charts: bool = True) -> list:
         if playback.recording is None:
             raise gr.Error("Nothing to replay yet: press Run, or load a downloaded run.", print_exception=False)
         step = max(0, min(int(step or 0), playback.recording.steps))
         line = status(playback, step, pace if playing else None)
-        cards_and_charts = view(playback.recording, step, playback.kept)
+        cards_and_charts = view(playback.recording, step, playback.kept, charts)
         return [*cards_and_charts, line, gr.Slider(maximum=max(1, playback.recording.steps), value=step)]
 
     def take(playback: Playback, step: float) -> list:
@@ -203,6 +180,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
             playback.follow, playback.playing = False, True
             if int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
+            playback.clock = PlayClock(int(step or 0), pace)
         return [*show(playback, step, True, pace), gr.Timer(value=pace, active=True)]
 
     def tick(playback: Playback, step: float, pace: float) -> list:
@@ -210,12 +188,14 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
         if playback.recording is None or not playback.playing or (playback.live and playback.follow):
             playback.playing = False
             return [*[gr.skip()] * len(outputs), gr.Timer(active=False)]
-        nxt = int(step or 0) + 1
+        clock = playback.clock or PlayClock(int(step or 0), pace)
+        nxt = min(clock.next_step(int(step or 0), pace), playback.recording.steps)  # a late tick catches up
         at_end = nxt >= playback.recording.steps
         if at_end:
             playback.playing = False
             playback.follow = playback.live  # caught up with a run still streaming: follow it again
-        return [*show(playback, nxt, not at_end, pace), gr.Timer(active=False) if at_end else gr.skip()]
+        charts = clock.charts_due(CHART_PERIOD_S, at_end)
+        return [*show(playback, nxt, not at_end, pace, charts), gr.Timer(active=False) if at_end else gr.skip()]
 
     def pause(playback: Playback, step: float) -> list:
         return [*take(playback, step), gr.Timer(active=False)]
@@ -234,7 +214,8 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
             raise gr.Error(f"The file could not be read: {err.strerror or err}.", print_exception=False) from None
         playback.discard()
         playback.recording, playback.follow, playback.playing = recording, False, False
-        playback.kept = KeptBoard()
+        playback.kept = Seeker()
+        playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)

@@ -17,7 +17,7 @@ from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.serving.sessions import Sessions, client_left
 from dgemma.ui.board import FINAL, Board, fail_unfinished
-from dgemma.ui.canvas import render_board
+from dgemma.ui.compact import frame
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import playback
 from dgemma.ui.generate.controls import Controls, raw_settings
@@ -59,7 +59,9 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
             return
         if getattr(handle, "notice", ""):
             gr.Warning(handle.notice)
-        handle.recording = played.start(run_header(backend.info(), settings, batch))
+        facts = backend.info()
+        handle.recording = played.start(run_header(facts, settings, batch))
+        length = int(facts.get("canvas_length") or 0)  # a finished board no longer shows its canvas length
         started = time.monotonic()
         # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
         # period apart, and both at the end: a Plotly redraw costs the browser far more than
@@ -85,7 +87,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
                         charts.append(plot(figure(board)))
                     else:
                         charts.append(gr.skip())
-                yield render_board(board), *charts, run_status(board, started), playback.live_slider(played), kept
+                yield frame(board, length), *charts, run_status(board, started), playback.live_slider(played), kept
         except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
             # One sentence where the user looks: the status line, and every card it stopped.
             if not isinstance(err, gr.Error):
@@ -95,7 +97,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, run: gr.B
                 yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence), gr.skip(), gr.skip()
             else:
                 fail_unfinished(board, sentence)
-                yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
+                yield frame(board, length), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
         except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
             client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
             raise
