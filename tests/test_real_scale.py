@@ -1,0 +1,127 @@
+"""The live view at the released model's scale, in a real chromium: 32 requests x 256-token canvases.
+
+The run is made at test time: the structure twin (tests/twin.py) at the release's canvas, 256, and
+vocabulary, 262,144, recorded by `python -m dgemma.generate --record` (3 denoising steps, about a
+minute on a CPU), then loaded into the app's replay. Each step's frame must reach the page in at
+most 64 KB on the wire and be drawn in under 50 ms; a replay at 0.25 s a step must reach its last
+step within 0.25 s of its due time, on the local link and on an emulated 4 Mbit/s one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app_server import MODEL_ARGS, ROOT, shared
+from test_browser import CHROMIUM
+from twin import save_twin
+
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+REQUESTS, CANVAS, STEPS = 32, 256, 3
+FRAME_BYTES = 64 * 1024
+APPLY_MS = 50.0
+SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8, "uploadThroughput": 2e6 / 8}
+FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("real_scale")
+    model = save_twin(folder / "twin", canvas_length=CANVAS)
+    prompts = folder / "prompts.txt"
+    prompts.write_text("\n".join(f"What is the sky? Explain why it is blue, number {i}." for i in range(1, REQUESTS + 1)))
+    run = folder / "run.jsonl"
+    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model,
+                    "--device", "cpu", "--max-num-seqs", str(REQUESTS), "--max-new-tokens", str(CANVAS),
+                    "--max-denoising-steps", str(STEPS), "--sampler", "chunked", "--record", str(run)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=1200)
+    return run
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory, real_run):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
+    from playwright.sync_api import sync_playwright
+
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1360, "height": 1000})
+        page.errors = []
+        page.on("pageerror", lambda e: page.errors.append(str(e)))
+        page.cdp = page.context.new_cdp_session(page)
+        page.cdp.send("Network.enable")
+        urls: dict[str, str] = {}
+        page.received = []  # (encoded bytes, decoded bytes) of every chunk of the page's event stream
+        page.cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+        page.cdp.on("Network.dataReceived", lambda e: page.received.append((e["encodedDataLength"], e["dataLength"]))
+                    if "/queue/data" in urls.get(e["requestId"], "") else None)
+        page.goto(server.url, wait_until="load")
+        page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
+        with page.expect_file_chooser() as chooser:
+            page.click("#load-run")
+        chooser.value.set_files(str(real_run))
+        wait_for_step(page, 0)
+        yield page
+        browser.close()
+
+
+def wait_for_step(page, step: int, timeout: float = 60_000) -> None:
+    page.wait_for_function(f"() => /Replay[^]*step {step} of {STEPS}/.test(document.querySelector('#status').innerText)",
+                           timeout=timeout)
+
+
+def go_to(page, step: int) -> None:
+    box = page.locator("#step-slider input[type=number]")
+    box.fill(str(step))
+    box.press("Enter")
+    wait_for_step(page, step)
+
+
+def test_the_overview_shows_every_request_and_every_position(page):
+    rows = page.evaluate("() => document.querySelector('.dgv canvas').height / (window.devicePixelRatio || 1)")
+    assert page.locator("#cards .dgv-cards .card").count() == REQUESTS and rows >= REQUESTS * 3
+    cards = page.locator("#cards .dgv-cards .card .canvas").first
+    assert 0 < cards.locator(".tok").count() < CANVAS  # clipped, with a way to see all
+    page.locator("#cards .dgv-more").first.click()
+    assert page.locator("#cards .dgv-cards .card .canvas").first.locator(".tok").count() == CANVAS
+    page.locator("#cards .dgv-more").first.click()
+
+
+def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire_and_drawn_in_under_50_ms(page):
+    sizes, drawn = [], []
+    for step in range(1, STEPS + 1):
+        before = len(page.received)
+        frames = int(page.evaluate("() => document.querySelector('.dgv').dataset.frames"))
+        go_to(page, step)
+        page.wait_for_function(f"() => +document.querySelector('.dgv').dataset.frames > {frames}")
+        time.sleep(0.5)  # the rest of the step's messages (the charts come with it)
+        chunks = page.received[before:]
+        sizes.append((sum(c[0] for c in chunks), sum(c[1] for c in chunks)))
+        drawn.append(float(page.evaluate("() => document.querySelector('.dgv').dataset.applyMs")))
+    assert all(wire <= FRAME_BYTES for wire, _ in sizes), sizes
+    assert all(decoded > 2 * wire for wire, decoded in sizes), sizes  # the event stream is compressed
+    assert sorted(drawn)[len(drawn) // 2] <= APPLY_MS, drawn
+
+
+@pytest.mark.parametrize("link", ["local", "4 Mbit/s down, 2 up, 40 ms"])
+def test_a_quarter_second_replay_reaches_its_last_step_within_a_quarter_second_of_due(page, link):
+    page.cdp.send("Network.emulateNetworkConditions", SLOW_LINK if link != "local" else FAST_LINK)
+    try:
+        pace = page.locator("#pace input[type=number]")
+        pace.fill("0.25")
+        pace.press("Enter")
+        go_to(page, 0)
+        started = time.monotonic()
+        page.click("#play")
+        wait_for_step(page, STEPS, timeout=30_000)
+        late = time.monotonic() - started - STEPS * 0.25
+    finally:
+        page.cdp.send("Network.emulateNetworkConditions", FAST_LINK)
+    assert late <= 0.25, f"the last step came {late:.2f} s after its due time on the {link} link"
+    assert not page.errors, page.errors
