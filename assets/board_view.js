@@ -205,3 +205,4 @@ function apply() {
 }
 apply();
 watch("value", apply);
+root.dgvRedraw = () => { view.drawn.clear(); apply(); };  // every card drawn anew, as a run's new frame does

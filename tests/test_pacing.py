@@ -24,13 +24,15 @@ def test_ticks_on_time_show_one_step_each():
     assert shown == [1, 2, 3, 4]
 
 
-def test_a_late_tick_shows_the_step_due_now_skipping_the_missed_ones():
+def test_a_late_tick_shows_the_step_due_nearest_to_now_skipping_the_missed_ones():
     clock = Clock()
     play = PlayClock(2, 0.25, clock)
     clock.now += 0.26
     assert play.next_step(2, 0.25) == 3
-    clock.now += 0.74  # two ticks were lost on the way
+    clock.now += 0.74  # two ticks were lost on the way: step 6 is due now
     assert play.next_step(3, 0.25) == 6
+    clock.now += 0.2  # step 7 is due in 0.05 s: nearer than step 6's time, already past
+    assert play.next_step(6, 0.25) == 7
 
 
 def test_an_early_tick_still_moves_one_step():
@@ -56,6 +58,6 @@ def test_the_charts_redraw_at_most_once_a_period_and_always_at_the_last_step():
     for _ in range(8):
         clock.now += 0.25
         drawn.append(play.charts_due(1.0, last=False))
-    assert drawn == [True, False, False, False, True, False, False, False]
+    assert drawn == [False, False, False, True, False, False, False, True]  # play drew them at its start
     clock.now += 0.25
     assert play.charts_due(1.0, last=True)

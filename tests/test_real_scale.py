@@ -4,7 +4,9 @@ The run is made at test time: the structure twin (tests/twin.py) at the release'
 vocabulary, 262,144, recorded by `python -m dgemma.generate --record` (3 denoising steps, about a
 minute on a CPU), then loaded into the app's replay. Each step's frame must reach the page in at
 most 64 KB on the wire and be drawn in under 50 ms; a replay at 0.25 s a step must reach its last
-step within 0.25 s of its due time, on the local link and on an emulated 4 Mbit/s one.
+step within 0.25 s of its due time, on the local link and on an emulated 4 Mbit/s one. Drawing is
+measured as the main thread's CPU time (Chrome's ThreadTime), which a busy test machine does not
+inflate the way it inflates wall time.
 """
 
 from __future__ import annotations
@@ -93,7 +95,14 @@ def test_the_overview_shows_every_request_and_every_position(page):
     page.locator("#cards .dgv-more").first.click()
 
 
+def main_thread_ms(page) -> float:
+    """CPU milliseconds the page's main thread has used so far (what a busy machine cannot inflate)."""
+    metrics = page.cdp.send("Performance.getMetrics")["metrics"]
+    return 1e3 * next(m["value"] for m in metrics if m["name"] == "ThreadTime")
+
+
 def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire_and_drawn_in_under_50_ms(page):
+    page.cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
     sizes, drawn = [], []
     for step in range(1, STEPS + 1):
         before = len(page.received)
@@ -103,10 +112,17 @@ def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire_and_drawn_in_under_5
         time.sleep(0.5)  # the rest of the step's messages (the charts come with it)
         chunks = page.received[before:]
         sizes.append((sum(c[0] for c in chunks), sum(c[1] for c in chunks)))
-        drawn.append(float(page.evaluate("() => document.querySelector('.dgv').dataset.applyMs")))
+        # Every card and the overview drawn anew from this frame, as a live run's next frame does:
+        # the main thread's CPU time (the least of three, other work on the page aside).
+        costs = []
+        for _ in range(3):
+            before_ms = main_thread_ms(page)
+            page.evaluate("() => document.querySelector('.dgv').dgvRedraw()")
+            costs.append(main_thread_ms(page) - before_ms)
+        drawn.append(min(costs))
     assert all(wire <= FRAME_BYTES for wire, _ in sizes), sizes
     assert all(decoded > 2 * wire for wire, decoded in sizes), sizes  # the event stream is compressed
-    assert sorted(drawn)[len(drawn) // 2] <= APPLY_MS, drawn
+    assert max(drawn) <= APPLY_MS, drawn
 
 
 @pytest.mark.parametrize("link", ["local", "4 Mbit/s down, 2 up, 40 ms"])

@@ -23,17 +23,19 @@ class PlayClock:
     pace: float
     clock: Callable[[], float] = time.monotonic
     started: float = field(default=0.0)
-    charts_at: float = field(default=-1e9)  # when the charts were last drawn
+    charts_at: float = field(default=0.0)  # when the charts were last drawn
 
     def __post_init__(self) -> None:
-        self.started = self.clock()
+        self.started = self.charts_at = self.clock()  # play shows the charts of the step it starts from
 
     def next_step(self, shown: int, pace: float) -> int:
-        """The step a tick shows after `shown`: at least the next one, or the one due by now."""
+        """The step a tick shows after `shown`: at least the next one, or the one due nearest to now."""
         now = self.clock()
         if pace != self.pace:  # the pace changed while playing: count from here at the new pace
             self.step, self.pace, self.started = shown, pace, now
-        due = self.step + int((now - self.started) / self.pace + 1e-9)
+        # The step whose due time is nearest: the frame takes a moment to reach the page, so a
+        # step half a tick away is better shown now than a tick late.
+        due = self.step + int((now - self.started) / self.pace + 0.5)
         return max(shown + 1, due)
 
     def charts_due(self, period: float, last: bool) -> bool:

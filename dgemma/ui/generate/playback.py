@@ -176,12 +176,14 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
         return handler
 
     def play(playback: Playback, step: float, pace: float) -> list:
+        again = False
         if playback.recording is not None:
             playback.follow, playback.playing = False, True
-            if int(step or 0) >= playback.recording.steps:
+            if again := int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
             playback.clock = PlayClock(int(step or 0), pace)
-        return [*show(playback, step, True, pace), gr.Timer(value=pace, active=True)]
+        # The charts already show the step play starts from, unless it starts over.
+        return [*show(playback, step, True, pace, charts=again), gr.Timer(value=pace, active=True)]
 
     def tick(playback: Playback, step: float, pace: float) -> list:
         # Paused, taken by the user, or a new Run that the view follows: this tick stops the timer.
