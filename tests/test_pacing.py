@@ -61,3 +61,11 @@ def test_the_charts_redraw_at_most_once_a_period_and_always_at_the_last_step():
     assert drawn == [False, False, False, True, False, False, False, True]  # play drew them at its start
     clock.now += 0.25
     assert play.charts_due(1.0, last=True)
+
+
+def test_the_wait_is_until_the_next_step_is_due_and_never_negative():
+    clock = Clock()
+    play = PlayClock(4, 0.5, clock)
+    assert play.wait(4) == 0.5
+    clock.now += 0.2
+    assert abs(play.wait(4) - 0.3) < 1e-9 and play.wait(3) == 0.0

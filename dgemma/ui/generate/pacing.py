@@ -1,9 +1,10 @@
 """The pace of a replay: which step is due now, and whether the charts are due a redraw.
 
-A timer tick that advanced one step per tick fell behind whenever a tick came late (a slow link,
-a busy browser): at 0.25 s a step, a 32 x 256 replay of 3 steps took 1.3 s against 0.75 s due.
-`PlayClock` reads the step from the wall clock instead, so a late tick shows the step due now
-(skipping the ones missed) and the replay ends on time. The charts (a Plotly redraw costs the
+A browser timer that asked for one step per tick fell behind whenever a tick came late (a slow
+link, a busy browser): at 0.25 s a step, a 32 x 256 replay of 3 steps took 1.3 s against 0.75 s
+due. Play is now one stream from the server, and `PlayClock` says when each step is due and which
+step is due now, so a step shown late is followed by the one due by then (skipping the ones
+missed only when more than one is late) and the replay ends on time. The charts (a Plotly redraw costs the
 browser far more than a frame of the cards) are redrawn at most once a `chart_period` while
 playing, and always at the last step, as the live stream does.
 """
@@ -37,6 +38,10 @@ class PlayClock:
         # step half a tick away is better shown now than a tick late.
         due = self.step + int((now - self.started) / self.pace + 0.5)
         return max(shown + 1, due)
+
+    def wait(self, shown: int) -> float:
+        """Seconds until the step after `shown` is due (0 when it is already)."""
+        return max(0.0, self.started + (shown + 1 - self.step) * self.pace - self.clock())
 
     def charts_due(self, period: float, last: bool) -> bool:
         """Whether this tick redraws the charts (and, if so, note that it did)."""

@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import gradio as gr
@@ -39,7 +40,7 @@ class Playback:
         self.recording: Recording | None = None
         self.live = False  # the run is still streaming
         self.follow = True  # the view shows the latest step, until the user takes the slider
-        self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
+        self.playing = False  # the play stream advances the slider (until pause, the end, or the user's hand)
         self.path: str | None = None  # the last finished run's file (Download run)
         self.kept = Seeker()  # the board last shown and keyframes: playing folds one step, a jump a few
         self.clock: PlayClock | None = None  # while playing: which step is due now
@@ -83,7 +84,6 @@ class Player:
     pace: gr.Slider
     download: gr.DownloadButton
     upload: gr.UploadButton
-    timer: gr.Timer
 
 
 def build() -> Player:
@@ -105,8 +105,7 @@ def build() -> Player:
                                              size="sm", min_width=120)
                 upload = gr.UploadButton("Load a run", file_types=[".jsonl"], file_count="single", elem_id="load-run",
                                          size="sm", min_width=120)
-    timer = gr.Timer(DEFAULT_PACE_S, active=False)
-    return Player(state, slider, back, play, pause, forward, pace, download, upload, timer)
+    return Player(state, slider, back, play, pause, forward, pace, download, upload)
 
 
 def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bool = True) -> tuple:
@@ -153,7 +152,7 @@ def finished(playback: Playback) -> gr.DownloadButton:
 
 
 def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
-    """Slider, buttons, timer and upload; `views` = [cards, entropy plot, tile plot]."""
+    """Slider, buttons, the paced play stream and upload; `views` = [cards, entropy plot, tile plot]."""
     p = player
     outputs = [*views, status_line, p.slider]
 
@@ -172,35 +171,44 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
 
     def move(by: int):
         def handler(playback: Playback, step: float) -> list:
-            return [*take(playback, (step or 0) + by), gr.Timer(active=False)]
+            return take(playback, (step or 0) + by)
         return handler
 
-    def play(playback: Playback, step: float, pace: float) -> list:
+    def play(playback: Playback, step: float, pace: float) -> Iterator[list]:
+        # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
+        # or a busy page delays each step by its transfer alone, never by a tick's request too.
         again = False
         if playback.recording is not None:
             playback.follow, playback.playing = False, True
             if again := int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
             playback.clock = PlayClock(int(step or 0), pace)
+        clock, shown = playback.clock, int(step or 0)
         # The charts already show the step play starts from, unless it starts over.
-        return [*show(playback, step, True, pace, charts=again), gr.Timer(value=pace, active=True)]
+        yield show(playback, shown, True, pace, charts=again)
+        while True:
+            time.sleep(clock.wait(shown))
+            # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
+            if not playback.playing or playback.clock is not clock or (playback.live and playback.follow):
+                return
+            nxt = min(clock.next_step(shown, clock.pace), playback.recording.steps)  # a late step catches up
+            at_end = nxt >= playback.recording.steps
+            if at_end:
+                playback.playing = False
+                playback.follow = playback.live  # caught up with a run still streaming: follow it again
+            charts = clock.charts_due(CHART_PERIOD_S, at_end)
+            yield show(playback, nxt, not at_end, clock.pace, charts and not at_end)
+            if at_end:  # the last step's charts follow its frame, which they would hold up
+                yield [gr.skip(), *view(playback.recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
+                return
+            shown = nxt
 
-    def tick(playback: Playback, step: float, pace: float) -> list:
-        # Paused, taken by the user, or a new Run that the view follows: this tick stops the timer.
-        if playback.recording is None or not playback.playing or (playback.live and playback.follow):
-            playback.playing = False
-            return [*[gr.skip()] * len(outputs), gr.Timer(active=False)]
-        clock = playback.clock or PlayClock(int(step or 0), pace)
-        nxt = min(clock.next_step(int(step or 0), pace), playback.recording.steps)  # a late tick catches up
-        at_end = nxt >= playback.recording.steps
-        if at_end:
-            playback.playing = False
-            playback.follow = playback.live  # caught up with a run still streaming: follow it again
-        charts = clock.charts_due(CHART_PERIOD_S, at_end)
-        return [*show(playback, nxt, not at_end, pace, charts), gr.Timer(active=False) if at_end else gr.skip()]
+    def repace(playback: Playback, step: float, pace: float) -> None:
+        if playback.clock is not None:  # counts on from the step shown, at the new pace
+            playback.clock.next_step(int(step or 0), pace)
 
     def pause(playback: Playback, step: float) -> list:
-        return [*take(playback, step), gr.Timer(active=False)]
+        return take(playback, step)
 
     def load_run(playback: Playback, file) -> list:
         if playback.live:
@@ -218,15 +226,14 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
         playback.recording, playback.follow, playback.playing = recording, False, False
         playback.kept = Seeker()
         playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
-        return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
+        return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
     p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **quiet)
-    p.back.click(move(-1), [p.state, p.slider], [*outputs, p.timer], **quiet)
-    p.forward.click(move(+1), [p.state, p.slider], [*outputs, p.timer], **quiet)
-    p.play.click(play, [p.state, p.slider, p.pace], [*outputs, p.timer], **quiet)
-    p.pause.click(pause, [p.state, p.slider], [*outputs, p.timer], **quiet)
-    p.timer.tick(tick, [p.state, p.slider, p.pace], [*outputs, p.timer], **quiet)
-    p.pace.release(lambda pace: gr.Timer(value=pace), [p.pace], [p.timer], **quiet)
-    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download, p.timer], **quiet)
+    p.back.click(move(-1), [p.state, p.slider], outputs, **quiet)
+    p.forward.click(move(+1), [p.state, p.slider], outputs, **quiet)
+    p.play.click(play, [p.state, p.slider, p.pace], outputs, **quiet)
+    p.pause.click(pause, [p.state, p.slider], outputs, **quiet)
+    p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
+    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download], **quiet)
 
