@@ -63,9 +63,10 @@ def test_the_charts_redraw_at_most_once_a_period_and_always_at_the_last_step():
     assert play.charts_due(1.0, last=True)
 
 
-def test_the_wait_is_until_the_next_step_is_due_and_never_negative():
+def test_the_wait_is_until_the_next_step_is_due_less_the_time_a_frame_takes_to_arrive():
     clock = Clock()
     play = PlayClock(4, 0.5, clock)
-    assert play.wait(4) == 0.5
+    assert play.wait(4, ahead=0.0) == 0.5 and abs(play.wait(4, ahead=0.1) - 0.4) < 1e-9
+    assert abs(play.wait(4, ahead=0.4) - 0.25) < 1e-9  # never more than half a step early
     clock.now += 0.2
-    assert abs(play.wait(4) - 0.3) < 1e-9 and play.wait(3) == 0.0
+    assert abs(play.wait(4, ahead=0.0) - 0.3) < 1e-9 and play.wait(3) == 0.0  # never negative

@@ -15,6 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+# A step is sent this long before it is due: about what a real-scale frame (40 KB) takes to cross a
+# 4 Mbit/s link with 40 ms latency and be drawn, so that it is on screen when due, not after.
+SEND_AHEAD_S = 0.1
+
 
 @dataclass
 class PlayClock:
@@ -39,9 +43,11 @@ class PlayClock:
         due = self.step + int((now - self.started) / self.pace + 0.5)
         return max(shown + 1, due)
 
-    def wait(self, shown: int) -> float:
-        """Seconds until the step after `shown` is due (0 when it is already)."""
-        return max(0.0, self.started + (shown + 1 - self.step) * self.pace - self.clock())
+    def wait(self, shown: int, ahead: float = SEND_AHEAD_S) -> float:
+        """Seconds until the step after `shown` is to be sent: `ahead` of its due time, at most
+        half a step early (0 when that time has come)."""
+        ahead = min(ahead, self.pace / 2)
+        return max(0.0, self.started + (shown + 1 - self.step) * self.pace - ahead - self.clock())
 
     def charts_due(self, period: float, last: bool) -> bool:
         """Whether this tick redraws the charts (and, if so, note that it did)."""
