@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from app_server import MODEL_ARGS, ROOT, shared
-from test_browser import CHROMIUM
+from test_browser import CHROMIUM, shots  # noqa: F401  (the screenshots folder fixture)
 from twin import save_twin
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -94,7 +94,7 @@ def go_to(page, step: int) -> None:
     wait_for_step(page, step)
 
 
-def test_the_overview_shows_every_request_and_every_position(page):
+def test_the_overview_shows_every_request_and_every_position(page, shots):  # noqa: F811
     rows = page.evaluate("() => document.querySelector('.dgv canvas').height / (window.devicePixelRatio || 1)")
     assert page.locator("#cards .dgv-cards .card").count() == REQUESTS and rows >= REQUESTS * 3
     cards = page.locator("#cards .dgv-cards .card .canvas").first
@@ -102,6 +102,14 @@ def test_the_overview_shows_every_request_and_every_position(page):
     page.locator("#cards .dgv-more").first.click()
     assert page.locator("#cards .dgv-cards .card .canvas").first.locator(".tok").count() == CANVAS
     page.locator("#cards .dgv-more").first.click()
+    go_to(page, 2)
+    page.click(".dgv-overview canvas", position={"x": 200, "y": 30})  # a request in full in the focus card
+    assert page.locator(".dgv-focus .card .canvas .tok").count() == CANVAS
+    page.locator(".dgv-overview").scroll_into_view_if_needed()
+    page.mouse.move(page.locator(".dgv-overview canvas").bounding_box()["x"] + 300,
+                    page.locator(".dgv-overview canvas").bounding_box()["y"] + 100)  # a token on hover
+    assert page.locator(".dgv-tip").is_visible() and " · position " in page.inner_text(".dgv-tip")
+    page.screenshot(path=str(shots / "overview-real-scale.png"))
 
 
 def main_thread_ms(page) -> float:

@@ -6,7 +6,8 @@ the compact frame (`compact.frame`, data the browser draws). Printed side by sid
 as JSON, gzip'd alone, and gzip'd as one continuing stream flushed after every frame (what the
 compressed event stream sends), the server's milliseconds to build a frame, and bytes per second
 for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
-random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe.
+random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe,
+and the slider's whole view (cards and charts) at a random step of a 32 x 256 x 48-step run.
 """
 
 from __future__ import annotations
@@ -89,9 +90,42 @@ def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
             "seek_index_ms": round(1e3 * index_s, 1), "keyframes": seeker.keyframes}  # fmt: skip
 
 
+def measure_slider(steps: int, jumps: int = 12, seed: int = 0) -> dict:
+    """Server seconds for the slider to show a random step of a 32 x 256 run of `steps` steps (frames
+    built as `dgemma.bench recording` builds them): the whole view (cards and both charts), folded
+    from step 0 and drawn as HTML cards (before) against from the nearest keyframe as a compact frame."""
+    from dgemma.bench.recording import REQUESTS, frame as step_frame, plan
+    from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
+    from dgemma.ui.generate.playback import view
+    from dgemma.ui.seek import Seeker
+
+    recording = Recording()
+    for step in range(1, steps + 1):
+        recording.add(plan(step))
+        recording.extend(step_frame(r, step) for r in range(1, REQUESTS + 1))
+    targets = [random.Random(seed).randint(0, steps) for _ in range(jumps)]
+    before, after = [], []
+    for step in targets:
+        started = time.perf_counter()
+        board = fold(recording.events(step))
+        mark_step(entropy_figure(board), step, (0, steps), f"step {step}", now=True)
+        render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board))
+        before.append(time.perf_counter() - started)
+    seeker = Seeker()
+    seeker.index(recording)
+    for step in targets:
+        started = time.perf_counter()
+        view(recording, step, seeker)
+        after.append(time.perf_counter() - started)
+    return {"slider_steps": steps, "slider_before_ms_max": round(1e3 * max(before), 1),
+            "slider_after_ms_max": round(1e3 * max(after), 1),
+            "slider_after_ms_median": round(1e3 * statistics.median(after), 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m dgemma.bench frames", description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", help="run files (python -m dgemma.generate --record FILE)")
+    p.add_argument("runs", nargs="*", help="run files (python -m dgemma.generate --record FILE)")
+    p.add_argument("--slider-steps", type=int, default=48, help="steps of the 32 x 256 run the slider moves over")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     for path in args.runs:
@@ -99,4 +133,6 @@ def main(argv: list[str] | None = None) -> int:
             recording = load(f.read())
         result = {"run": path, **measure_run(recording), **measure_seek(recording)}
         print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
+    result = measure_slider(args.slider_steps)
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
     return 0

@@ -184,8 +184,9 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
                 step = 0  # at the end, play starts over
             playback.clock = PlayClock(int(step or 0), pace)
         clock, shown = playback.clock, int(step or 0)
-        # The charts already show the step play starts from, unless it starts over.
-        yield show(playback, shown, True, pace, charts=again)
+        first = show(playback, shown, True, pace, charts=again)
+        # The view already shows the step play starts from, unless it starts over: only the status line changes.
+        yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
         while True:
             time.sleep(clock.wait(shown))
             # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
@@ -197,7 +198,10 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
             charts = clock.charts_due(CHART_PERIOD_S, at_end)
-            yield show(playback, nxt, not at_end, clock.pace, charts and not at_end)
+            shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
+            if not (playback.playing or at_end) or playback.clock is not clock:
+                return  # paused while this step was drawn: the pause's view stays
+            yield shown_now
             if at_end:  # the last step's charts follow its frame, which they would hold up
                 yield [gr.skip(), *view(playback.recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
                 return
@@ -229,11 +233,12 @@ def wire(player: Player, views: list, status_line: gr.Markdown) -> None:
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
-    p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **quiet)
-    p.back.click(move(-1), [p.state, p.slider], outputs, **quiet)
-    p.forward.click(move(+1), [p.state, p.slider], outputs, **quiet)
-    p.play.click(play, [p.state, p.slider, p.pace], outputs, **quiet)
-    p.pause.click(pause, [p.state, p.slider], outputs, **quiet)
+    playing = p.play.click(play, [p.state, p.slider, p.pace], outputs, **quiet)
+    stops = dict(cancels=[playing], **quiet)  # a hand on the controls ends the play stream at once
+    p.back.click(move(-1), [p.state, p.slider], outputs, **stops)
+    p.forward.click(move(+1), [p.state, p.slider], outputs, **stops)
+    p.pause.click(pause, [p.state, p.slider], outputs, **stops)
+    p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
     p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
     p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download], **quiet)
 
