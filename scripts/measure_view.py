@@ -32,6 +32,15 @@ from dgemma.ui.board import fold  # noqa: E402
 from dgemma.ui.canvas import render_board  # noqa: E402
 
 LIVE_FRAMES_PER_S = 6.0
+PLAY = """() => {
+  new MutationObserver(() => { if (/step LAST of LAST/.test(document.querySelector('#status').innerText))
+    window.__lastStepAt ??= performance.now(); }).observe(document.querySelector('#status'),
+    {subtree: true, childList: true, characterData: true});
+  window.__lastStepAt = undefined;
+  const started = performance.now();
+  document.querySelector('#play').click();
+  return started;
+}"""
 PACE = 0.25
 
 
@@ -110,12 +119,13 @@ def measure_run(browser, url: str, path: str, links: list[str]) -> dict:
         box.fill("0")
         box.press("Enter")
         wait_step(page, 0, steps)
-        time.sleep(1.0)
+        page.wait_for_function("() => (document.querySelector('#tile-plot .js-plotly-plot')?.layout?.annotations || [])"
+                               ".some(a => a.text === 'call 0')", timeout=60_000)  # the step-0 charts are drawn
+        time.sleep(0.5)
         before = len(chunks)
-        started = time.monotonic()
-        page.click("#play")
+        started = page.evaluate(PLAY.replace("LAST", str(steps)))  # timed in the page, click to last step shown
         wait_step(page, steps, steps)
-        late = time.monotonic() - started - steps * PACE
+        late = (page.evaluate("() => window.__lastStepAt") - started) / 1e3 - steps * PACE
         time.sleep(0.5)
         result[f"replay_late_s_{name}"] = round(late, 2)
         result[f"replay_wire_bytes_per_s_{name}"] = round(sum(c[0] for c in chunks[before:]) / (steps * PACE + max(0.0, late)))

@@ -3,14 +3,11 @@ every control is reachable with the Tab key, and the overview works from the key
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from app_server import MODEL_ARGS, shared
-from test_browser import CHROMIUM
+from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
 
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ALL_DONE = ("() => { const cards = [...document.querySelectorAll('#cards .dgv-cards .card')]; "
             "return cards.length > 0 && cards.every(c => c.classList.contains('status-done')); }")
 # Every control a visitor could use, visible now; each gets an index so that focus can be told apart.
@@ -26,25 +23,14 @@ CONTROLS = """() => {
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
-    from playwright.sync_api import sync_playwright
-
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1360, "height": 1000})
-        page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.goto(server.url, wait_until="load")
-        page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
-        page.click("#run")  # the page as it looks with cards, the overview and a focus card on it
-        page.wait_for_function(ALL_DONE, timeout=180_000)
-        page.click(".dgv-overview canvas", position={"x": 40, "y": 4})
-        page.wait_for_selector(".dgv-focus .card")
-        yield page
-        browser.close()
+def page(browser, tmp_path_factory):  # noqa: F811
+    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    page.click("#run")  # the page as it looks with cards, the overview and a focus card on it
+    page.wait_for_function(ALL_DONE, timeout=180_000)
+    page.click(".dgv-overview canvas", position={"x": 40, "y": 4})
+    page.wait_for_selector(".dgv-focus .card")
+    yield page
+    page.close()
 
 
 def contrast_failures(page) -> list[str]:

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from app_server import MODEL_ARGS, ROOT, shared
-from test_browser import CHROMIUM, shots  # noqa: F401  (the screenshots folder fixture)
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
+from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
 from twin import save_twin
 
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 REQUESTS, CANVAS, STEPS = 32, 256, 3
 FRAME_BYTES = 64 * 1024
 APPLY_MS = 50.0
@@ -54,32 +54,21 @@ def real_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory, real_run):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
-    from playwright.sync_api import sync_playwright
-
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1360, "height": 1000})
-        page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.cdp = page.context.new_cdp_session(page)
-        page.cdp.send("Network.enable")
-        urls: dict[str, str] = {}
-        page.received = []  # (encoded bytes, decoded bytes) of every chunk of the page's event stream
-        page.cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
-        page.cdp.on("Network.dataReceived", lambda e: page.received.append((e["encodedDataLength"], e["dataLength"]))
-                    if "/queue/data" in urls.get(e["requestId"], "") else None)
-        page.goto(server.url, wait_until="load")
-        page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
-        with page.expect_file_chooser() as chooser:
-            page.click("#load-run")
-        chooser.value.set_files(str(real_run))
-        wait_for_step(page, 0)
-        yield page
-        browser.close()
+def page(browser, tmp_path_factory, real_run):  # noqa: F811
+    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    page.cdp = page.context.new_cdp_session(page)
+    page.cdp.send("Network.enable")
+    urls: dict[str, str] = {}
+    page.received = []  # (encoded bytes, decoded bytes) of every chunk of the page's event stream
+    page.cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    page.cdp.on("Network.dataReceived", lambda e: page.received.append((e["encodedDataLength"], e["dataLength"]))
+                if "/queue/data" in urls.get(e["requestId"], "") else None)
+    with page.expect_file_chooser() as chooser:
+        page.click("#load-run")
+    chooser.value.set_files(str(real_run))
+    wait_for_step(page, 0)
+    yield page
+    page.close()
 
 
 def wait_for_step(page, step: int, timeout: float = 60_000) -> None:
