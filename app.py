@@ -165,6 +165,10 @@ def _upload_limits(demo, args: argparse.Namespace) -> dict:
 
 
 def _launch(demo, args: argparse.Namespace) -> int:
+    from starlette.middleware import Middleware
+
+    from dgemma.serving.compression import CompressedEventStream
+
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
     demo.launch(
         **_upload_limits(demo, args),
@@ -177,6 +181,8 @@ def _launch(demo, args: argparse.Namespace) -> int:
         max_threads=256,  # each live stream or API call waits in a thread; a classroom is many
         prevent_thread_lock=True,
         quiet=True,
+        # Every frame of the live view goes through the page's event stream: compressed, flushed per frame.
+        app_kwargs={"middleware": [Middleware(CompressedEventStream)]},
     )
     return port
 

@@ -13,6 +13,7 @@ from dgemma.recording import MAX_FILE_BYTES, MAX_POSITIONS, Recording, Recording
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
 from dgemma.ui.generate import playback
+from dgemma.ui.seek import Seeker
 from dgemma.ui.board import fold
 from dgemma.ui.canvas import render_board
 from dgemma.serving.inputs import Limits
@@ -86,7 +87,7 @@ def test_a_kept_board_gives_the_views_of_a_fresh_fold_in_any_order_of_steps(reco
     recording = recorded[0]
     copy = load(recording.text().encode("utf-8"))
     last = recording.steps
-    kept = playback.KeptBoard()
+    kept = Seeker()
     # play through, a step back, a jump to the end, the same step twice, the start, then another recording
     for rec, step in [(recording, s) for s in [*range(last + 1), last - 1, 1, last, last, 0, 2]] + [(copy, 3), (recording, 3)]:
         assert same_view(playback.view(rec, step, kept), playback.view(rec, step)), (rec is copy, step)
@@ -94,7 +95,7 @@ def test_a_kept_board_gives_the_views_of_a_fresh_fold_in_any_order_of_steps(reco
 
 def test_a_kept_board_following_a_live_recording_folds_what_arrived_since(recorded):
     recording, _, live = recorded
-    growing, kept = Recording(recording.header), playback.KeptBoard()
+    growing, kept = Recording(recording.header), Seeker()
     for i, event in enumerate(live):
         growing.add(event)
         if i % 7 == 0 or i == len(live) - 1:  # the page's view of the latest step, every few events

@@ -60,11 +60,12 @@ def build_twin_tokenizer():
     )
 
 
-def save_twin(path: str | Path, seed: int = 0) -> str:
+def save_twin(path: str | Path, seed: int = 0, canvas_length: int = CANVAS) -> str:
+    """The twin, saved to `path` (canvas 8 for the engine's tests; 256, the release's, for the views')."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
     torch.manual_seed(seed)
-    config = DiffusionGemmaConfig(text_config=dict(TWIN_TEXT), vision_config=TWIN_VISION, canvas_length=CANVAS)
+    config = DiffusionGemmaConfig(text_config=dict(TWIN_TEXT), vision_config=TWIN_VISION, canvas_length=canvas_length)
     model = DiffusionGemmaForBlockDiffusion(config)
     # Peaked logits, as a trained model has: with the default init (std 0.02) every position's
     # distribution over 262,144 tokens is flat to 1e-6, and which positions the entropy bound

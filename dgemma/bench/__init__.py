@@ -1,4 +1,5 @@
 """`python -m dgemma.bench sampler|engine|load|soak|recording|hostile`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|frames`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ BENCHES = {
     "soak": "dgemma.bench.soak",  # the app under steady traffic for minutes: errors, latency, RSS growth
     "recording": "dgemma.bench.recording",  # a run's recording at its bound vs keeping the events
     "hostile": "dgemma.bench.hostile",  # disk and memory under oversized uploads, tabs, recorded API calls
+    "frames": "dgemma.bench.frames",  # one live-view frame: cards as HTML vs compact data; seeking a run
 }
 
 

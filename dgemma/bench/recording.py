@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     fold(copy.events(copy.steps))
     fold_s = time.perf_counter() - started
-    from dgemma.ui.generate.playback import KeptBoard
+    from dgemma.ui.seek import Seeker
 
-    kept = KeptBoard()  # what playing does: the board of the step before is kept, one step's events folded
+    kept = Seeker()  # what playing does: the board of the step before is kept, one step's events folded
     with kept.at(copy, copy.steps - 1):
         pass
     started = time.perf_counter()

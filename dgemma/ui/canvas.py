@@ -60,7 +60,8 @@ def is_special(text: str) -> bool:
     return text in _SPECIAL or (len(text) > 2 and text.startswith("<") and text.endswith(">"))
 
 
-def _piece(text: str) -> str:
+def shown_piece(text: str) -> str:
+    """What a canvas cell shows of a piece (plain text, not yet escaped for HTML)."""
     # A space keeps its cell (white-space: pre) and its shading, as does SentencePiece's '▁' (a
     # space in the text); line breaks and tabs become visible marks, an empty piece a dot.
     if is_special(text):
@@ -68,7 +69,11 @@ def _piece(text: str) -> str:
     shown = text.replace("▁", " ").translate(_VISIBLE) or "∅"
     if len(shown) > MAX_CELL:
         shown = shown[: MAX_CELL - 1] + "…"
-    return html.escape(shown)
+    return shown
+
+
+def _piece(text: str) -> str:
+    return html.escape(shown_piece(text))
 
 
 def render_canvas(step: StepEvent) -> str:
@@ -111,12 +116,22 @@ def render_committed(view: RequestView, pinnable: int = 0) -> str:
 def refine_button(view: RequestView, canvas_length: int) -> str:
     """A finished card's Refine: run its prompt and seed again, the first canvas starting from its
     text (the page's script reads these attributes)."""
-    if view.status != "done" or not view.committed_text or view.seed is None:
+    if not refinable(view):
         return ""
-    start = "".join(p.replace("▁", " ") for p in view.committed_pieces[:canvas_length] if not is_special(p))
     return (f'<button class="refine" title="run it again, its first canvas starting from this text" '
             f'data-prompt="{html.escape(view.prompt)}" data-seed="{view.seed}" '
-            f'data-start="{html.escape(start or view.committed_text)}">Refine</button>')
+            f'data-start="{html.escape(refine_start(view, canvas_length))}">Refine</button>')
+
+
+def refinable(view: RequestView) -> bool:
+    """A finished request with text and a seed can be run again from its text."""
+    return view.status == "done" and bool(view.committed_text) and view.seed is not None
+
+
+def refine_start(view: RequestView, canvas_length: int) -> str:
+    """What Refine starts the first canvas from: the text of the request's first canvas."""
+    start = "".join(p.replace("▁", " ") for p in view.committed_pieces[:canvas_length] if not is_special(p))
+    return start or view.committed_text
 
 
 def render_card(view: RequestView, note: str = "", canvas_length: int = 0) -> str:

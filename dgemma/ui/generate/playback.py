@@ -11,7 +11,6 @@ Where the file and the run are kept, and under which caps: dgemma/ui/generate/ke
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,44 +18,15 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.recording import Recording
-from dgemma.ui.board import Board, fold, held_bytes
-from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
+from dgemma.ui.compact import frame
 from dgemma.ui.generate.keep import Keeping, read_upload
+from dgemma.ui.generate.pacing import PlayClock
+from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
-
-
-class KeptBoard:
-    """The board at the step last shown, kept so that the next step costs only its own events.
-
-    Play, forward and a slider moved on fold only the events since the last view; a step back,
-    or another recording, folds from the start. Gradio may run two of a tab's handlers at once (a
-    tick and a slider release): a view takes the board out of `_kept` (list.pop is atomic) and puts
-    it back when drawn, so two views never fold into, or draw from, one board.
-    """
-
-    def __init__(self) -> None:
-        self._kept: list[tuple[Recording, int, Board]] = []  # (recording, events folded, board)
-
-    @contextlib.contextmanager
-    def at(self, recording: Recording, step: int) -> Iterator[Board]:
-        """The board of `recording` at `step`, for the body of the `with` to draw."""
-        end = recording.end_of_step(step)
-        try:
-            kept, folded, board = self._kept.pop()
-        except IndexError:
-            kept, folded, board = None, 0, None
-        if kept is not recording or folded > end:
-            folded, board = 0, Board()
-        fold(recording.events_between(folded, end), board)
-        yield board
-        self._kept[:] = [(recording, end, board)]
-
-    def held_bytes(self) -> int:
-        kept = list(self._kept)
-        return held_bytes(kept[0][2]) if kept else 0
+CHART_PERIOD_S = 1.0  # while playing, the charts redraw at most this often (and at the last step)
 
 
 class Playback:
@@ -66,25 +36,26 @@ class Playback:
         self.recording: Recording | None = None
         self.live = False  # the run is still streaming
         self.follow = True  # the view shows the latest step, until the user takes the slider
-        self.playing = False  # the timer advances the slider (until pause, the end, or the user's hand)
-        self.kept = KeptBoard()  # the board last shown: playing folds one step's events per tick
+        self.playing = False  # the play stream advances the slider (until pause, the end, or the user's hand)
+        self.kept = Seeker()  # the board last shown and keyframes: playing folds one step, a jump a few
+        self.clock: PlayClock | None = None  # while playing: which step is due now
         self.last_used = time.monotonic()  # the last view: the memory cap evicts the least recent idle run
         self.evicted = ""  # why the run is gone (the memory cap), said at the next view
 
     def start(self, header: dict) -> Recording:
         self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
-        self.kept = KeptBoard()  # the last run's board goes, and the last run with it
+        self.kept = Seeker()  # the last run's boards go, and the last run with them
         self.evicted, self.last_used = "", time.monotonic()
         return self.recording
 
     def held_bytes(self) -> int:
-        """What this tab's run holds in memory: its recording and the board last shown."""
+        """What this tab's run holds in memory: its recording, the board last shown and the keyframes."""
         recording = self.recording
         return (recording.held_bytes if recording is not None else 0) + self.kept.held_bytes()
 
     def evict(self, sentence: str) -> None:
-        """Drop the run and its board (the memory cap, or a closed tab); `sentence` says so at the next view."""
-        self.recording, self.playing, self.kept, self.evicted = None, False, KeptBoard(), sentence
+        """Drop the run and its boards (the memory cap, or a closed tab); `sentence` says so at the next view."""
+        self.recording, self.playing, self.kept, self.evicted = None, False, Seeker(), sentence
 
 
 @dataclass
@@ -100,7 +71,6 @@ class Player:
     pace: gr.Slider
     download: gr.DownloadButton
     upload: gr.UploadButton
-    timer: gr.Timer
 
 
 def build() -> Player:
@@ -122,19 +92,21 @@ def build() -> Player:
                                              size="sm", min_width=120)
                 upload = gr.UploadButton("Load a run", file_types=[".jsonl"], file_count="single", elem_id="load-run",
                                          size="sm", min_width=120)
-    timer = gr.Timer(DEFAULT_PACE_S, active=False)
-    return Player(state, slider, back, play, pause, forward, pace, download, upload, timer)
+    return Player(state, slider, back, play, pause, forward, pace, download, upload)
 
 
-def view(recording: Recording, step: int, kept: KeptBoard | None = None) -> tuple:
+def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bool = True) -> tuple:
     """Cards and both charts at `step`: the fold of the events up to it (continued from `kept`'s
-    board where it can be), the step marked on the charts."""
-    with (kept or KeptBoard()).at(recording, step) as board:
+    board where it can be), the step marked on the charts (left as they are when not `charts`)."""
+    with (kept or Seeker()).at(recording, step) as board:
+        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
+        if not charts:
+            return frame(board, length), gr.skip(), gr.skip()
         last = recording.steps
         taken = max((v.steps for v in board.requests.values()), default=0)
         entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
         tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
-        return render_board(board), plot(entropy), plot(tiles)
+        return frame(board, length), plot(entropy), plot(tiles)
 
 
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
@@ -160,11 +132,11 @@ def live_slider(playback: Playback) -> gr.Slider:
 
 
 def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping) -> None:
-    """Slider, buttons, timer and upload; `views` = [cards, entropy plot, tile plot]."""
+    """Slider, buttons, the paced play stream and upload; `views` = [cards, entropy plot, tile plot]."""
     p = player
     outputs = [*views, status_line, p.slider]
 
-    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S) -> list:
+    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S, charts: bool = True) -> list:
         recording = playback.recording  # once: the memory cap may evict it meanwhile
         if recording is None:
             raise gr.Error(playback.evicted or "Nothing to replay yet: press Run, or load a downloaded run.",
@@ -172,7 +144,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
         playback.last_used = time.monotonic()
         step = max(0, min(int(step or 0), recording.steps))
         line = status(playback, recording, step, pace if playing else None)
-        cards_and_charts = view(recording, step, playback.kept)
+        cards_and_charts = view(recording, step, playback.kept, charts)
         return [*cards_and_charts, line, gr.Slider(maximum=max(1, recording.steps), value=step)]
 
     def take(playback: Playback, step: float) -> list:
@@ -182,30 +154,49 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
 
     def move(by: int):
         def handler(playback: Playback, step: float) -> list:
-            return [*take(playback, (step or 0) + by), gr.Timer(active=False)]
+            return take(playback, (step or 0) + by)
         return handler
 
-    def play(playback: Playback, step: float, pace: float) -> list:
+    def play(playback: Playback, step: float, pace: float) -> Iterator[list]:
+        # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
+        # or a busy page delays each step by its transfer alone, never by a tick's request too.
+        again = False
         if playback.recording is not None:
             playback.follow, playback.playing = False, True
-            if int(step or 0) >= playback.recording.steps:
+            if again := int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
-        return [*show(playback, step, True, pace), gr.Timer(value=pace, active=True)]
+            playback.clock = PlayClock(int(step or 0), pace)
+        clock, shown = playback.clock, int(step or 0)
+        first = show(playback, shown, True, pace, charts=again)
+        # The view already shows the step play starts from, unless it starts over: only the status line changes.
+        yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
+        while True:
+            time.sleep(clock.wait(shown))
+            # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
+            recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
+            if not playback.playing or playback.clock is not clock or (playback.live and playback.follow) or recording is None:
+                return
+            nxt = min(clock.next_step(shown, clock.pace), recording.steps)  # a late step catches up
+            at_end = nxt >= recording.steps
+            if at_end:
+                playback.playing = False
+                playback.follow = playback.live  # caught up with a run still streaming: follow it again
+            charts = clock.charts_due(CHART_PERIOD_S, at_end)
+            shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
+            if not (playback.playing or at_end) or playback.clock is not clock:
+                return  # paused while this step was drawn: the pause's view stays
+            yield shown_now
+            if at_end:  # the last step's charts follow its frame, which they would hold up
+                yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
+                return
+            shown = nxt
 
-    def tick(playback: Playback, step: float, pace: float) -> list:
-        # Paused, taken by the user, or a new Run that the view follows: this tick stops the timer.
-        if playback.recording is None or not playback.playing or (playback.live and playback.follow):
-            playback.playing = False
-            return [*[gr.skip()] * len(outputs), gr.Timer(active=False)]
-        nxt = int(step or 0) + 1
-        at_end = nxt >= playback.recording.steps
-        if at_end:
-            playback.playing = False
-            playback.follow = playback.live  # caught up with a run still streaming: follow it again
-        return [*show(playback, nxt, not at_end, pace), gr.Timer(active=False) if at_end else gr.skip()]
+    def repace(playback: Playback, step: float, pace: float) -> None:
+        if playback.clock is not None:  # counts on from the step shown, at the new pace
+            playback.clock.next_step(int(step or 0), pace)
 
     def pause(playback: Playback, step: float) -> list:
-        return [*take(playback, step), gr.Timer(active=False)]
+        return take(playback, step)
 
     def load_run(playback: Playback, file, request: gr.Request) -> list:
         if playback.live:
@@ -216,17 +207,18 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
         session = request.session_hash or "anonymous"
         keeping.files.release(session)  # the last run's file: Download run now offers nothing
         playback.recording, playback.follow, playback.playing = recording, False, False
-        playback.kept, playback.evicted = KeptBoard(), ""
+        playback.kept, playback.evicted = Seeker(), ""
+        playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
         keeping.held.hold(session, playback)
-        return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False), gr.Timer(active=False)]
+        return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
-    p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **quiet)
-    p.back.click(move(-1), [p.state, p.slider], [*outputs, p.timer], **quiet)
-    p.forward.click(move(+1), [p.state, p.slider], [*outputs, p.timer], **quiet)
-    p.play.click(play, [p.state, p.slider, p.pace], [*outputs, p.timer], **quiet)
-    p.pause.click(pause, [p.state, p.slider], [*outputs, p.timer], **quiet)
-    p.timer.tick(tick, [p.state, p.slider, p.pace], [*outputs, p.timer], **quiet)
-    p.pace.release(lambda pace: gr.Timer(value=pace), [p.pace], [p.timer], **quiet)
-    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download, p.timer], **quiet)
+    playing = p.play.click(play, [p.state, p.slider, p.pace], outputs, **quiet)
+    stops = dict(cancels=[playing], **quiet)  # a hand on the controls ends the play stream at once
+    p.back.click(move(-1), [p.state, p.slider], outputs, **stops)
+    p.forward.click(move(+1), [p.state, p.slider], outputs, **stops)
+    p.pause.click(pause, [p.state, p.slider], outputs, **stops)
+    p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
+    p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
+    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download], **quiet)
 

@@ -18,7 +18,7 @@ from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.serving.sessions import Sessions, client_left
 from dgemma.ui.board import FINAL, Board, fail_unfinished
-from dgemma.ui.canvas import render_board
+from dgemma.ui.compact import frame
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import keep, playback
 from dgemma.ui.generate.controls import Controls, raw_settings
@@ -125,7 +125,9 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
         return
     if getattr(handle, "notice", ""):
         gr.Warning(handle.notice)
-    handle.recording = played.start(run_header(backend.info(), settings, batch))
+    facts = backend.info()
+    handle.recording = played.start(run_header(facts, settings, batch))
+    length = int(facts.get("canvas_length") or 0)  # a finished board no longer shows its canvas length
     started = time.monotonic()
     # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
     # period apart, and both at the end: a Plotly redraw costs the browser far more than
@@ -155,7 +157,7 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
                 else:
                     charts.append(gr.skip())
             line = finished_status(board, started, summary) if board.finished else run_status(board, started)
-            yield render_board(board), *charts, line, playback.live_slider(played), kept
+            yield frame(board, length), *charts, line, playback.live_slider(played), kept
     except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
         # One sentence where the user looks: the status line, and every card it stopped.
         if not isinstance(err, gr.Error):
@@ -165,7 +167,7 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
             yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence), gr.skip(), gr.skip()
         else:
             fail_unfinished(board, sentence)
-            yield render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
+            yield frame(board, length), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
     except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
         client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
         keeping.closed(session)  # as the unload hook does: this stream may have held the run again after it

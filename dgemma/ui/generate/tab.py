@@ -9,8 +9,8 @@ import gradio as gr
 
 from dgemma.serving.backend import Backend
 from dgemma.serving.sessions import Sessions
+from dgemma.ui import board_view
 from dgemma.ui.board import Board
-from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import compare, first_canvas, playback
 from dgemma.ui.generate.keep import Keeping
@@ -61,7 +61,7 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
     controls = settings_panel(backend, prompts, concurrent)
     status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
     player = playback.build()  # step slider, play / pause, download and load a run
-    cards = gr.HTML(render_board(Board()), elem_id="cards", js_on_load=first_canvas.CARD_CLICKS_JS)
+    cards = board_view.build(clicks_js=first_canvas.CARD_CLICKS_JS)  # the overview, a focus card and the cards, drawn by the browser
     with gr.Row():
         with gr.Column():
             entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")

@@ -1,0 +1,217 @@
+// The live view, drawn in the browser from compact frames (dgemma/ui/compact.py).
+// Runs as gr.HTML's js_on_load: `element` is the component, `props.value` the frame, `watch` calls
+// back when a new frame arrives. Three parts: the overview (one row per request, one cell per canvas
+// position, on a <canvas>), the focus card (one request's canvas in full), and the cards (each
+// canvas clipped to its first CARD_TOKENS tokens, "show all" expands one). A card is rebuilt only
+// when its row changed, so a frame costs the browser what changed, not 8,192 token boxes.
+const CELLS = {accepted: "ABCDEFGHIJKLMNOP", noise: "abcdefghijklmnop", committed: "QRSTUVWXYZqrstuv"};
+const LEVELS = 16, SEP = "\u241f", CARD_TOKENS = 48, GUTTER = 34;
+const STATE = {};
+for (const [state, chars] of Object.entries(CELLS)) [...chars].forEach((c, i) => { STATE[c] = [state, (i + 0.5) / LEVELS]; });
+const RGB = {accepted: [46, 125, 50], noise: [120, 120, 120], committed: [21, 101, 192]};
+const ALPHA = {accepted: [0.08, 0.62], noise: [0.05, 0.25], committed: [0.15, 0.7]};
+const WORD = {accepted: "accepted", noise: "re-noised", committed: "committed"};
+const COLOR = {};  // the fill of each cell character, made once
+for (const [c, [state, level]] of Object.entries(STATE)) {
+  const [r, g, b] = RGB[state], [a0, a1] = ALPHA[state];
+  COLOR[c] = `rgba(${r},${g},${b},${(a0 + a1 * level).toFixed(3)})`;
+}
+
+const root = element.querySelector(".dgv");
+const overview = root.querySelector(".dgv-overview");
+const canvas = overview.querySelector("canvas");
+const tip = overview.querySelector(".dgv-tip");
+const focusBox = root.querySelector(".dgv-focus");
+const cardsBox = root.querySelector(".dgv-cards");
+const view = {frame: null, pieces: new Map(), drawn: new Map(), expanded: new Set(), focus: null, cursor: [0, 0], geometry: null};
+
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+const rows = () => (view.frame && view.frame.rows) || [];
+
+function piecesOf(row) {  // a row's pieces, split once per row string
+  let hit = view.pieces.get(row.r);
+  if (!hit || hit[0] !== row.k) { hit = [row.k, row.k ? row.k.split(SEP) : []]; view.pieces.set(row.r, hit); }
+  return hit[1];
+}
+
+function cellText(row, i) {
+  const [state, c] = STATE[row.c[i]] || ["empty", 0];
+  const piece = piecesOf(row)[i];
+  return `#${row.n} · position ${i + 1} · ${WORD[state] || "empty"} · confidence ≈ ${c.toFixed(2)}` +
+         (piece !== undefined ? ` · ${JSON.stringify(piece)}` : "");
+}
+
+function drawOverview() {
+  const list = rows();
+  overview.hidden = !list.length;
+  if (!list.length) return;
+  const cols = Math.max(view.frame.L || 0, ...list.map((r) => r.c.length), 1);
+  const width = Math.max(200, overview.clientWidth || 800) - GUTTER;
+  const cw = Math.max(1, Math.min(24, Math.floor(width / cols)));
+  const ch = Math.max(3, Math.min(16, Math.floor(320 / list.length)));
+  const dpr = window.devicePixelRatio || 1;
+  const w = GUTTER + cols * cw, h = list.length * ch;
+  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+    canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr);
+    canvas.style.width = w + "px"; canvas.style.height = h + "px";
+  }
+  const g = canvas.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.fillStyle = "#ffffff"; g.fillRect(0, 0, w, h);
+  g.font = `${Math.min(12, ch)}px ui-monospace, monospace`; g.textBaseline = "middle";
+  const runs = {};  // the cells of each colour, drawn colour by colour: few fillStyle changes
+  list.forEach((row, y) => {
+    if (ch >= 8) { g.fillStyle = "#333333"; g.fillText(`#${row.n}`, 2, y * ch + ch / 2); }
+    for (let x = 0; x < row.c.length; x++) {
+      const c = row.c[x];
+      if (COLOR[c]) (runs[c] ||= []).push(GUTTER + x * cw, y * ch);
+    }
+  });
+  const wd = Math.max(1, cw - (cw > 3)), ht = Math.max(1, ch - (ch > 4));
+  for (const [c, xy] of Object.entries(runs)) {
+    g.fillStyle = COLOR[c];
+    for (let i = 0; i < xy.length; i += 2) g.fillRect(xy[i], xy[i + 1], wd, ht);
+  }
+  list.forEach((row, y) => {
+    if (view.focus === row.r) { g.strokeStyle = "#1a1a1a"; g.lineWidth = 1; g.strokeRect(GUTTER - 1.5, y * ch + 0.5, cols * cw + 2, ch - 1); }
+  });
+  const [cy, cx] = view.cursor;
+  if (document.activeElement === canvas && list[cy]) {
+    g.strokeStyle = "#000000"; g.lineWidth = 2; g.strokeRect(GUTTER + cx * cw, cy * ch, cw, ch);
+  }
+  view.geometry = {cw, ch, cols};
+}
+
+function tokens(row, limit) {
+  if (row.w === null || row.w === undefined) return "";
+  const pieces = piecesOf(row), n = Math.min(limit, row.c.length), out = [];
+  for (let i = 0; i < n; i++) {
+    const [state, c] = STATE[row.c[i]] || ["noise", 0];
+    const cls = state === "noise" ? "tok noise" : "tok acc";
+    out.push(`<span class="${cls}" style="--c:${c.toFixed(2)}" title="${esc(JSON.stringify(pieces[i] ?? ""))} · confidence ≈ ${c.toFixed(2)}">${esc(pieces[i] ?? "")}</span>`);
+  }
+  return out.join("");
+}
+
+function pinnable(row) {  // a finished card's first canvas, a click on a token pins it (first_canvas.py)
+  const out = row.f.split(SEP).map((piece, i) => piece === "" ? "" :
+    `<span class="ctok" data-pos="${i}" data-piece="${esc(piece)}" title="${esc(JSON.stringify(piece))} · click to pin">${esc(piece.replace(/\u2581/g, " "))}</span>`);
+  return out.join("") + esc(row.tr);
+}
+
+function card(row, full) {
+  const limit = full || view.expanded.has(row.r) ? Infinity : CARD_TOKENS;
+  const more = row.w !== null && row.w !== undefined && row.c.length > CARD_TOKENS && !full;
+  const toggle = more ? `<button type="button" class="dgv-more" data-expand="${row.r}" aria-expanded="${view.expanded.has(row.r)}">` +
+    (view.expanded.has(row.r) ? "show fewer" : `show all ${row.c.length} tokens`) + "</button>" : "";
+  const committed = row.f !== undefined ? pinnable(row) : row.t ? esc(row.t) :
+    `<span class="empty">${row.st === "done" ? "empty: the model ended the text at once" : "nothing committed yet"}</span>`;
+  const refine = row.pf === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
+    `data-prompt="${esc(row.pf)}" data-seed="${row.s}" data-start="${esc(row.rs)}">Refine</button>`;
+  const seed = row.s === null || row.s === undefined ? "" : ` · seed ${row.s}`;
+  return `<div class="card status-${esc(row.st)}${full ? " dgv-focused" : ""}" data-request="${row.r}" data-step="${row.w ?? 0}">` +
+    `<div class="card-head"><b title="engine request ${row.r}">#${row.n}</b>${seed}<span class="status">${esc(row.lb)}</span>${refine}` +
+    (full ? `<button type="button" class="dgv-close" aria-label="close the focus card">close</button>` : "") + "</div>" +
+    `<div class="prompt" title="prompt">${esc(row.p)}</div>` + (row.nt ? `<div class="note" role="note">${esc(row.nt)}</div>` : "") +
+    `<div class="committed">${committed}</div><div class="canvas">${tokens(row, limit)}</div>` +
+    (row.m && row.w !== null && row.w !== undefined ? `<div class="meter">${esc(row.m)}</div>` : "") + toggle + "</div>";
+}
+
+function drawCards() {
+  const list = rows();
+  if (!list.length) {
+    cardsBox.innerHTML = '<div class="empty-board">Press <b>Run</b> to watch the canvases denoise.</div>';
+    view.drawn.clear();
+    return;
+  }
+  const ids = list.map((r) => r.r).join(",");
+  if (cardsBox.dataset.ids !== ids) {  // another run: new cards
+    cardsBox.innerHTML = list.map((r) => `<div class="dgv-slot" data-slot="${r.r}"></div>`).join("");
+    cardsBox.dataset.ids = ids; view.drawn.clear();
+  }
+  const slots = cardsBox.children;
+  list.forEach((row, i) => {
+    const key = JSON.stringify(row) + view.expanded.has(row.r);
+    if (view.drawn.get(row.r) === key) return;
+    view.drawn.set(row.r, key);
+    slots[i].innerHTML = card(row, false);
+  });
+}
+
+function drawFocus() {
+  const row = rows().find((r) => r.r === view.focus);
+  focusBox.innerHTML = row ? card(row, true) :
+    '<p class="dgv-hint">Click a row of the overview (or move to it with the arrow keys and press Enter) to see that request\'s canvas in full here.</p>';
+}
+
+function draw() { drawOverview(); drawFocus(); drawCards(); }
+
+function at(event) {
+  const g = view.geometry, rect = canvas.getBoundingClientRect();
+  if (!g) return null;
+  const x = Math.floor((event.clientX - rect.left - GUTTER) / g.cw), y = Math.floor((event.clientY - rect.top) / g.ch);
+  const row = rows()[y];
+  return row && x >= 0 && x < row.c.length ? [y, x] : null;
+}
+
+function showTip(y, x, left, top) {
+  const row = rows()[y];
+  if (!row) { tip.hidden = true; return; }
+  tip.textContent = cellText(row, x);
+  tip.hidden = false;
+  tip.style.left = `${left}px`; tip.style.top = `${top}px`;
+}
+
+canvas.addEventListener("mousemove", (e) => {
+  const hit = at(e);
+  if (!hit) { tip.hidden = true; return; }
+  const rect = overview.getBoundingClientRect();
+  showTip(hit[0], hit[1], e.clientX - rect.left + 12, e.clientY - rect.top + 12);
+});
+canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
+canvas.addEventListener("click", (e) => { const hit = at(e); if (hit) { view.focus = rows()[hit[0]].r; view.cursor = hit; draw(); } });
+canvas.addEventListener("keydown", (e) => {
+  const list = rows(), g = view.geometry;
+  if (!list.length || !g) return;
+  let [y, x] = view.cursor;
+  const moves = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1], Home: [0, -1e6], End: [0, 1e6]};
+  if (moves[e.key]) {
+    y = Math.max(0, Math.min(list.length - 1, y + moves[e.key][0]));
+    x = Math.max(0, Math.min(list[y].c.length - 1, x + moves[e.key][1]));
+    view.cursor = [y, x];
+  } else if (e.key === "Enter" || e.key === " ") {
+    view.focus = list[y].r;
+  } else if (e.key === "Escape") {
+    view.focus = null;
+  } else return;
+  e.preventDefault();
+  draw();
+  showTip(y, x, GUTTER + x * g.cw + 8, (y + 1) * g.ch + 4);
+});
+canvas.addEventListener("focus", () => drawOverview());
+canvas.addEventListener("blur", () => { tip.hidden = true; drawOverview(); });
+root.addEventListener("click", (e) => {
+  const more = e.target.closest(".dgv-more");
+  if (more) {
+    const id = Number(more.dataset.expand);
+    view.expanded.has(id) ? view.expanded.delete(id) : view.expanded.add(id);
+    drawCards();
+    cardsBox.querySelector(`.dgv-more[data-expand="${id}"]`)?.focus();
+  } else if (e.target.closest(".dgv-close")) {
+    view.focus = null; drawOverview(); drawFocus(); canvas.focus();
+  }
+});
+new ResizeObserver(() => drawOverview()).observe(overview);
+
+function apply() {
+  const started = performance.now();
+  view.frame = props.value && typeof props.value === "object" ? props.value : {rows: []};
+  if (!rows().some((r) => r.r === view.focus)) view.focus = null;
+  draw();
+  void cardsBox.offsetHeight;  // style and layout of what changed, inside the measured time
+  root.dataset.applyMs = (performance.now() - started).toFixed(1);  // what drawing this frame took (the tests read it)
+  root.dataset.frames = String(Number(root.dataset.frames || 0) + 1);
+}
+apply();
+watch("value", apply);
+root.dgvRedraw = () => { view.drawn.clear(); apply(); };  // every card drawn anew, as a run's new frame does

@@ -1,0 +1,138 @@
+"""`python -m dgemma.bench frames RUN.jsonl ...`: what one frame of the live view costs, cards as HTML vs compact data.
+
+For every step of each recorded run (`python -m dgemma.generate --record FILE`), the board at that
+step is drawn both ways: the cards as HTML (`canvas.render_board`, what the page sent before) and
+the compact frame (`compact.frame`, data the browser draws). Printed side by side: bytes per frame
+as JSON, gzip'd alone, and gzip'd as one continuing stream flushed after every frame (what the
+compressed event stream sends), the server's milliseconds to build a frame, and bytes per second
+for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
+random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe,
+and the slider's whole view (cards and charts) at a random step of a 32 x 256 x 48-step run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+import zlib
+
+from dgemma.cli import ArgumentParser
+from dgemma.recording import Recording, load
+from dgemma.ui.board import fold
+from dgemma.ui.canvas import render_board
+from dgemma.ui.compact import frame
+
+FRAMES_PER_S = 6.0  # the live stream's rate (dgemma/ui/stream.py)
+
+
+def wire(value) -> bytes:
+    """A frame as Gradio sends it: JSON, UTF-8 (orjson keeps non-ASCII as is)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def sizes(payloads: list[bytes]) -> dict:
+    """Median bytes per frame: raw, gzip'd alone, gzip'd as one stream flushed per frame."""
+    stream = zlib.compressobj(6, zlib.DEFLATED, 31)
+    streamed = [len(stream.compress(p) + stream.flush(zlib.Z_SYNC_FLUSH)) for p in payloads]
+    return {"raw": max(len(p) for p in payloads), "raw_median": statistics.median(len(p) for p in payloads),
+            "gzip": statistics.median(len(zlib.compress(p, 6)) for p in payloads),
+            "gzip_stream": statistics.median(streamed), "gzip_stream_max": max(streamed)}
+
+
+def measure_run(recording: Recording) -> dict:
+    length = int(recording.header.get("model", {}).get("canvas_length") or 0)
+    html, compact, html_s, compact_s = [], [], [], []
+    board = None
+    for step in range(recording.steps + 1):
+        board = fold(recording.events_between(recording.end_of_step(step - 1) if step else 0,
+                                               recording.end_of_step(step)), board)
+        started = time.perf_counter()
+        html.append(wire(render_board(board)))
+        html_s.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        compact.append(wire(frame(board, length)))
+        compact_s.append(time.perf_counter() - started)
+    h, c = sizes(html), sizes(compact)
+    return {
+        "requests": len(recording.header.get("prompts", [])), "canvas": length, "steps": recording.steps,
+        "html_bytes_max": h["raw"], "compact_bytes_max": c["raw"], "compact_over_html": round(c["raw"] / h["raw"], 3),
+        "html_gzip_bytes": h["gzip"], "compact_gzip_bytes": c["gzip"],
+        "html_gzip_stream_bytes": h["gzip_stream"], "compact_gzip_stream_bytes": c["gzip_stream"],
+        "compact_gzip_stream_bytes_max": c["gzip_stream_max"],
+        "html_bytes_per_s": round(h["raw_median"] * FRAMES_PER_S), "compact_gzip_bytes_per_s": round(c["gzip_stream"] * FRAMES_PER_S),
+        "html_build_ms": round(1e3 * statistics.median(html_s), 2), "compact_build_ms": round(1e3 * statistics.median(compact_s), 2),
+    }  # fmt: skip
+
+
+def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
+    """Server seconds to show a random step: refolded from 0 against from the nearest keyframe."""
+    from dgemma.ui.seek import Seeker
+
+    steps = [random.Random(seed).randint(0, recording.steps) for _ in range(jumps)]
+    started = time.perf_counter()
+    for step in steps:
+        fold(recording.events(step))
+    from_zero = (time.perf_counter() - started) / jumps
+    seeker = Seeker()
+    started = time.perf_counter()
+    seeker.index(recording)
+    index_s = time.perf_counter() - started
+    times = []
+    for step in steps:
+        started = time.perf_counter()
+        with seeker.at(recording, step) as board:
+            frame(board)
+        times.append(time.perf_counter() - started)
+    return {"seek_from_step0_fold_ms": round(1e3 * from_zero, 1), "seek_keyframe_fold_and_frame_ms_max": round(1e3 * max(times), 1),
+            "seek_keyframe_fold_and_frame_ms_median": round(1e3 * statistics.median(times), 1),
+            "seek_index_ms": round(1e3 * index_s, 1), "keyframes": seeker.keyframes}  # fmt: skip
+
+
+def measure_slider(steps: int, jumps: int = 12, seed: int = 0) -> dict:
+    """Server seconds for the slider to show a random step of a 32 x 256 run of `steps` steps (frames
+    built as `dgemma.bench recording` builds them): the whole view (cards and both charts), folded
+    from step 0 and drawn as HTML cards (before) against from the nearest keyframe as a compact frame."""
+    from dgemma.bench.recording import REQUESTS, frame as step_frame, plan
+    from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
+    from dgemma.ui.generate.playback import view
+    from dgemma.ui.seek import Seeker
+
+    recording = Recording()
+    for step in range(1, steps + 1):
+        recording.add(plan(step))
+        recording.extend(step_frame(r, step) for r in range(1, REQUESTS + 1))
+    targets = [random.Random(seed).randint(0, steps) for _ in range(jumps)]
+    before, after = [], []
+    for step in targets:
+        started = time.perf_counter()
+        board = fold(recording.events(step))
+        mark_step(entropy_figure(board), step, (0, steps), f"step {step}", now=True)
+        render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board))
+        before.append(time.perf_counter() - started)
+    seeker = Seeker()
+    seeker.index(recording)
+    for step in targets:
+        started = time.perf_counter()
+        view(recording, step, seeker)
+        after.append(time.perf_counter() - started)
+    return {"slider_steps": steps, "slider_before_ms_max": round(1e3 * max(before), 1),
+            "slider_after_ms_max": round(1e3 * max(after), 1),
+            "slider_after_ms_median": round(1e3 * statistics.median(after), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="python -m dgemma.bench frames", description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="*", help="run files (python -m dgemma.generate --record FILE)")
+    p.add_argument("--slider-steps", type=int, default=48, help="steps of the 32 x 256 run the slider moves over")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    for path in args.runs:
+        with open(path, "rb") as f:
+            recording = load(f.read())
+        result = {"run": path, **measure_run(recording), **measure_seek(recording)}
+        print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
+    result = measure_slider(args.slider_steps)
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
+    return 0

@@ -1,0 +1,47 @@
+"""The live view as one component: compact frames in (dgemma/ui/compact.py), drawn by the browser.
+
+`build()` is a gr.HTML whose value is a frame (a dict) and whose script (assets/board_view.js)
+draws it: the overview of the whole batch (one row per request, one cell per canvas position,
+coloured by confidence; accepted, re-noised and committed apart; the token on hover or under the
+keyboard's cursor), a focus card with one chosen request's canvas in full, and the cards, each
+canvas clipped to its first tokens with "show all". The template never changes, so Gradio never
+redraws it; the script redraws what a new frame changed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from dgemma.ui.board import Board
+from dgemma.ui.compact import frame
+
+SCRIPT = (Path(__file__).resolve().parents[2] / "assets" / "board_view.js").read_text(encoding="utf-8")
+
+LEGEND = (
+    '<div class="legend"><b>Overview</b>: one row per request, one cell per canvas position: '
+    '<span class="swatch acc">accepted</span> <span class="swatch noise">re-noised</span> '
+    '<span class="swatch committed">committed</span>, darker = surer (confidence = e<sup>−entropy</sup>; '
+    "a committed token's probability). Hover a cell for its token, or focus the overview (Tab) and move "
+    "with the arrow keys; click a row or press Enter to see that request in full below.<br>"
+    '<b>Cards</b>: <span class="tok acc" style="--c:0.9">sure</span>'
+    '<span class="tok acc" style="--c:0.3">unsure</span> accepted · '
+    '<span class="tok noise" style="--c:0.5">re-noised</span> replaced by random tokens next step · '
+    "grey box = committed text (its end, when long) · ■ end of text, ▫ padding, ◆ other special tokens · "
+    "long pieces are clipped (hover for all)</div>"
+)
+TEMPLATE = (
+    f'<div class="dgv">{LEGEND}'
+    '<div class="dgv-overview"><canvas tabindex="0" role="img" '
+    'aria-label="Overview of every request\'s canvas: arrow keys move, Enter shows a request in full"></canvas>'
+    '<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>'
+    '<div class="dgv-focus"></div><div class="board dgv-cards"></div></div>'
+)
+
+
+def build(elem_id: str = "cards", clicks_js: str = "") -> gr.HTML:
+    """The view, empty until the first frame (call inside a Blocks); `clicks_js`: a script that
+    listens on the view's element for clicks on what the cards draw (first_canvas.CARD_CLICKS_JS)."""
+    return gr.HTML(frame(Board()), html_template=TEMPLATE, js_on_load=SCRIPT + "\n" + clicks_js, apply_default_css=False,
+                   elem_id=elem_id)

@@ -1,0 +1,119 @@
+"""The board as compact data that the browser draws: one frame, a few bytes a canvas position.
+
+The cards as HTML cost about 100 bytes a canvas position (a <span> with its class, shade and
+hover text): 0.85 MB a frame at the released model's scale, 32 requests x 256 positions. This
+frame is data instead, drawn by assets/board_view.js (the overview, the cards, the focus card):
+
+- `cells`: one character per canvas position: its state (accepted, re-noised, or committed: a
+  canvas that converged, or the last one of a finished request) and its confidence in 16 levels
+  (exp(-entropy); a committed token's probability). See `CELLS`.
+- `pieces`: what each position shows, joined by SEP into one string: a row is one string each, so
+  Gradio's streaming diff resends a changed row whole and leaves an unchanged one out, and never
+  turns 256 pieces into 256 edits.
+- `w`: the live canvas's step (None when the row shows a committed canvas: the card then has none);
+- the card's head: index, seed, status, prompt (clipped), note, meter, and the committed text's
+  last TEXT_CHARS characters (the whole text is in the run's file and the API).
+
+Pure: board in, dict out (JSON-ready).
+"""
+
+from __future__ import annotations
+
+import math
+
+from dgemma.ui.board import Board, RequestView
+from dgemma.ui.canvas import confidence, is_special, refinable, refine_start, shown_piece, status_text
+
+VERSION = 1
+LEVELS = 16
+# One character per (state, confidence level): no character JSON escapes, none is SEP.
+CELLS = {"accepted": "ABCDEFGHIJKLMNOP", "noise": "abcdefghijklmnop", "committed": "QRSTUVWXYZqrstuv"}
+EMPTY = "."  # a position with nothing to show (a canvas cut short by the end of text)
+SEP = "\u241f"  # ␟ between pieces: printable (JSON keeps it one character), and no piece shows it
+TEXT_CHARS = 600  # the committed text a card carries: its end, where the run is writing
+PROMPT_CHARS = 80
+
+
+def level(p: float) -> int:
+    """A probability in [0, 1] as one of LEVELS steps (0: flat, LEVELS - 1: certain)."""
+    if not math.isfinite(p) or p <= 0:
+        return 0
+    return min(LEVELS - 1, int(p * LEVELS))
+
+
+def _join(pieces: list[str] | tuple[str, ...]) -> str:
+    return SEP.join(shown_piece(p).replace(SEP, "?") for p in pieces)
+
+
+def _clip_end(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
+
+
+def _live(view: RequestView) -> dict:
+    """The canvas being denoised: accepted or re-noised (committed when it has converged)."""
+    step = view.last_step
+    committed = view.status == "converged" or step.converged
+    cells = "".join(
+        CELLS["committed" if committed else "accepted" if accepted else "noise"][level(confidence(entropy))]
+        for entropy, accepted in zip(step.entropy, step.accepted, strict=False)
+    )
+    accepted = sum(step.accepted)
+    meter = (f"canvas {step.canvas_index + 1} · accepted {accepted}/{len(step.accepted)} · mean entropy "
+             f"{step.mean_entropy:.3g} (confident below {step.confidence_threshold:g})")
+    return {"c": cells, "k": _join(step.pieces), "m": meter, "w": step.step}
+
+
+def _committed(view: RequestView, canvas_length: int) -> dict:
+    """A request between canvases or finished: its last committed canvas, by probability."""
+    pieces = view.committed_pieces
+    if not pieces:
+        return {"c": "", "k": "", "m": "", "w": None}
+    if canvas_length <= 0:  # not known: every committed canvas but the last is whole
+        canvas_length = -(-len(pieces) // max(1, view.canvases))
+    start = (view.canvases - 1) * canvas_length if view.canvases else 0
+    if not 0 <= start < len(pieces):  # pieces seen by a reader that joined late
+        start = max(0, len(pieces) - canvas_length)
+    last = pieces[start:start + canvas_length]
+    logprobs = view.committed_logprobs[start:start + canvas_length] if len(view.committed_logprobs) == len(pieces) else []
+    cells = "".join(CELLS["committed"][level(math.exp(lp)) if logprobs else LEVELS - 1] for lp in (logprobs or last))
+    return {"c": cells, "k": _join(last), "m": f"canvas {view.canvases} committed · {len(pieces)} tokens in all", "w": None}
+
+
+def _finished(view: RequestView, length: int) -> dict:
+    """A finished request's Refine (its whole prompt, its seed, the start text) and, when its pieces
+    spell its text, its first canvas's pieces (SEP-joined, a special token empty: it shows nothing)
+    for click-to-pin, and the text after them. Sent once: a finished row no longer changes."""
+    if not refinable(view):
+        return {}
+    out = {"pf": view.prompt, "rs": refine_start(view, length)}
+    raw = view.committed_pieces
+    shown = ["" if is_special(p) else p.replace("▁", " ") for p in raw]
+    if length > 0 and "".join(shown) == view.committed_text and SEP not in "".join(raw[:length]):
+        out["f"] = SEP.join("" if is_special(p) else p for p in raw[:length])
+        out["tr"] = _clip_end("".join(shown[length:]), TEXT_CHARS)
+    return out
+
+
+def row(view: RequestView, canvas_length: int, note: str = "") -> dict:
+    """One request: its card's head and its canvas as cells and pieces."""
+    prompt = view.prompt[:PROMPT_CHARS] + ("…" if len(view.prompt) > PROMPT_CHARS else "")
+    canvas = _live(view) if view.last_step is not None else _committed(view, canvas_length)
+    return {
+        "n": view.index, "r": view.request_id, "s": view.seed, "st": view.status, "lb": status_text(view),
+        "p": prompt, "nt": note, "t": _clip_end(view.committed_text, TEXT_CHARS), **canvas, **_finished(view, canvas_length),
+    }  # fmt: skip
+
+
+def canvas_length(board: Board) -> int:
+    """The canvas length of the run: the longest live canvas on the board (0 before any step)."""
+    return max((len(v.last_step.token_ids) for v in board.requests.values() if v.last_step is not None), default=0)
+
+
+def frame(board: Board, length: int | None = None) -> dict:
+    """The whole board as one frame. `length`: the canvas length when known (a board whose
+    requests have all finished no longer shows one); else read from the board."""
+    length = length or canvas_length(board)
+    return {
+        "v": VERSION, "L": length, "thr": board.confidence_threshold, "calls": board.plan_count,
+        "rows": [row(v, length, board.notes.get(v.index, "")) for v in board.requests.values()],
+    }  # fmt: skip

@@ -1,0 +1,58 @@
+"""The pace of a replay: which step is due now, and whether the charts are due a redraw.
+
+A browser timer that asked for one step per tick fell behind whenever a tick came late (a slow
+link, a busy browser): at 0.25 s a step, a 32 x 256 replay of 3 steps took 1.3 s against 0.75 s
+due. Play is now one stream from the server, and `PlayClock` says when each step is due and which
+step is due now, so a step shown late is followed by the one due by then (skipping the ones
+missed only when more than one is late) and the replay ends on time. The charts (a Plotly redraw costs the
+browser far more than a frame of the cards) are redrawn at most once a `chart_period` while
+playing, and always at the last step, as the live stream does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# A step is sent this long before it is due: about what a real-scale frame (40 KB) takes to cross a
+# 4 Mbit/s link with 40 ms latency and be drawn, so that it is on screen when due, not after.
+SEND_AHEAD_S = 0.1
+
+
+@dataclass
+class PlayClock:
+    """Play started at `step` at time `started`, `pace` seconds a step."""
+
+    step: int
+    pace: float
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(default=0.0)
+    charts_at: float = field(default=0.0)  # when the charts were last drawn
+
+    def __post_init__(self) -> None:
+        self.started = self.charts_at = self.clock()  # play shows the charts of the step it starts from
+
+    def next_step(self, shown: int, pace: float) -> int:
+        """The step a tick shows after `shown`: at least the next one, or the one due nearest to now."""
+        now = self.clock()
+        if pace != self.pace:  # the pace changed while playing: count from here at the new pace
+            self.step, self.pace, self.started = shown, pace, now
+        # The step whose due time is nearest: the frame takes a moment to reach the page, so a
+        # step half a tick away is better shown now than a tick late.
+        due = self.step + int((now - self.started) / self.pace + 0.5)
+        return max(shown + 1, due)
+
+    def wait(self, shown: int, ahead: float = SEND_AHEAD_S) -> float:
+        """Seconds until the step after `shown` is to be sent: `ahead` of its due time, at most
+        half a step early (0 when that time has come)."""
+        ahead = min(ahead, self.pace / 2)
+        return max(0.0, self.started + (shown + 1 - self.step) * self.pace - ahead - self.clock())
+
+    def charts_due(self, period: float, last: bool) -> bool:
+        """Whether this tick redraws the charts (and, if so, note that it did)."""
+        now = self.clock()
+        if last or now - self.charts_at >= period:
+            self.charts_at = now
+            return True
+        return False

@@ -1,0 +1,122 @@
+"""The live view at the released model's scale, in a real chromium: 32 requests x 256-token canvases.
+
+The run is made at test time: the structure twin (tests/twin.py) at the release's canvas, 256, and
+vocabulary, 262,144, recorded by `python -m dgemma.generate --record` (3 denoising steps, about a
+minute on a CPU), then loaded into the app's replay. The overview shows every request and position,
+each step's frame reaches the page in at most 64 KB on the wire, and a replay at 0.25 s a step plays
+to its end on the local link and on an emulated 4 Mbit/s one. Times (drawing, lateness) are
+measured by scripts/measure_view.py, not asserted here (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app_server import MODEL_ARGS, ROOT, shared
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
+from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
+from twin import save_twin
+
+REQUESTS, CANVAS, STEPS = 32, 256, 3
+FRAME_BYTES = 64 * 1024
+SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8, "uploadThroughput": 2e6 / 8}
+FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("real_scale")
+    model = save_twin(folder / "twin", canvas_length=CANVAS)
+    prompts = folder / "prompts.txt"
+    prompts.write_text("\n".join(f"What is the sky? Explain why it is blue, number {i}." for i in range(1, REQUESTS + 1)))
+    run = folder / "run.jsonl"
+    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model,
+                    "--device", "cpu", "--max-num-seqs", str(REQUESTS), "--max-new-tokens", str(CANVAS),
+                    "--max-denoising-steps", str(STEPS), "--sampler", "chunked", "--record", str(run)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=1200)
+    return run
+
+
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory, real_run):  # noqa: F811
+    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    page.cdp = page.context.new_cdp_session(page)
+    page.cdp.send("Network.enable")
+    urls: dict[str, str] = {}
+    page.received = []  # (encoded bytes, decoded bytes) of every chunk of the page's event stream
+    page.cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    page.cdp.on("Network.dataReceived", lambda e: page.received.append((e["encodedDataLength"], e["dataLength"]))
+                if "/queue/data" in urls.get(e["requestId"], "") else None)
+    with page.expect_file_chooser() as chooser:
+        page.click("#load-run")
+    chooser.value.set_files(str(real_run))
+    wait_for_step(page, 0)
+    yield page
+    page.close()
+
+
+def wait_for_step(page, step: int, timeout: float = 60_000) -> None:
+    page.wait_for_function(f"() => /Replay[^]*step {step} of {STEPS}/.test(document.querySelector('#status').innerText)",
+                           timeout=timeout)
+
+
+def go_to(page, step: int) -> None:
+    box = page.locator("#step-slider input[type=number]")
+    box.fill(str(step))
+    box.press("Enter")
+    wait_for_step(page, step)
+
+
+def test_the_overview_shows_every_request_and_every_position(page, shots):  # noqa: F811
+    rows = page.evaluate("() => document.querySelector('.dgv canvas').height / (window.devicePixelRatio || 1)")
+    assert page.locator("#cards .dgv-cards .card").count() == REQUESTS and rows >= REQUESTS * 3
+    cards = page.locator("#cards .dgv-cards .card .canvas").first
+    assert 0 < cards.locator(".tok").count() < CANVAS  # clipped, with a way to see all
+    page.locator("#cards .dgv-more").first.click()
+    assert page.locator("#cards .dgv-cards .card .canvas").first.locator(".tok").count() == CANVAS
+    page.locator("#cards .dgv-more").first.click()
+    go_to(page, 2)
+    page.click(".dgv-overview canvas", position={"x": 200, "y": 30})  # a request in full in the focus card
+    assert page.locator(".dgv-focus .card .canvas .tok").count() == CANVAS
+    page.locator(".dgv-overview").scroll_into_view_if_needed()
+    page.mouse.move(page.locator(".dgv-overview canvas").bounding_box()["x"] + 300,
+                    page.locator(".dgv-overview canvas").bounding_box()["y"] + 100)  # a token on hover
+    assert page.locator(".dgv-tip").is_visible() and " · position " in page.inner_text(".dgv-tip")
+    page.screenshot(path=str(shots / "overview-real-scale.png"))
+
+
+def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
+    sizes = []
+    for step in range(1, STEPS + 1):
+        before = len(page.received)
+        frames = int(page.evaluate("() => document.querySelector('.dgv').dataset.frames"))
+        go_to(page, step)
+        page.wait_for_function(f"() => +document.querySelector('.dgv').dataset.frames > {frames}")
+        time.sleep(0.5)  # the rest of the step's messages (the charts come with it)
+        chunks = page.received[before:]
+        sizes.append((sum(c[0] for c in chunks), sum(c[1] for c in chunks)))
+    assert all(wire <= FRAME_BYTES for wire, _ in sizes), sizes
+    assert all(decoded > 2 * wire for wire, decoded in sizes), sizes  # the event stream is compressed
+
+
+@pytest.mark.parametrize("link", ["local", "4 Mbit/s down, 2 up, 40 ms"])
+def test_a_quarter_second_replay_plays_to_the_last_step_and_stops_there(page, link):
+    """How late the last step comes is measured by scripts/measure_view.py (docs/benchmarks.md)."""
+    page.cdp.send("Network.emulateNetworkConditions", SLOW_LINK if link != "local" else FAST_LINK)
+    try:
+        pace = page.locator("#pace input[type=number]")
+        pace.fill("0.25")
+        pace.press("Enter")
+        go_to(page, 0)
+        page.click("#play")
+        wait_for_step(page, STEPS, timeout=30_000)
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('(paused)')", timeout=30_000)
+        assert page.locator("#cards .dgv-cards .card.status-done").count() == REQUESTS  # the last step: every text final
+    finally:
+        page.cdp.send("Network.emulateNetworkConditions", FAST_LINK)
+    assert not page.errors, page.errors
