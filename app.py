@@ -170,8 +170,12 @@ def _launch(demo, args: argparse.Namespace) -> int:
     from dgemma.serving.compression import CompressedEventStream
 
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
+    limits = _upload_limits(demo, args)
+    # Every frame of the live view goes through the page's event stream: compressed, flushed per frame
+    # (outermost, so the guard's refusals are plain and the stream is compressed as it leaves).
+    middleware = [Middleware(CompressedEventStream), *limits.pop("app_kwargs")["middleware"]]
     demo.launch(
-        **_upload_limits(demo, args),
+        **limits,
         server_name=args.host,
         server_port=port,
         share=args.share,
@@ -181,8 +185,7 @@ def _launch(demo, args: argparse.Namespace) -> int:
         max_threads=256,  # each live stream or API call waits in a thread; a classroom is many
         prevent_thread_lock=True,
         quiet=True,
-        # Every frame of the live view goes through the page's event stream: compressed, flushed per frame.
-        app_kwargs={"middleware": [Middleware(CompressedEventStream)]},
+        app_kwargs={"middleware": middleware},
     )
     return port
 
