@@ -48,6 +48,8 @@ KIND_BY_MODULE = {
     "test_browser_canvas": "browser",
     "test_playback": "browser",
     "test_hostile": "browser",
+    "test_accessibility": "browser",
+    "test_real_scale": "browser",
     "test_embedded_model": "embedded",
     "test_train": "embedded",
     "test_engine_backend": "embedded",

@@ -1,5 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile`: measured claims, each side by side with a baseline."""
-"""`python -m dgemma.bench sampler|engine|load|soak|recording|frames`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
