@@ -93,10 +93,17 @@ function tokens(row, limit) {
   return out.join("");
 }
 
-function pinnable(row) {  // a finished card's first canvas, a click on a token pins it (first_canvas.py)
-  const out = row.f.split(SEP).map((piece, i) => piece === "" ? "" :
+function firstText(row) {  // Refine's start: the first canvas's text (the pieces, as the text spells them)
+  return row.f === undefined ? row.rs : row.f.split(SEP).join("").replace(/\u2581/g, " ");
+}
+
+function pinnable(row) {  // a finished card's text, its first canvas's tokens clickable to pin (first_canvas.py)
+  const spans = row.f.split(SEP).map((piece, i) => piece === "" ? "" :
     `<span class="ctok" data-pos="${i}" data-piece="${esc(piece)}" title="${esc(JSON.stringify(piece))} · click to pin">${esc(piece.replace(/\u2581/g, " "))}</span>`);
-  return out.join("") + esc(row.tr);
+  const first = firstText(row), text = row.t || "";
+  // The rest of the text: what follows the first canvas (the frame's text is its end, when long).
+  const rest = text.startsWith(first) ? text.slice(first.length) : " " + text;
+  return spans.join("") + esc(rest);
 }
 
 function card(row, full) {
@@ -107,7 +114,7 @@ function card(row, full) {
   const committed = row.f !== undefined ? pinnable(row) : row.t ? esc(row.t) :
     `<span class="empty">${row.st === "done" ? "empty: the model ended the text at once" : "nothing committed yet"}</span>`;
   const refine = row.pf === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
-    `data-prompt="${esc(row.pf)}" data-seed="${row.s}" data-start="${esc(row.rs)}">Refine</button>`;
+    `data-prompt="${esc(row.pf)}" data-seed="${row.s}" data-start="${esc(firstText(row))}">Refine</button>`;
   const seed = row.s === null || row.s === undefined ? "" : ` · seed ${row.s}`;
   return `<div class="card status-${esc(row.st)}${full ? " dgv-focused" : ""}" data-request="${row.r}" data-step="${row.w ?? 0}">` +
     `<div class="card-head"><b title="engine request ${row.r}">#${row.n}</b>${seed}<span class="status">${esc(row.lb)}</span>${refine}` +

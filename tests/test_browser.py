@@ -44,7 +44,7 @@ RECORD = """() => {
   window.__seen = {};
   const record = () => document.querySelectorAll('#cards .card').forEach(c => {
     const canvas = c.querySelector('.canvas');
-    if (+c.dataset.step > 0 && canvas) (window.__seen[c.dataset.request] ||= {})[c.dataset.step] = canvas.innerText;
+    if (+c.dataset.step > 0 && canvas) (window.__seen[c.dataset.request] ||= {})[c.dataset.step] = canvas.textContent;  // textContent: a card off screen is not rendered (content-visibility)
   });
   new MutationObserver(record).observe(document.querySelector('#cards'),
     {subtree: true, childList: true, characterData: true, attributes: true});

@@ -32,6 +32,7 @@ EMPTY = "."  # a position with nothing to show (a canvas cut short by the end of
 SEP = "\u241f"  # ␟ between pieces: printable (JSON keeps it one character), and no piece shows it
 TEXT_CHARS = 600  # the committed text a card carries: its end, where the run is writing
 PROMPT_CHARS = 80
+PINNABLE_POSITIONS = 4096  # past this many canvas positions in a batch, finished cards carry no pinnable pieces
 
 
 def level(p: float) -> int:
@@ -79,28 +80,27 @@ def _committed(view: RequestView, canvas_length: int) -> dict:
     return {"c": cells, "k": _join(last), "m": f"canvas {view.canvases} committed · {len(pieces)} tokens in all", "w": None}
 
 
-def _finished(view: RequestView, length: int) -> dict:
-    """A finished request's Refine (its whole prompt, its seed, the start text) and, when its pieces
-    spell its text, its first canvas's pieces (SEP-joined, a special token empty: it shows nothing)
-    for click-to-pin, and the text after them. Sent once: a finished row no longer changes."""
+def _finished(view: RequestView, length: int, pinnable: bool) -> dict:
+    """A finished request's Refine (its whole prompt; its seed is the row's) and either its first
+    canvas's pieces for click-to-pin (SEP-joined, a special token empty: it shows nothing; the
+    browser joins them into Refine's start text), when `pinnable` and the pieces spell the text, or
+    else the start text itself. Sent once: a finished row no longer changes."""
     if not refinable(view):
         return {}
-    out = {"pf": view.prompt, "rs": refine_start(view, length)}
     raw = view.committed_pieces
-    shown = ["" if is_special(p) else p.replace("▁", " ") for p in raw]
-    if length > 0 and "".join(shown) == view.committed_text and SEP not in "".join(raw[:length]):
-        out["f"] = SEP.join("" if is_special(p) else p for p in raw[:length])
-        out["tr"] = _clip_end("".join(shown[length:]), TEXT_CHARS)
-    return out
+    shown = "".join("" if is_special(p) else p.replace("▁", " ") for p in raw)
+    if pinnable and length > 0 and shown == view.committed_text and SEP not in "".join(raw[:length]):
+        return {"pf": view.prompt, "f": SEP.join("" if is_special(p) else p for p in raw[:length])}
+    return {"pf": view.prompt, "rs": refine_start(view, length)}
 
 
-def row(view: RequestView, canvas_length: int, note: str = "") -> dict:
+def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = True) -> dict:
     """One request: its card's head and its canvas as cells and pieces."""
     prompt = view.prompt[:PROMPT_CHARS] + ("…" if len(view.prompt) > PROMPT_CHARS else "")
     canvas = _live(view) if view.last_step is not None else _committed(view, canvas_length)
     return {
         "n": view.index, "r": view.request_id, "s": view.seed, "st": view.status, "lb": status_text(view),
-        "p": prompt, "nt": note, "t": _clip_end(view.committed_text, TEXT_CHARS), **canvas, **_finished(view, canvas_length),
+        "p": prompt, "nt": note, "t": _clip_end(view.committed_text, TEXT_CHARS), **canvas, **_finished(view, canvas_length, pinnable),
     }  # fmt: skip
 
 
@@ -113,7 +113,10 @@ def frame(board: Board, length: int | None = None) -> dict:
     """The whole board as one frame. `length`: the canvas length when known (a board whose
     requests have all finished no longer shows one); else read from the board."""
     length = length or canvas_length(board)
+    # Click-to-pin sends each finished card's first canvas, pieces the frame has not carried since its
+    # canvas committed: affordable for a batch of moderate size, not within 64 KB a frame at 32 x 256.
+    pinnable = len(board.requests) * length <= PINNABLE_POSITIONS
     return {
         "v": VERSION, "L": length, "thr": board.confidence_threshold, "calls": board.plan_count,
-        "rows": [row(v, length, board.notes.get(v.index, "")) for v in board.requests.values()],
+        "rows": [row(v, length, board.notes.get(v.index, ""), pinnable) for v in board.requests.values()],
     }  # fmt: skip
