@@ -220,4 +220,6 @@ def test_a_load_decodes_the_file_where_it_lies_holding_no_second_copy_of_it():
     loaded = load(data)
     held, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert held <= 1.2 * loaded.held_bytes and peak <= 2 * len(data), (held, peak, len(data))
+    # What load allocates at its peak, the recording it makes and a line at a time, is about twice
+    # the file's size (2.002x on CPython 3.10, whose json allocates a little more); the copies took 4.4x.
+    assert held <= 1.2 * loaded.held_bytes and peak <= 2.5 * len(data), (held, peak, len(data))
