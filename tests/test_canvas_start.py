@@ -13,7 +13,7 @@ import torch
 from dgemma.embedded import corpus
 from dgemma.engine import Engine, EngineConfig
 from dgemma.events import RequestEvent, StepEvent
-from dgemma.sampling import SamplingParams, TiledSampler
+from dgemma.sampling import SamplingParams
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from same_noise import keyed_generate
 
