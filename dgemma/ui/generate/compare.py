@@ -20,7 +20,6 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
-from dgemma.metrics import run_summary
 from dgemma.recording import run_header
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings
@@ -30,6 +29,7 @@ from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.generate import keep, playback
 from dgemma.ui.generate.run import read_panel
+from dgemma.ui.generate.status import board_summary
 from dgemma.ui.stream import frames
 from dgemma.units import format_bytes
 
@@ -95,9 +95,9 @@ def side_settings(raw: dict[str, Any], text: str | None, backend: Backend, promp
                                backend.max_num_seqs, prompts)
 
 
-def table(boards: list[Board], seconds: list[float]) -> str:
-    """Both runs' figures and B's difference from A, plus how many texts are the same."""
-    summaries = [run_summary([v.metrics for v in b.requests.values()], s) for b, s in zip(boards, seconds)]
+def table(boards: list[Board], summaries: list[dict]) -> str:
+    """Both runs' figures (their summaries, dgemma/metrics.py) and B's difference from A, plus how many
+    texts are the same."""
 
     def shown(value: Any, spec: str) -> str:
         if value is None:
@@ -136,7 +136,7 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
             yield [f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>', *[gr.skip()] * 6]
             return
         boards = [Board(notes={i + 1: n for i, p in enumerate(batch) if (n := prompt_note(embedded, p))}) for _ in SIDES]
-        seconds = [0.0, 0.0]
+        summaries: list[dict] = [{}, {}]  # each side's, as its file's end line keeps it
         shown = [render_board(boards[0]), render_board(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
         for i, (side, checked) in enumerate(zip(sides, settings)):
             handle = None
@@ -156,15 +156,13 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
                     keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
                     shown[i] = render_board(board)
                     if board.finished:  # the side's figures in its file's end line, as any run's
-                        side.recording.summary = run_summary([v.metrics for v in board.requests.values()],
-                                                             time.monotonic() - started)
+                        summaries[i] = handle.recording.summary = board_summary(board, started)
                         shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
                     yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
             finally:
                 handle.close()
                 sessions.remove(session, handle)
-            seconds[i] = time.monotonic() - started
-        yield [table(boards, seconds), *shown]
+        yield [table(boards, summaries), *shown]
 
     compare.run.click(run, inputs=[*compare.changes, compare.state, *inputs], outputs=compare.outputs(),
                       api_visibility="private", concurrency_limit=None, show_progress="minimal")

@@ -138,7 +138,7 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
     try:
         for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
             if board.finished:  # the run's figures go in its file's end line, and under the status line
-                summary = played.recording.summary = board_summary(board, started)
+                summary = handle.recording.summary = board_summary(board, started)
             keeping.held.hold(session, played)  # a live run's recording grows: idle runs make room
             kept = keep.finished(played, handle.recording, keeping, session) if board.finished else gr.skip()
             if not played.follow:  # the user has the slider: the view is theirs
