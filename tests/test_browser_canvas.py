@@ -149,3 +149,14 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
                                                     api_name="/generate")
     assert [o["text"] for o in api["outputs"]] == texts
     assert not page.errors, page.errors
+
+
+def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page):
+    # After the comparison above: its cards are finished, and their Refine is the cards' own.
+    refine = page.locator("#compare-cards-a .card button.refine").first
+    prompt, seed = refine.get_attribute("data-prompt"), int(refine.get_attribute("data-seed"))
+    page.get_by_label("Prompts, one per line").fill("")  # Refine runs the card's prompt, not the box's
+    click_and_wait(page, "#compare-cards-a .card button.refine >> nth=0")
+    assert page.inner_text("#cards .card .prompt") == prompt
+    assert f"seed {seed}" in page.inner_text("#cards .card .card-head")
+    assert not page.errors, page.errors

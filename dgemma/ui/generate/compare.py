@@ -27,7 +27,7 @@ from dgemma.serving.sessions import Sessions
 from dgemma.ui.board import Board
 from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import entropy_figure, plot
-from dgemma.ui.generate import keep, playback
+from dgemma.ui.generate import first_canvas, keep, playback
 from dgemma.ui.generate.run import read_panel
 from dgemma.ui.generate.status import board_summary
 from dgemma.ui.stream import frames
@@ -66,7 +66,8 @@ def build() -> Compare:
             columns = []
             for side in SIDES:
                 with gr.Column():
-                    columns.append((gr.HTML(render_board(Board()), elem_id=f"compare-cards-{side}"),
+                    columns.append((gr.HTML(render_board(Board()), elem_id=f"compare-cards-{side}",
+                                            js_on_load=first_canvas.CARD_CLICKS_JS),  # a card's Refine and pins work here too
                                     gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side.upper()}",
                                             elem_id=f"compare-entropy-{side}"),
                                     gr.DownloadButton(f"Download run {side.upper()}", elem_id=f"compare-download-{side}",
