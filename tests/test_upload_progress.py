@@ -66,7 +66,7 @@ def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(brows
         uploading = [m for m in map(UPLOADING.fullmatch, notes) if m]
         shares = [int(m[4]) for m in uploading]
         assert took > 3 and len(uploading) >= 3, notes  # it advanced, and said so as it did
-        assert all(m[1] == "eight.jsonl" and m[3] == shown(size) for m in uploading), notes
+        assert all(m[1] == "eight.jsonl" and m[3] == shown(size) and m[2][-2:] == m[3][-2:] for m in uploading), notes
         assert shares == sorted(shares) and shares[0] < 50 and any(0 < s < 100 for s in shares), notes
         assert any(n.startswith("Uploaded eight.jsonl") and "reading the run" in n for n in notes), notes
         assert notes[-1] == "" and re.search(r"Replay of the run: step 0 of \d+ \(paused\) · 8 requests", status(page))

@@ -22,7 +22,8 @@ NOTE_JS = r"""
 const note = element.querySelector('.upload-note');
 const area = () => document.querySelector('#load-run');
 let picked = null, phase = '', since = 0, toasts = 0;
-const mb = b => b >= 1e5 ? `${(b / 1e6).toFixed(1)} MB` : `${(b / 1e3).toFixed(0)} KB`;
+// A size in the unit of the file's own size (MB from 0.1 MB, else KB), so that both read alike.
+const mb = (b, of = b) => of >= 1e5 ? `${(b / 1e6).toFixed(1)} MB` : `${(b / 1e3).toFixed(0)} KB`;
 const say = text => { if (note.textContent !== text) note.textContent = text; };
 const remember = files => { if (files && files[0]) picked = {name: files[0].name, size: files[0].size}; };
 document.addEventListener('change', e => { if (area()?.contains(e.target) && e.target.files) remember(e.target.files); }, true);
@@ -35,7 +36,7 @@ setInterval(() => {
     const share = parseFloat(document.documentElement.style.getPropertyValue('--upload-progress-width')) || 0;
     const pct = Math.max(0, Math.min(100, share));
     const name = picked?.name || area().querySelector('.file-name')?.textContent || 'the file';
-    const of = picked ? `${mb(pct / 100 * picked.size)} of ${mb(picked.size)} ` : '';
+    const of = picked ? `${mb(pct / 100 * picked.size, picked.size)} of ${mb(picked.size)} ` : '';
     say(`Uploading ${name}: ${of}(${Math.floor(pct)} %)`);
     if (phase !== 'up') toasts = toastCount;
     phase = 'up';
