@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from measure_app import free_port, start_app  # noqa: E402
+from measure_view import app_in_chromium  # noqa: E402
 
 KEEP_NOTES = """() => { window.notes = []; window.chosenAt = undefined;
   const note = document.querySelector('.upload-note');
@@ -82,23 +82,11 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=40.0, help="ms (default 40)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    from playwright.sync_api import sync_playwright
-
-    port = free_port()
-    proc, _, _ = start_app(port, [])
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium",
-                                         args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            for path in args.runs:
-                result = measure(browser, f"http://127.0.0.1:{port}", path, args.down, args.up, args.latency)
-                print(json.dumps(result) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in result.items()) + "\n",
-                      flush=True)
-            browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
+    with app_in_chromium() as (browser, url):
+        for path in args.runs:
+            result = measure(browser, url, path, args.down, args.up, args.latency)
+            print(json.dumps(result) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in result.items()) + "\n",
+                  flush=True)
 
 if __name__ == "__main__":
     main()

@@ -23,7 +23,7 @@ import functools
 import math
 
 from dgemma.ui.board import Board, RequestView
-from dgemma.ui.canvas import confidence, is_special, refinable, refine_start, shown_piece, status_text
+from dgemma.ui.canvas import is_special, refinable, refine_start, shown_piece, status_text
 
 VERSION = 1
 LEVELS = 16
