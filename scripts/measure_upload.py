@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 from measure_view import app_in_chromium  # noqa: E402
 
-KEEP_NOTES = """() => { window.notes = []; window.chosenAt = undefined;
+KEEP_NOTES = """() => { window.notes = [];
   const note = document.querySelector('.upload-note');
   new MutationObserver(() => window.notes.push([performance.now(), note.textContent]))
     .observe(note, {childList: true, characterData: true, subtree: true});
