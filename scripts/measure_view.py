@@ -18,10 +18,12 @@ second the replay cost. Bytes per second of a live run are a frame's wire bytes 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
@@ -134,12 +136,9 @@ def measure_run(browser, url: str, path: str, links: list[str]) -> dict:
     return result
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+")
-    p.add_argument("--links", default="local,10,4", help="comma-separated: local, or Mbit/s down (default local,10,4)")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args()
+@contextlib.contextmanager
+def app_in_chromium() -> Iterator[tuple[object, str]]:
+    """`python app.py` (the embedded model) and a chromium to drive it: (browser, the app's URL)."""
     from playwright.sync_api import sync_playwright
 
     port = free_port()
@@ -148,14 +147,24 @@ def main() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium",
                                          args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            for path in args.runs:
-                result = measure_run(browser, f"http://127.0.0.1:{port}", path, args.links.split(","))
-                print(json.dumps(result) if args.json else "\n".join(f"{k:>34}: {v}" for k, v in result.items()) + "\n",
-                      flush=True)
+            yield browser, f"http://127.0.0.1:{port}"
             browser.close()
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--links", default="local,10,4", help="comma-separated: local, or Mbit/s down (default local,10,4)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    with app_in_chromium() as (browser, url):
+        for path in args.runs:
+            result = measure_run(browser, url, path, args.links.split(","))
+            print(json.dumps(result) if args.json else "\n".join(f"{k:>34}: {v}" for k, v in result.items()) + "\n",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ as JSON, gzip'd alone, and gzip'd as one continuing stream flushed after every f
 compressed event stream sends), the server's milliseconds to build a frame, and bytes per second
 for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
 random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe,
-and the slider's whole view (cards and charts) at a random step of a 32 x 256 x 48-step run.
+and the slider's whole view (cards and charts) at a random step of each run, and of a synthetic
+32 x 256 x 48-step run (`--slider-steps`).
 """
 
 from __future__ import annotations
@@ -90,21 +91,30 @@ def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
             "seek_index_ms": round(1e3 * index_s, 1), "keyframes": seeker.keyframes}  # fmt: skip
 
 
-def measure_slider(steps: int, jumps: int = 12, seed: int = 0) -> dict:
-    """Server seconds for the slider to show a random step of a 32 x 256 run of `steps` steps (frames
-    built as `dgemma.bench recording` builds them): the whole view (cards and both charts), folded
-    from step 0 and drawn as HTML cards (before) against from the nearest keyframe as a compact frame."""
+def synthetic_run(steps: int) -> Recording:
+    """A 32 x 256 run of `steps` steps, its frames built as `dgemma.bench recording` builds them."""
     from dgemma.bench.recording import REQUESTS, frame as step_frame, plan
-    from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
-    from dgemma.ui.generate.playback import view
-    from dgemma.ui.seek import Seeker
 
     recording = Recording()
     for step in range(1, steps + 1):
         recording.add(plan(step))
         recording.extend(step_frame(r, step) for r in range(1, REQUESTS + 1))
+    return recording
+
+
+def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict:
+    """Server seconds for the slider to show a random step of `recording`: the whole view (cards and
+    both charts), folded from step 0 and drawn as HTML cards (before) against what the slider's
+    handler does now (`playback.view`: from the nearest keyframe, a compact frame), after the
+    run's load has indexed its keyframes (as "Load a run" does). Wall time, and the thread's CPU
+    time, which other jobs on a loaded machine do not inflate."""
+    from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
+    from dgemma.ui.generate.playback import view
+    from dgemma.ui.seek import Seeker
+
+    steps = recording.steps
     targets = [random.Random(seed).randint(0, steps) for _ in range(jumps)]
-    before, after = [], []
+    before, after, after_cpu = [], [], []
     for step in targets:
         started = time.perf_counter()
         board = fold(recording.events(step))
@@ -112,27 +122,34 @@ def measure_slider(steps: int, jumps: int = 12, seed: int = 0) -> dict:
         render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board))
         before.append(time.perf_counter() - started)
     seeker = Seeker()
+    started = time.perf_counter()
     seeker.index(recording)
+    index_s = time.perf_counter() - started
     for step in targets:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         view(recording, step, seeker)
         after.append(time.perf_counter() - started)
+        after_cpu.append(time.thread_time() - cpu)
     return {"slider_steps": steps, "slider_before_ms_max": round(1e3 * max(before), 1),
             "slider_after_ms_max": round(1e3 * max(after), 1),
-            "slider_after_ms_median": round(1e3 * statistics.median(after), 1)}
+            "slider_after_ms_median": round(1e3 * statistics.median(after), 1),
+            "slider_after_cpu_ms_max": round(1e3 * max(after_cpu), 1),
+            "slider_index_on_load_ms": round(1e3 * index_s, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m dgemma.bench frames", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="*", help="run files (python -m dgemma.generate --record FILE)")
-    p.add_argument("--slider-steps", type=int, default=48, help="steps of the 32 x 256 run the slider moves over")
+    p.add_argument("--slider-steps", type=int, default=48,
+                   help="steps of the synthetic 32 x 256 run the slider moves over (0: none; each run file's own are measured too)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     for path in args.runs:
         with open(path, "rb") as f:
             recording = load(f.read())
-        result = {"run": path, **measure_run(recording), **measure_seek(recording)}
+        result = {"run": path, **measure_run(recording), **measure_seek(recording), **measure_slider(recording)}
         print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
-    result = measure_slider(args.slider_steps)
-    print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
+    if args.slider_steps > 0:
+        result = {"run": "synthetic 32 x 256", **measure_slider(synthetic_run(args.slider_steps))}
+        print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
     return 0

@@ -19,10 +19,11 @@ Pure: board in, dict out (JSON-ready).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from dgemma.ui.board import Board, RequestView
-from dgemma.ui.canvas import confidence, is_special, refinable, refine_start, shown_piece, status_text
+from dgemma.ui.canvas import is_special, refinable, refine_start, shown_piece, status_text
 
 VERSION = 1
 LEVELS = 16
@@ -42,8 +43,26 @@ def level(p: float) -> int:
     return min(LEVELS - 1, int(p * LEVELS))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _shown(piece: str) -> str:
+    """A piece as its cell shows it (a run repeats its pieces: each is worked out once)."""
+    return shown_piece(piece).replace(SEP, "?")
+
+
 def _join(pieces: list[str] | tuple[str, ...]) -> str:
-    return SEP.join(shown_piece(p).replace(SEP, "?") for p in pieces)
+    return SEP.join(map(_shown, pieces))
+
+
+def _cells(entropies: tuple[float, ...], accepted: tuple[bool, ...], committed: bool) -> str:
+    """A live canvas's cells: `level(confidence(entropy))` for each position, inlined (a frame at
+    32 x 256 has 8,192 of them; a function call each was most of a slider step's time)."""
+    top, exp = LEVELS - 1, math.exp
+    if committed:
+        chars = CELLS["committed"]
+        return "".join(chars[min(top, int(exp(-e) * LEVELS)) if e >= 0 else 0] for e in entropies)
+    acc, noise = CELLS["accepted"], CELLS["noise"]
+    return "".join((acc if a else noise)[min(top, int(exp(-e) * LEVELS)) if e >= 0 else 0]
+                   for e, a in zip(entropies, accepted, strict=False))
 
 
 def _clip_end(text: str, limit: int) -> str:
@@ -54,10 +73,7 @@ def _live(view: RequestView) -> dict:
     """The canvas being denoised: accepted or re-noised (committed when it has converged)."""
     step = view.last_step
     committed = view.status == "converged" or step.converged
-    cells = "".join(
-        CELLS["committed" if committed else "accepted" if accepted else "noise"][level(confidence(entropy))]
-        for entropy, accepted in zip(step.entropy, step.accepted, strict=False)
-    )
+    cells = _cells(step.entropy, step.accepted, committed)
     accepted = sum(step.accepted)
     meter = (f"canvas {step.canvas_index + 1} · accepted {accepted}/{len(step.accepted)} · mean entropy "
              f"{step.mean_entropy:.3g} (confident below {step.confidence_threshold:g})")

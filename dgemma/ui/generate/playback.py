@@ -22,6 +22,8 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate.keep import Keeping, read_upload
 from dgemma.ui.generate.pacing import PlayClock
+from dgemma.ui.generate import upload as loader
+from dgemma.ui.generate.upload import Loader
 from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
@@ -70,7 +72,7 @@ class Player:
     forward: gr.Button
     pace: gr.Slider
     download: gr.DownloadButton
-    upload: gr.UploadButton
+    upload: Loader
 
 
 def build() -> Player:
@@ -90,8 +92,8 @@ def build() -> Player:
             with gr.Row():
                 download = gr.DownloadButton("Download run", value=None, interactive=False, elem_id="download-run",
                                              size="sm", min_width=120)
-                upload = gr.UploadButton("Load a run", file_types=[".jsonl"], file_count="single", elem_id="load-run",
-                                         size="sm", min_width=120)
+                upload_area = loader.build_file()
+            upload = Loader(upload_area, loader.build_note())  # and a note of how far its upload has come
     return Player(state, slider, back, play, pause, forward, pace, download, upload)
 
 
@@ -220,5 +222,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
     p.pause.click(pause, [p.state, p.slider], outputs, **stops)
     p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
     p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
-    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download], **quiet)
+    # Whatever the load made of it, the upload area is emptied for the next file.
+    p.upload.file.upload(load_run, [p.state, p.upload.file], [*outputs, p.download], **quiet).then(
+        lambda: None, None, p.upload.file, **quiet)
 

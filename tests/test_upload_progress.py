@@ -1,0 +1,74 @@
+"""Loading a run file over a slow uplink says how far its upload has come, then shows the run.
+
+A real run (the app's /generate with `record`, the embedded model) is uploaded through "Load a run"
+in chromium, its uplink emulated with the Chrome DevTools Protocol so slow that the upload takes a
+few seconds; every text the note under the upload area shows is kept, in the page, as it changes. The figures at real scale (a twin
+run of megabytes over 2 Mbit/s) are measured by scripts/measure_upload.py (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from app_server import MODEL_ARGS, shared
+from test_playback import browser, open_page, status  # noqa: F401  (chromium; a page of the app once it is idle)
+
+UPLINK_BYTES_S = 25_000  # 0.2 Mbit/s: a run file of 8 requests takes a few seconds to go up
+UPLOADING = re.compile(r"Uploading (\S+): ([\d.]+ [KM]B) of ([\d.]+ [KM]B) \((\d+) %\)")
+# Every text of the note, in order, as the page shows it (a MutationObserver: no sampling misses one).
+KEEP_NOTES = """() => { window.notes = [];
+  new MutationObserver(() => window.notes.push(document.querySelector('.upload-note').textContent))
+    .observe(document.querySelector('.upload-note'), {childList: true, characterData: true, subtree: true}); }"""
+
+
+def shown(size: int) -> str:
+    """A size as the note writes it."""
+    return f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size / 1e3:.0f} KB"
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory) -> Path:
+    """A real run of 8 requests, recorded by the app itself."""
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    prompts = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
+               "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river"]  # fmt: skip
+    result = Client(server.url, verbose=False).predict(prompts, {"seed": 3, "max_new_tokens": 32, "record": True},
+                                                       api_name="/generate")
+    path = tmp_path_factory.mktemp("run") / "eight.jsonl"
+    path.write_text(result["recording"], encoding="utf-8")
+    return path
+
+
+def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(browser, run_file, tmp_path_factory):  # noqa: F811
+    size = run_file.stat().st_size
+    assert size > 3 * UPLINK_BYTES_S  # at least 3 s of upload
+    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    try:
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8,
+                                                      "uploadThroughput": UPLINK_BYTES_S})
+        page.evaluate(KEEP_NOTES)
+        with page.expect_file_chooser() as chooser:
+            page.click("#load-run")
+        started = time.monotonic()
+        chooser.value.set_files(str(run_file))
+        page.wait_for_function("() => window.notes.length > 0 && window.notes.at(-1) === ''"
+                               " && /Replay of the run: step 0 of/.test(document.querySelector('#status').innerText)",
+                               timeout=45_000)
+        took = time.monotonic() - started
+        notes = page.evaluate("() => window.notes")
+        uploading = [m for m in map(UPLOADING.fullmatch, notes) if m]
+        shares = [int(m[4]) for m in uploading]
+        assert took > 3 and len(uploading) >= 3, notes  # it advanced, and said so as it did
+        assert all(m[1] == "eight.jsonl" and m[3] == shown(size) and m[2][-2:] == m[3][-2:] for m in uploading), notes
+        assert shares == sorted(shares) and shares[0] < 50 and any(0 < s < 100 for s in shares), notes
+        assert any(n.startswith("Uploaded eight.jsonl") and "reading the run" in n for n in notes), notes
+        assert notes[-1] == "" and re.search(r"Replay of the run: step 0 of \d+ \(paused\) · 8 requests", status(page))
+    finally:
+        page.close()
