@@ -93,8 +93,8 @@ function tokens(row, limit) {
   return out.join("");
 }
 
-function firstText(row) {  // Refine's start: the first canvas's text (the pieces, as the text spells them)
-  return row.f === undefined ? row.rs : row.f.split(SEP).join("").replace(/\u2581/g, " ");
+function firstText(row) {  // the first canvas's text (the pieces, as the text spells them)
+  return row.f.split(SEP).join("").replace(/\u2581/g, " ");
 }
 
 function pinnable(row) {  // a finished card's text, its first canvas's tokens clickable to pin (first_canvas.py)
@@ -113,8 +113,9 @@ function card(row, full) {
     (view.expanded.has(row.r) ? "show fewer" : `show all ${row.c.length} tokens`) + "</button>" : "";
   const committed = row.f !== undefined ? pinnable(row) : row.t ? esc(row.t) :
     `<span class="empty">${row.st === "done" ? "empty: the model ended the text at once" : "nothing committed yet"}</span>`;
-  const refine = row.pf === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
-    `data-prompt="${esc(row.pf)}" data-seed="${row.s}" data-start="${esc(firstText(row))}">Refine</button>`;
+  // Refine names its row; the server reads the prompt, seed and start text off this tab's run.
+  const refine = row.rf === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
+    `data-request="${row.n}">Refine</button>`;
   const seed = row.s === null || row.s === undefined ? "" : ` · seed ${row.s}`;
   return `<div class="card status-${esc(row.st)}${full ? " dgv-focused" : ""}" data-request="${row.r}" data-step="${row.w ?? 0}">` +
     `<div class="card-head"><b title="engine request ${row.r}">#${row.n}</b>${seed}<span class="status">${esc(row.lb)}</span>${refine}` +

@@ -96,8 +96,11 @@ def test_refine_runs_the_card_again_from_its_text(page, server, shots):
     run_one(page, "count 3 to 9", seed=11)
     refine = page.locator("#cards .card button.refine")
     snap(page, shots, "refine.png", "#status", "#cards .card")
-    start, seed = refine.get_attribute("data-start"), int(refine.get_attribute("data-seed"))
-    assert seed == 11 and start == card_text(page)[: len(start)]
+    assert "seed 11" in page.inner_text("#cards .card .card-head") and refine.get_attribute("data-request") == "1"
+    # The card names its row; the server reads its first canvas's text: the pieces its tokens show.
+    start = page.eval_on_selector_all("#cards .card .ctok", "els => els.map(e => e.dataset.piece).join('')")
+    start = start.replace("▁", " ")
+    assert start and start == card_text(page)[: len(start)]
     page.get_by_label("Prompts, one per line").fill("")  # Refine runs the card's prompt, not the box's
     click_and_wait(page, "#cards .card button.refine")
     assert page.inner_text("#cards .card .prompt") == "count 3 to 9"

@@ -9,7 +9,7 @@ from gradio.utils import diff
 
 from dgemma.ui.board import fold
 from dgemma.ui import compact
-from dgemma.ui.canvas import confidence, is_special, refine_start, shown_piece
+from dgemma.ui.canvas import confidence, is_special, shown_piece
 from dgemma.ui.compact import CELLS, EMPTY, LEVELS, SEP, TEXT_CHARS, frame, level
 from test_recording import recorded  # noqa: F401  (a seeded run of the tiny model, 6 prompts, 2 canvases each)
 
@@ -79,20 +79,20 @@ def test_between_two_frames_gradios_streaming_diff_sends_only_the_rows_that_chan
     assert all(len(path) <= 3 for _, path, _ in edits)  # a changed row's string is resent whole, never piece by piece
 
 
-def test_a_finished_card_carries_its_first_canvas_to_pin_and_its_prompt_to_refine(recorded):  # noqa: F811
+def test_a_finished_card_carries_its_first_canvas_to_pin_and_its_refine_mark(recorded):  # noqa: F811
     recording = recorded[0]
     board = fold(recording.events())
     length = recording.header["model"]["canvas_length"]
     for row, view in zip(frame(board, length)["rows"], board.requests.values(), strict=True):
-        assert row["pf"] == view.prompt and "rs" not in row
+        assert row["rf"] == 1
         first = row["f"].split(SEP)
         assert first == ["" if is_special(p) else p for p in view.committed_pieces[:length]]
         assert view.committed_text.startswith("".join(first).replace("▁", " "))
 
 
-def test_past_the_pinnable_size_a_finished_card_carries_only_refines_start(recorded, monkeypatch):  # noqa: F811
+def test_past_the_pinnable_size_a_finished_card_carries_only_its_refine_mark(recorded, monkeypatch):  # noqa: F811
     monkeypatch.setattr(compact, "PINNABLE_POSITIONS", 0)  # as a batch of 32 x 256 is
     board = fold(recorded[0].events())
     length = recorded[0].header["model"]["canvas_length"]
-    for row, view in zip(frame(board, length)["rows"], board.requests.values(), strict=True):
-        assert "f" not in row and row["rs"] == refine_start(view, length) and row["pf"] == view.prompt
+    for row in frame(board, length)["rows"]:  # Refine's prompt and start text are the server's to read
+        assert row["rf"] == 1 and not {"f", "pf", "rs"} & row.keys()

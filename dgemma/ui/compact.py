@@ -23,7 +23,7 @@ import functools
 import math
 
 from dgemma.ui.board import Board, RequestView
-from dgemma.ui.canvas import is_special, refinable, refine_start, shown_piece, status_text
+from dgemma.ui.canvas import is_special, refinable, shown_piece, status_text
 
 VERSION = 1
 LEVELS = 16
@@ -97,17 +97,17 @@ def _committed(view: RequestView, canvas_length: int) -> dict:
 
 
 def _finished(view: RequestView, length: int, pinnable: bool) -> dict:
-    """A finished request's Refine (its whole prompt; its seed is the row's) and either its first
-    canvas's pieces for click-to-pin (SEP-joined, a special token empty: it shows nothing; the
-    browser joins them into Refine's start text), when `pinnable` and the pieces spell the text, or
-    else the start text itself. Sent once: a finished row no longer changes."""
+    """A finished request's Refine mark (`rf`; its click names the row, and the server reads the
+    start text off the tab's run: a frame at 32 x 256 has no room for 32 first canvases' text) and,
+    when `pinnable` and the pieces spell the text, its first canvas's pieces for click-to-pin
+    (SEP-joined, a special token empty: it shows nothing). Sent once: a finished row no longer changes."""
     if not refinable(view):
         return {}
     raw = view.committed_pieces
     shown = "".join("" if is_special(p) else p.replace("▁", " ") for p in raw)
     if pinnable and length > 0 and shown == view.committed_text and SEP not in "".join(raw[:length]):
-        return {"pf": view.prompt, "f": SEP.join("" if is_special(p) else p for p in raw[:length])}
-    return {"pf": view.prompt, "rs": refine_start(view, length)}
+        return {"rf": 1, "f": SEP.join("" if is_special(p) else p for p in raw[:length])}
+    return {"rf": 1}
 
 
 def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = True) -> dict:

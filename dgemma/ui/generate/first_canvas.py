@@ -6,9 +6,9 @@
   token of a finished card's first canvas writes its line here (the script below).
 - Template: cells separated by `|`, `_` (or nothing) a free position, anything else pinned there:
   `4|_|_|1` pins position 0 to "4" and position 3 to "1".
-- Refine (a finished card's button): the script puts the card's prompt, seed and text in a hidden
-  box and presses a hidden button: the run takes the panel's settings with that prompt and seed,
-  its first canvas starting from the text.
+- Refine (a finished card's button): the script puts the card's row number (or, on a compare card,
+  its prompt, seed and text) in a hidden box and presses a hidden button: the run takes the panel's
+  settings with that card's prompt and seed, its first canvas starting from its first canvas's text.
 
 Whether a piece is one token and a position inside the canvas is the server's to say (the one
 settings parser, then the model's tokenizer): one sentence on the status line.
@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 
 from dgemma.errors import SettingsError
+
+REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Refine on one."
 
 # Runs once when the cards' HTML mounts; listens on it for clicks on what every redraw puts there.
 CARD_CLICKS_JS = """
@@ -35,7 +38,9 @@ element.addEventListener('click', (e) => {
   const refine = e.target.closest('button.refine');
   if (refine) {
     const d = refine.dataset;
-    write('refine-request', JSON.stringify({prompt: d.prompt, seed: Number(d.seed), start: d.start}));
+    // A Generate card names its row (the server holds its text); a compare card carries its own.
+    write('refine-request', JSON.stringify(d.start === undefined ? {request: Number(d.request)} :
+                                           {prompt: d.prompt, seed: Number(d.seed), start: d.start}));
     setTimeout(() => document.querySelector('#refine-run').click(), 100);
     return;
   }
@@ -103,10 +108,12 @@ def canvas_settings(start: str | None, pins: str | None, template: str | None) -
     return {"start": start or None, "pins": held or None}
 
 
-def refine_request(text: str) -> tuple[str, int, str]:
-    """The hidden box's JSON as (prompt, seed, start)."""
+def refine_request(text: str, held_card: Callable[[int], tuple[str, int, str]]) -> tuple[str, int, str]:
+    """The hidden box's JSON as (prompt, seed, start): a card's own, or `held_card`'s for the row it names."""
     try:
         card = json.loads(text)
-        return str(card["prompt"]), int(card["seed"]), str(card["start"])
+        row = int(card["request"]) if "request" in card else None
+        own = None if row is not None else (str(card["prompt"]), int(card["seed"]), str(card["start"]))
     except (ValueError, KeyError, TypeError):
-        raise SettingsError("Refine needs a finished card: press Refine on one.") from None
+        raise SettingsError(REFINE_NEEDS_A_CARD) from None
+    return own if own is not None else held_card(row)

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from dgemma.errors import SettingsError
 from dgemma.recording import Recording
+from dgemma.ui.canvas import refinable, refine_start
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate.keep import Keeping, read_upload
+from dgemma.ui.generate.first_canvas import REFINE_NEEDS_A_CARD
 from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.generate import upload as loader
 from dgemma.ui.generate.upload import Loader
@@ -109,6 +112,20 @@ def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bo
         entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
         tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
         return frame(board, length), plot(entropy), plot(tiles)
+
+
+def finished_card(playback: Playback, row: int) -> tuple[str, int, str]:
+    """Refine's (prompt, seed, start text) for card `row` of the tab's run: a finished request's
+    first canvas never changes again, so the board at the run's last step has it."""
+    recording = playback.recording
+    if recording is None:
+        raise SettingsError(playback.evicted or REFINE_NEEDS_A_CARD)
+    with playback.kept.at(recording, recording.steps) as board:
+        view = next((v for v in board.requests.values() if v.index == row), None)
+        if view is None or not refinable(view):
+            raise SettingsError(REFINE_NEEDS_A_CARD)
+        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
+        return view.prompt, int(view.seed), refine_start(view, length)
 
 
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:

@@ -73,7 +73,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
         fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
                   seed_, greedy_, start, pins, template)
         try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
-            prompt, seed, start = refine_request(card)
+            prompt, seed, start = refine_request(card, lambda row: playback.finished_card(played, row))
             batch, raw = panel(prompt, 1, *fields[2:])  # the card's prompt alone, whatever the prompts box holds
             raw = {**raw, "seed": seed, "start": start}
         except ValueError as err:
