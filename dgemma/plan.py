@@ -122,11 +122,13 @@ def chunk_for(requests: int, free_bytes: int, model: ModelSpec, canvas_length: i
 
 
 def _tiles(requests: int, free_bytes: int, calibration: Calibration) -> tuple[int | None, int | None, int | None]:
-    """(tile size, tiles, peak) the planner gives; Nones where not even one request fits."""
+    """(largest tile, tiles, peak) as the sampler runs them: as many tiles as the planner's group
+    needs, their sizes even (`split_tiles`); Nones where not even one request fits."""
     if calibration.tile_bytes(1) > free_bytes:
         return None, None, None
-    group = plan_tiles(requests, free_bytes, calibration, FRACTION)
-    return group, math.ceil(requests / group), calibration.tile_bytes(group)
+    tiles = math.ceil(requests / plan_tiles(requests, free_bytes, calibration, FRACTION))
+    largest = math.ceil(requests / tiles)
+    return largest, tiles, calibration.tile_bytes(largest)
 
 
 def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | None = None,

@@ -8,14 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import functools
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dgemma.memory import (
     GiB,
     MiB,
     Calibration,
     HostMemory,
+    Repeats,
     TransientTracker,
     VirtualDevice,
     measure_peak,
@@ -23,8 +27,10 @@ from dgemma.memory import (
     parse_size,
     plan_tiles,
     resolve_device,
+    split_tiles,
 )
-from dgemma.sampling import RowKey, Scores, TileInputs, calibrate_tile, reference_tile, seed_tile
+from dgemma.sampling import LMHead, RowKey, Scores, TileInputs, calibrate_tile, reference_tile, seed_tile
+from dgemma.sampling.chunked import chunked_tile
 from dgemma.sampling.primitives import group_bytes_for
 
 
@@ -59,6 +65,64 @@ def test_tracker_sees_frees():
         b = torch.ones(128)
     assert tracker.peak == 256 * 4
     assert tracker.live == b.nbytes
+
+
+def test_tracker_counts_a_view_without_an_alias_annotation_as_no_allocation():
+    a, b = torch.ones(3, 4, 5), torch.ones(5, 6)
+    with TransientTracker() as tracker:
+        product = torch.matmul(a, b)  # mm on a flattened view, then aten._unsafe_view of its output
+    assert tracker.peak == tracker.live == product.untyped_storage().nbytes() == 3 * 4 * 6 * 4
+
+
+def test_nested_trackers_each_count_what_is_made_inside_them():
+    with TransientTracker() as outer:
+        kept = torch.ones(64)
+        with TransientTracker() as inner:
+            made = torch.ones(32)
+    assert (outer.live, inner.live) == (kept.nbytes + made.nbytes, made.nbytes)
+
+
+class _PassThrough(TorchDispatchMode):
+    """Another dispatch mode: with it active, the trackers see every op (nothing is skipped)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("step", [reference_tile, functools.partial(chunked_tile, chunk_size=4096)], ids=["reference", "chunked"])
+@pytest.mark.parametrize("V, CL, n", [(262_144, 16, 3), (40_000, 32, 5)])  # 2 positions a cache group; 13, the last 4
+def test_cache_groups_counted_once_each_size_peak_as_when_every_op_is_counted(step, V, CL, n):
+    embed, hidden = torch.randn(V, 16), torch.randn(n, CL, 16)
+    inputs = TileInputs(
+        rows=[RowKey(seed=i, canvas_index=0, step=0, greedy=i == 0) for i in range(n)],
+        temperature=torch.ones(n), entropy_bound=torch.full((n,), 0.1), confidence_threshold=torch.full((n,), 0.005),
+        last_step=torch.zeros(n, dtype=torch.bool), history=torch.full((n, 8, CL), -1),
+        history_valid=torch.zeros(n, 8, dtype=torch.bool), group_bytes=group_bytes_for(embed.device),
+    )  # fmt: skip
+    scores = Scores(hidden=hidden, head=LMHead(embed, 30.0))
+    with TransientTracker() as groups_once:
+        result = step(scores, inputs, embed, 1.0)
+    with TransientTracker() as every_op, _PassThrough():
+        again = step(scores, inputs, embed, 1.0)
+    assert groups_once.peak == every_op.peak and groups_once.live == every_op.live
+    assert torch.equal(result.next_canvas, again.next_canvas) and torch.equal(result.soft_embeds, again.soft_embeds)
+
+
+def test_a_repeated_body_that_would_cross_the_limit_raises_before_it_runs():
+    repeats, ran = Repeats(), []
+    with TransientTracker(limit=7 * 1024 - 1) as tracker:  # a fourth body's 4 KiB on 3 kept does not fit
+        kept = []
+        for i in range(3):
+            with repeats.body(1024) as keep:
+                torch.ones(1024)  # 4 KiB, freed at once
+                kept.append(torch.ones(256))  # 1 KiB, handed on
+                keep(kept[-1])
+                ran.append(i)
+        assert tracker.live == 3 * 1024 and tracker.peak == 2 * 1024 + 4096  # the third body's, on two kept
+        with pytest.raises(torch.OutOfMemoryError, match="a group of positions"):
+            with repeats.body(1024):
+                ran.append(3)
+    assert ran == [0, 1, 2]
 
 
 def test_virtual_device_raises_out_of_memory_over_budget():
@@ -159,6 +223,15 @@ CAL = Calibration(bytes_per_request=100, fixed_bytes=20, canvas_length=1, vocab_
 )
 def test_planner_arithmetic(num_decode, free, fraction, group):
     assert plan_tiles(num_decode, free, CAL, fraction) == group
+
+
+@pytest.mark.parametrize("num_decode, group", [(16, 7), (32, 7), (8, 3), (64, 29), (5, 9), (7, 1), (16, 16)])
+def test_auto_tiles_are_as_few_as_the_group_allows_and_even(num_decode, group):
+    tiles = split_tiles(num_decode, group, even=True)
+    sizes = [end - start for start, end in tiles]
+    assert [start for start, _ in tiles] == [0] + [end for _, end in tiles[:-1]] and tiles[-1][1] == num_decode
+    assert len(tiles) == len(split_tiles(num_decode, group)) == -(-num_decode // group)
+    assert max(sizes) <= group and max(sizes) - min(sizes) <= 1
 
 
 def test_planner_reports_bytes_needed_and_free_when_one_request_cannot_fit():

@@ -199,7 +199,7 @@ def test_explorer_sentence_says_which_zerogpu_workload_holds_the_released_model(
     large = plan_sentence(rows_of(rows, "ZeroGPU large 48 GB"), "the released model")
     assert large.startswith("On a ZeroGPU large 48 GB the released model does not fit in bf16")
     xlarge = plan_sentence(rows_of(rows, "ZeroGPU xlarge 96 GB"), "the released model")
-    assert "calibrated tiling runs tiles of 43" in xlarge and "the chunked step runs 64 requests in one tile" in xlarge
+    assert "calibrated tiling runs tiles of 32" in xlarge and "the chunked step runs 64 requests in one tile" in xlarge
 
 
 def test_explorer_table_has_one_line_per_request_count(rows):

@@ -1,6 +1,7 @@
 """Memory: how much is free, how much a step needs, and how to tile it.
 
-device (the interface), tracker (bytes an op allocates), virtual (a CPU with a
+device (the interface), tracker (bytes an op allocates), repeats (a loop's alike bodies counted
+at the cost of one), virtual (a CPU with a
 budget), probes (CPU and CUDA, and choosing one), planner (calibration and tile sizes); allocator
 (the server process's C allocator, imported on its own by app.py). The units of size (GiB,
 format_bytes, parse_size) live in dgemma/units.py, free of torch for the views; they are re-exported here.
@@ -17,11 +18,13 @@ if TYPE_CHECKING:
     from dgemma.memory.device import Measurement, MemoryDevice
     from dgemma.memory.planner import Calibration, calibrate, plan_tiles, split_tiles
     from dgemma.memory.probes import CudaMemory, HostMemory, memory_for, resolve_device
+    from dgemma.memory.repeats import Repeats
     from dgemma.memory.tracker import TransientTracker, measure_peak, raise_out_of_memory
     from dgemma.memory.virtual import VirtualDevice
 
 __all__ = [
-    "Calibration", "CudaMemory", "GiB", "HostMemory", "Measurement", "MemoryDevice", "MiB", "TransientTracker",
+    "Calibration", "CudaMemory", "GiB", "HostMemory", "Measurement", "MemoryDevice", "MiB", "Repeats",
+    "TransientTracker",
     "VirtualDevice", "calibrate", "format_bytes", "measure_peak", "memory_for", "parse_size", "plan_tiles",
     "raise_out_of_memory", "resolve_device", "split_tiles",
 ]  # fmt: skip
@@ -32,7 +35,7 @@ _LAZY = {
     "Measurement": "device", "MemoryDevice": "device", "Calibration": "planner", "calibrate": "planner",
     "plan_tiles": "planner", "split_tiles": "planner", "CudaMemory": "probes", "HostMemory": "probes",
     "memory_for": "probes", "resolve_device": "probes", "TransientTracker": "tracker", "measure_peak": "tracker",
-    "raise_out_of_memory": "tracker", "VirtualDevice": "virtual",
+    "raise_out_of_memory": "tracker", "VirtualDevice": "virtual", "Repeats": "repeats",
 }  # fmt: skip
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from dgemma.units import format_bytes
 
@@ -23,14 +22,57 @@ def raise_out_of_memory(needed: int, free: int, what: str) -> None:
     )
 
 
+# op -> which of its returns may be new storages: those its schema gives no alias annotation. A
+# view (`slice`), an in-place op (`add_`) or an `out=` op returns (a view of) an input: nothing new.
+# A few views carry no annotation (`_unsafe_view`, which matmul uses), so a storage that is one of
+# the op's inputs' is never new either (`_new_storages`).
+_FRESH_RETURNS: dict[object, tuple[bool, ...]] = {}
+
+
+def _fresh_returns(func) -> tuple[bool, ...]:
+    fresh = _FRESH_RETURNS.get(func)
+    if fresh is None:
+        fresh = _FRESH_RETURNS[func] = tuple(r.alias_info is None for r in func._schema.returns)
+    return fresh
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    """The tensors among an op's arguments or returns (each a tensor, a list of them or neither)."""
+    found = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(t for t in value if isinstance(t, torch.Tensor))
+    return found
+
+
+def _new_storages(out, fresh: tuple[bool, ...], args: tuple, kwargs: dict) -> list:
+    """The distinct storages of `out`'s tensors at the fresh return positions that are not an input's."""
+    returned = _tensors(value for value, is_fresh in zip(out if isinstance(out, tuple) else (out,), fresh) if is_fresh)
+    if not returned:
+        return []
+    inputs = [t.untyped_storage() for t in _tensors(args)] + [t.untyped_storage() for t in _tensors(kwargs.values())]
+    storages: list = []
+    for t in returned:
+        storage = t.untyped_storage()
+        if all(storage is not s for s in storages) and all(storage is not s for s in inputs):
+            storages.append(storage)
+    return storages
+
+
 class TransientTracker(TorchDispatchMode):
     """Counts the bytes of every tensor storage created inside it, live and at peak.
 
-    A storage is counted once when an op first returns it and uncounted when Python frees it
-    (a weakref finaliser), so views and in-place ops cost nothing, as on a real allocator.
-    With `limit` set, exceeding it raises `torch.OutOfMemoryError` after the op that crossed it;
-    the exception drops that op's output, so the bytes come back as they would after a failed
-    cudaMalloc. Works on meta tensors too, which is how real-scale shapes are measured without RAM.
+    A storage is counted once, when the op that creates it returns it, and uncounted when it is
+    freed (a weak reference's callback), so views and in-place ops cost nothing, as on a real
+    allocator. Which returns are new storages is read once per op from its schema (no alias
+    annotation): looking at each op's inputs instead cost some 25 us of Python per op, and a
+    CPU step in cache groups makes thousands of ops (docs/benchmarks.md). With `limit` set,
+    exceeding it raises `torch.OutOfMemoryError` after the op that crossed it; the exception
+    drops that op's output, so the bytes come back as they would after a failed cudaMalloc.
+    Works on meta tensors too, which is how real-scale shapes are measured without RAM. Trackers
+    nest: each counts what is created inside it.
     """
 
     def __init__(self, limit: int | None = None, on_change: Callable[[int], None] | None = None):
@@ -40,47 +82,60 @@ class TransientTracker(TorchDispatchMode):
         self.peak = 0
         self._on_change = on_change
         self._lock = threading.Lock()
+        self._held: dict[weakref.ref, int] = {}  # a live counted storage's reference -> its bytes
 
-    def _release(self, nbytes: int) -> None:
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ so that torch.compile never traces into it: a
+        # few us on every op, and nothing here is compiled.
+        return False
+
+    def _release(self, ref: weakref.ref) -> None:
         with self._lock:
+            nbytes = self._held.pop(ref, 0)
             self.live -= nbytes
-        if self._on_change is not None:
+        if nbytes and self._on_change is not None:
             self._on_change(-nbytes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        # Storages that reach an op as inputs existed before it: a view of one (a slice of the
-        # logits, say) allocates nothing, so mark them seen without counting them.
-        for t in tree_flatten((args, kwargs))[0]:
-            if isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                if not getattr(storage, "_dgemma_tracked", False):
-                    storage._dgemma_tracked = True
-        out = func(*args, **(kwargs or {}))
-        fresh = []
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                if not getattr(storage, "_dgemma_tracked", False) and all(storage is not f for f in fresh):
-                    fresh.append(storage)
-        added = sum(storage.nbytes() for storage in fresh)
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        fresh = _fresh_returns(func)
+        if any(fresh):
+            self.count(_new_storages(out, fresh, args, kwargs), func.__name__.split(".")[0])
+        return out
+
+    def count(self, storages: list, what: str) -> None:
+        """Count new `storages` as live until each is freed; over the limit, count none of them
+        and raise `torch.OutOfMemoryError` naming `what` (the caller drops them)."""
+        added = sum(storage.nbytes() for storage in storages)
         if not added:
-            return out
+            return
+        self.charge(added, what)
         with self._lock:
-            if self.limit is not None and self.live + added > self.limit:
+            for storage in storages:
+                self._held[weakref.ref(storage, self._release)] = storage.nbytes()
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Count `nbytes` as live (until `uncharge`), or raise `torch.OutOfMemoryError` over the limit."""
+        with self._lock:
+            if self.limit is not None and self.live + nbytes > self.limit:
                 free = max(0, self.limit - self.live)
                 refused = True  # a refused allocation is never counted: the output is dropped
             else:
                 refused = False
-                self.live += added
+                self.live += nbytes
                 self.peak = max(self.peak, self.live)
         if refused:
-            raise_out_of_memory(added, free, func.__name__.split(".")[0])
-        for storage in fresh:
-            storage._dgemma_tracked = True
-            weakref.finalize(storage, self._release, storage.nbytes())
+            raise_out_of_memory(nbytes, free, what)
         if self._on_change is not None:
-            self._on_change(added)
-        return out
+            self._on_change(nbytes)
+
+    def uncharge(self, nbytes: int) -> None:
+        with self._lock:
+            self.live -= nbytes
+        if self._on_change is not None:
+            self._on_change(-nbytes)
 
 
 def measure_peak(run: Callable[[], object]) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dgemma.memory.repeats import Repeats
 from dgemma.sampling.keyed import RowKey
 from dgemma.sampling.params import MAX_STABILITY
 
@@ -161,12 +162,15 @@ def in_position_groups(
     if group == total:  # one group: the weights are a tensor of their own, and the logits go now
         figures, weights = positions(temper(0, total), slice(0, total))
     else:
-        parts = []
+        parts, repeats = [], Repeats()  # groups of one size allocate alike: counted once (memory/repeats.py)
         for lo in range(0, total, group):
-            scaled = temper(lo, min(lo + group, total))
-            group_figures, group_weights = positions(scaled, slice(lo, lo + group))
-            scaled.copy_(group_weights)  # in cache; the group's own weights go now
-            del group_weights
+            hi = min(lo + group, total)
+            with repeats.body(hi - lo) as keep:
+                scaled = temper(lo, hi)
+                group_figures, group_weights = positions(scaled, slice(lo, lo + group))
+                scaled.copy_(group_weights)  # in cache; the group's own weights go now
+                del group_weights, scaled
+                keep(*group_figures)
             parts.append(group_figures)
         figures, weights = [torch.cat(f) for f in zip(*parts)], logits
     return tuple(f.view(n, canvas_length) for f in figures), weights.view(n, canvas_length, width)

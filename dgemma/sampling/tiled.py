@@ -232,7 +232,7 @@ class TiledSampler:
     def _run_tiles(self, scores: Scores, slots: list[int], group: int) -> tuple[list[int], list[TileSplit]]:
         """Run the tiles of `group` requests; an out-of-memory tile is split in half and retried,
         down to one request (not when tiling is off: then the lesson wants the error)."""
-        pending = split_tiles(len(slots), group)
+        pending = split_tiles(len(slots), group, even=self.tiling == "auto")  # a fixed size is kept as asked
         ran: list[int] = []
         splits: list[TileSplit] = []
         while pending:
