@@ -50,6 +50,7 @@ KIND_BY_MODULE = {
     "test_hostile": "browser",
     "test_accessibility": "browser",
     "test_real_scale": "browser",
+    "test_lesson_overview": "browser",
     "test_embedded_model": "embedded",
     "test_train": "embedded",
     "test_engine_backend": "embedded",

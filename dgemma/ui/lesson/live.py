@@ -41,7 +41,11 @@ def watch(lesson: LiveLesson) -> Generator[dict, None, LessonOutcome]:
     ended); returns its outcome (its error raised again: one sentence)."""
     board, shown = Board(), -1
     for board in frames(lesson.poll, lambda _: lesson.finished(), board):
-        # An unchanged board (frames' keep-alive, where Gradio notices a closed page) sends nothing.
-        yield frame(board, board.canvas_length) if board.events != shown else gr.skip()
+        # An unchanged board (frames' keep-alive, where Gradio notices a closed page) sends nothing, and
+        # nor does an empty one: the last run's board stays until this run's first step arrives.
+        if board.events == shown or not board.requests:
+            yield gr.skip()
+            continue
         shown = board.events
+        yield frame(board, board.canvas_length)
     return lesson.outcome()

@@ -75,13 +75,14 @@ def build(backend: Backend) -> LessonParts:
     gr.Markdown(INTRO)
     with gr.Row():
         requests = gr.Slider(2, max(2, backend.max_num_seqs), value=min(16, backend.max_num_seqs), step=1,
-                             label="requests in the batch")
+                             label="requests in the batch", elem_id="lesson-requests")
         budget = gr.Textbox(backend.info().get("lesson_budget", "256MiB"), label="memory budget",
                             info="weights + cache + the sampler's transient must fit (e.g. 256MiB, 2GiB)",
                             elem_id="lesson-budget")
-        steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48)
+        steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48,
+                          elem_id="lesson-denoising-steps")
         real_scale = gr.Checkbox(
-            False, label=f"real scale: pad the logits to vocab {REAL_VOCAB:,}",
+            False, elem_id="lesson-real-scale", label=f"real scale: pad the logits to vocab {REAL_VOCAB:,}",
             info="The released model's vocabulary: the sampler's memory is real-size even with the small model. "
                  "On a CPU a real-scale step takes seconds: try 8 requests and 2-3 steps.",
         )
