@@ -16,6 +16,7 @@ from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
 
 REQUESTS, STEPS = 4, 3
+FRAME_BYTES = 64 * 1024  # the Generate tab's bound for a real-scale frame on the wire (tests/test_real_scale.py)
 # Every 50 ms: the overview's rows and columns, the first card's step, and which run the page says runs.
 PROBE = """() => {
   window.__seen = [];
@@ -37,6 +38,13 @@ def canvas_length() -> int:
 @pytest.fixture(scope="module")
 def page(browser, tmp_path_factory):  # noqa: F811
     page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    urls: dict[str, str] = {}
+    page.received = []  # encoded bytes of every chunk of the page's event stream, as test_real_scale counts them
+    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    cdp.on("Network.dataReceived", lambda e: page.received.append(e["encodedDataLength"])
+           if "/queue/data" in urls.get(e["requestId"], "") else None)
     yield page
     page.close()
 
@@ -53,6 +61,7 @@ def test_each_lesson_run_draws_the_batch_overview_live_one_row_per_request(page,
     set_number(page, "lesson-denoising-steps", STEPS)
     page.locator("#lesson-real-scale input").check()
     page.evaluate(PROBE)
+    page.received.clear()
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=600_000)
     seen = page.evaluate("() => window.__seen")
@@ -69,5 +78,6 @@ def test_each_lesson_run_draws_the_batch_overview_live_one_row_per_request(page,
     assert any("status-error" in (s["status"] or "") for s in seen)
     assert page.locator("#lesson-board .dgv-cards .card.status-done").count() == REQUESTS
     assert "Chunked" in page.inner_text("#lesson-board-title")  # the last run it drew
+    assert page.received and max(page.received) <= FRAME_BYTES, max(page.received)  # light on the wire
     page.locator("#lesson-board").screenshot(path=str(shots / "lesson-overview.png"))
     assert not page.errors, page.errors

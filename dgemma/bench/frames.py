@@ -8,8 +8,10 @@ compressed event stream sends), the server's milliseconds to build a frame, and 
 for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
 random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe,
 and the slider's whole view (cards and charts) at a random step of a 32 x 256 x 48-step run.
-With `--lesson MODEL`, the same for the frames of the lesson's tab: its tiled real-scale run on
-MODEL (e.g. tests/twin.py's twin at canvas 256), told as events (dgemma/serving/lesson_events.py).
+With `--lesson MODEL`, the same for the frames of the lesson's tab: one of its real-scale runs on
+MODEL (e.g. tests/twin.py's twin at canvas 256), told as events (dgemma/serving/lesson_events.py):
+the tiled one, or the chunked one (untiled; on a CPU the cheaper at 32 x 256, and its frames are
+the same kind).
 """
 
 from __future__ import annotations
@@ -124,9 +126,9 @@ def measure_slider(steps: int, jumps: int = 12, seed: int = 0) -> dict:
             "slider_after_ms_median": round(1e3 * statistics.median(after), 1)}
 
 
-def lesson_recording(model: str, requests: int, steps: int, dtype: str | None) -> Recording:
-    """The lesson's tiled real-scale run on `model` (CPU, the suggested budget), its events recorded
-    as the page's view receives them: step k is the board after its k-th sampler call."""
+def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, run: str = "tiled") -> Recording:
+    """The lesson's `run` ("tiled" or "chunked") at real scale on `model` (CPU, the suggested budget),
+    its events recorded as the page's view receives them: step k is the board after its k-th sampler call."""
     from dgemma.engine import EngineCore
     from dgemma.model.loading import load_model, parse_dtype
     from dgemma.sampling import SamplingParams
@@ -139,9 +141,10 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None) -
     recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * requests})
     budget = lesson_run.suggest_budget(loaded, requests, True)
     settings = Settings(SamplingParams(max_denoising_steps=steps, seed=0))
-    outcome = lesson_run.run(EngineCore(loaded), requests, budget, True, "auto", settings, on_events=recording.extend)
+    tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
+    outcome = lesson_run.run(EngineCore(loaded), requests, budget, True, tiling, settings, impl, on_events=recording.extend)
     if not outcome.ok:
-        raise ValueError(f"the lesson's tiled run did not complete: {outcome.message}")
+        raise ValueError(f"the lesson's {run} run did not complete: {outcome.message}")
     return recording
 
 
@@ -152,12 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lesson", metavar="MODEL", help="also measure the lesson's frames: its tiled run on MODEL")
     p.add_argument("--lesson-requests", type=int, default=32)
     p.add_argument("--lesson-steps", type=int, default=2, help="denoising steps of the lesson's run")
+    p.add_argument("--lesson-run", choices=("tiled", "chunked"), default="tiled")
     p.add_argument("--dtype", default=None, help="the lesson model's dtype (auto: fp32 on a CPU)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.lesson:
-        recording = lesson_recording(args.lesson, args.lesson_requests, args.lesson_steps, args.dtype)
-        result = {"lesson": args.lesson, **measure_run(recording)}
+        recording = lesson_recording(args.lesson, args.lesson_requests, args.lesson_steps, args.dtype, args.lesson_run)
+        result = {"lesson": args.lesson, "lesson_run": args.lesson_run, **measure_run(recording)}
         print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
     for path in args.runs:
         with open(path, "rb") as f:
