@@ -77,6 +77,7 @@ def test_each_lesson_run_draws_the_batch_overview_live_one_row_per_request(page,
     # The untiled run's out-of-memory ended its cards with the error; at the end every card is done.
     assert any("status-error" in (s["status"] or "") for s in seen)
     assert page.locator("#lesson-board .dgv-cards .card.status-done").count() == REQUESTS
+    assert page.locator("#lesson-board .refine").count() == 0  # Refine is the Generate tab's
     assert "Chunked" in page.inner_text("#lesson-board-title")  # the last run it drew
     assert page.received and max(page.received) <= FRAME_BYTES, max(page.received)  # light on the wire
     page.locator("#lesson-board").screenshot(path=str(shots / "lesson-overview.png"))

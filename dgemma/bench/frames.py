@@ -45,7 +45,7 @@ def sizes(payloads: list[bytes]) -> dict:
             "gzip_stream": statistics.median(streamed), "gzip_stream_max": max(streamed)}
 
 
-def measure_run(recording: Recording) -> dict:
+def measure_run(recording: Recording, refine: bool = True) -> dict:
     length = int(recording.header.get("model", {}).get("canvas_length") or 0)
     html, compact, html_s, compact_s = [], [], [], []
     board = None
@@ -56,7 +56,7 @@ def measure_run(recording: Recording) -> dict:
         html.append(wire(render_board(board)))
         html_s.append(time.perf_counter() - started)
         started = time.perf_counter()
-        compact.append(wire(frame(board, length)))
+        compact.append(wire(frame(board, length, refine)))
         compact_s.append(time.perf_counter() - started)
     h, c = sizes(html), sizes(compact)
     return {
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.lesson:
         recording = lesson_recording(args.lesson, args.lesson_requests, args.lesson_steps, args.dtype, args.lesson_run)
-        result = {"lesson": args.lesson, "lesson_run": args.lesson_run, **measure_run(recording)}
+        result = {"lesson": args.lesson, "lesson_run": args.lesson_run, **measure_run(recording, refine=False)}
         print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
     for path in args.runs:
         with open(path, "rb") as f:

@@ -47,5 +47,6 @@ def watch(lesson: LiveLesson) -> Generator[dict, None, LessonOutcome]:
             yield gr.skip()
             continue
         shown = board.events
-        yield frame(board, board.canvas_length)
+        # No Refine on the lesson's cards (a Generate run's); nor its data, the heaviest part of a last frame.
+        yield frame(board, board.canvas_length, refine=False)
     return lesson.outcome()
