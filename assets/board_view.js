@@ -80,6 +80,7 @@ function drawOverview() {
     g.strokeStyle = "#000000"; g.lineWidth = 2; g.strokeRect(GUTTER + cx * cw, cy * ch, cw, ch);
   }
   view.geometry = {cw, ch, cols};
+  canvas.dataset.rows = String(list.length); canvas.dataset.cols = String(cols);  // what it shows (the tests read it)
 }
 
 function tokens(row, limit) {

@@ -51,6 +51,8 @@ KIND_BY_MODULE = {
     "test_accessibility": "browser",
     "test_real_scale": "browser",
     "test_upload_progress": "browser",
+    "test_lesson_overview": "browser",
+    "test_first_tick": "browser",
     "test_embedded_model": "embedded",
     "test_train": "embedded",
     "test_engine_backend": "embedded",

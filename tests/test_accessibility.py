@@ -27,8 +27,8 @@ def page(browser, tmp_path_factory):  # noqa: F811
     page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
     page.click("#run")  # the page as it looks with cards, the overview and a focus card on it
     page.wait_for_function(ALL_DONE, timeout=180_000)
-    page.click(".dgv-overview canvas", position={"x": 40, "y": 4})
-    page.wait_for_selector(".dgv-focus .card")
+    page.click("#cards .dgv-overview canvas", position={"x": 40, "y": 4})
+    page.wait_for_selector("#cards .dgv-focus .card")
     yield page
     page.close()
 
@@ -73,18 +73,18 @@ def test_every_control_is_reachable_with_the_tab_key(page):
 
 
 def test_the_overview_is_usable_from_the_keyboard(page):
-    canvas = page.locator(".dgv-overview canvas")
+    canvas = page.locator("#cards .dgv-overview canvas")
     canvas.focus()
     page.keyboard.press("Escape")  # no request in focus
-    assert page.locator(".dgv-focus .card").count() == 0
+    assert page.locator("#cards .dgv-focus .card").count() == 0
     page.keyboard.press("Home")
     page.keyboard.press("ArrowDown")  # the second request, its first position
-    tip = page.locator(".dgv-tip")
+    tip = page.locator("#cards .dgv-tip")
     assert tip.is_visible() and tip.inner_text().startswith("#2 · position 1 · ")
     page.keyboard.press("Enter")
-    focused = page.locator(".dgv-focus .card")
+    focused = page.locator("#cards .dgv-focus .card")
     assert focused.get_attribute("data-request") == page.locator("#cards .dgv-cards .card").nth(1).get_attribute("data-request")
-    page.locator(".dgv-focus .dgv-close").focus()
+    page.locator("#cards .dgv-focus .dgv-close").focus()
     page.keyboard.press("Enter")  # the close button, by keyboard
-    assert page.locator(".dgv-focus .card").count() == 0
+    assert page.locator("#cards .dgv-focus .card").count() == 0
     assert not page.errors, page.errors

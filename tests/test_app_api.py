@@ -124,7 +124,7 @@ def test_server_still_serves_after_bad_input(client):
     [("lots", "is not a size such as 512MiB"), ("1KiB", "cannot even hold the model's weights")],
 )
 def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, words):
-    untiled, tiled, chunked, verdict, _chart, _budget = client.predict(4, budget, False, 2, api_name="/lesson")
+    untiled, tiled, chunked, verdict, _chart, _budget, *_board = client.predict(4, budget, False, 2, api_name="/lesson")
     assert 'data-outcome="error"' in untiled and words in html.unescape(untiled), untiled
     assert "running" not in untiled + tiled + chunked + verdict  # nothing is left saying it runs
 
@@ -136,7 +136,7 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
 
     model = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
     small, real = lesson_run.suggest_budget(model, 4, False), lesson_run.suggest_budget(model, 4, True)
-    untiled, tiled, _chunked, verdict, _chart, ran = client.predict(4, small, True, 2, api_name="/lesson")
+    untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, api_name="/lesson")
     assert ran == real != small
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
     assert 'data-outcome="identical"' in verdict, verdict

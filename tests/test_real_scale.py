@@ -73,7 +73,7 @@ def go_to(page, step: int) -> None:
 
 
 def test_the_overview_shows_every_request_and_every_position(page, shots):  # noqa: F811
-    rows = page.evaluate("() => document.querySelector('.dgv canvas').height / (window.devicePixelRatio || 1)")
+    rows = page.evaluate("() => document.querySelector('#cards .dgv canvas').height / (window.devicePixelRatio || 1)")
     assert page.locator("#cards .dgv-cards .card").count() == REQUESTS and rows >= REQUESTS * 3
     cards = page.locator("#cards .dgv-cards .card .canvas").first
     assert 0 < cards.locator(".tok").count() < CANVAS  # clipped, with a way to see all
@@ -81,12 +81,12 @@ def test_the_overview_shows_every_request_and_every_position(page, shots):  # no
     assert page.locator("#cards .dgv-cards .card .canvas").first.locator(".tok").count() == CANVAS
     page.locator("#cards .dgv-more").first.click()
     go_to(page, 2)
-    page.click(".dgv-overview canvas", position={"x": 200, "y": 30})  # a request in full in the focus card
-    assert page.locator(".dgv-focus .card .canvas .tok").count() == CANVAS
-    page.locator(".dgv-overview").scroll_into_view_if_needed()
-    page.mouse.move(page.locator(".dgv-overview canvas").bounding_box()["x"] + 300,
-                    page.locator(".dgv-overview canvas").bounding_box()["y"] + 100)  # a token on hover
-    assert page.locator(".dgv-tip").is_visible() and " · position " in page.inner_text(".dgv-tip")
+    page.click("#cards .dgv-overview canvas", position={"x": 200, "y": 30})  # a request in full in the focus card
+    assert page.locator("#cards .dgv-focus .card .canvas .tok").count() == CANVAS
+    page.locator("#cards .dgv-overview").scroll_into_view_if_needed()
+    page.mouse.move(page.locator("#cards .dgv-overview canvas").bounding_box()["x"] + 300,
+                    page.locator("#cards .dgv-overview canvas").bounding_box()["y"] + 100)  # a token on hover
+    assert page.locator("#cards .dgv-tip").is_visible() and " · position " in page.inner_text("#cards .dgv-tip")
     page.screenshot(path=str(shots / "overview-real-scale.png"))
 
 
@@ -94,9 +94,9 @@ def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
     sizes = []
     for step in range(1, STEPS + 1):
         before = len(page.received)
-        frames = int(page.evaluate("() => document.querySelector('.dgv').dataset.frames"))
+        frames = int(page.evaluate("() => document.querySelector('#cards .dgv').dataset.frames"))
         go_to(page, step)
-        page.wait_for_function(f"() => +document.querySelector('.dgv').dataset.frames > {frames}")
+        page.wait_for_function(f"() => +document.querySelector('#cards .dgv').dataset.frames > {frames}")
         time.sleep(0.5)  # the rest of the step's messages (the charts come with it)
         # The stream is flushed message by message, so the step's charts (the last step's follow its
         # frame, within or after the wait) come in chunks of their own: the largest chunk is the

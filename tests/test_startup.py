@@ -120,28 +120,31 @@ def test_a_checkpoint_that_fails_to_load_is_one_sentence_on_the_page_and_stderr(
     assert len(errors) == 1 and errors[0].removeprefix("app.py: error: ") in message, stderr_path.read_text()
 
 
-def test_settings_a_visitor_changed_before_the_first_tick_keep_their_values(tiny_model):
-    """Every fresh page gets one loading tick: it fills in the model's defaults only where a field
-    still shows what the page was built with."""
+def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_browser_to_fill(tiny_model):
+    """Every fresh page gets one loading tick; the visitor may be typing while it is in flight, so it
+    writes no field: it sends the model's values, and the browser fills only the fields the visitor
+    has not touched (tests/test_first_tick.py types during a tick held in flight)."""
     import gradio as gr
 
     from dgemma.engine import EngineConfig
+    from dgemma.examples import example_sets
+    from dgemma.serving.api import model_info
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.ui.loading_tick import loading_tick as _loading_tick
     from dgemma.serving.inputs import Limits
+    from dgemma.ui.loading_tick import loading_tick as _loading_tick
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
     try:
         d, p = backend.defaults, backend.defaults.params
-        built = [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold,
-                 p.stability_threshold, d.options.sampler, "4716KiB"]
-        other_sampler = "chunked" if d.options.sampler == "reference" else "reference"
-        typed = [7, *built[1:7], other_sampler, "64MiB"]  # max new tokens, the sampler and the budget changed
-        out = _loading_tick(backend, "my prompt", "example prompt", False, typed, built)
-        settings = out[3:12]
-        kept = [i for i, value in enumerate(settings) if value == gr.skip()]
-        assert kept == [0, 7, 8]  # left as typed
-        assert settings[1:7] == built[1:7]  # the rest take the model's defaults
-        assert out[12] == gr.skip()  # the typed prompt is kept too
+        ids = [f"field-{i}" for i in range(10)]
+        built = [64, *[None] * 7, "256MiB", "example prompt"]
+        _header, status, run, fill, _examples, timer = _loading_tick(backend, False, ids, built)
+        assert status == "Idle." and run.interactive is True and timer.active is False
+        assert fill["ids"] == ids and fill["built"] == built
+        assert fill["values"][:8] == [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound,
+                                      p.confidence_threshold, p.stability_threshold, d.options.sampler]
+        assert fill["values"][8] == backend.info()["lesson_budget"]
+        sets = example_sets(model_info(backend.info(), backend.max_num_seqs)["examples"])
+        assert fill["values"][9] == sets[0][0]  # the model's first example prompts
     finally:
         backend.close()

@@ -216,13 +216,26 @@ def test_every_snapshot_pickles_and_is_plain(gpu_backend):
         assert pickle.loads(pickle.dumps(snapshot)) == snapshot
 
 
-def test_a_lesson_snapshot_pickles_and_is_plain(gpu_backend):
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lessons_snapshots_pickle_and_are_plain_its_steps_too_when_the_page_draws_them(gpu_backend, stream):
     from dgemma.serving import gpu_worker
 
-    job = gpu_backend._job("lesson", gpu_backend.defaults, lesson=(4, None, False, "auto", "reference"))
-    (snapshot,) = list(gpu_worker.run_on_gpu(job))
-    assert snapshot.lesson is not None and snapshot.lesson.ok
-    assert _plain(snapshot) and pickle.loads(pickle.dumps(snapshot)) == snapshot
+    job = gpu_backend._job("lesson", gpu_backend.defaults, lesson=(4, None, False, "auto", "reference"), stream=stream)
+    *steps, last = list(gpu_worker.run_on_gpu(job))
+    assert last.lesson is not None and last.lesson.ok
+    assert all(s.events and s.lesson is None for s in steps) and bool(steps) == stream
+    for snapshot in (*steps, last):
+        assert _plain(snapshot) and pickle.loads(pickle.dumps(snapshot)) == snapshot
+
+
+def test_the_lesson_through_the_gpu_call_hands_each_step_to_the_page(gpu_backend):
+    from dgemma.ui.board import fold
+
+    events: list = []
+    outcome = gpu_backend.lesson(4, None, False, "auto", gpu_backend.defaults, on_events=events.extend)
+    board = fold(events)
+    assert outcome.ok and len(board.requests) == 4 and board.finished
+    assert {v.status for v in board.requests.values()} == {"done"} and board.plan_count == len(outcome.plans)
 
 
 def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):

@@ -9,6 +9,10 @@ for one visitor at the page's 6 frames a second. Then seeking a run: the board a
 random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe,
 and the slider's whole view (cards and charts) at a random step of each run, and of a synthetic
 32 x 256 x 48-step run (`--slider-steps`).
+With `--lesson MODEL`, the same for the frames of the lesson's tab: one of its real-scale runs on
+MODEL (e.g. tests/twin.py's twin at canvas 256), told as events (dgemma/serving/lesson_events.py):
+the tiled one, or the chunked one (untiled; on a CPU the cheaper at 32 x 256, and its frames are
+the same kind).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def sizes(payloads: list[bytes]) -> dict:
             "gzip_stream": statistics.median(streamed), "gzip_stream_max": max(streamed)}
 
 
-def measure_run(recording: Recording) -> dict:
+def measure_run(recording: Recording, refine: bool = True) -> dict:
     length = int(recording.header.get("model", {}).get("canvas_length") or 0)
     html, compact, html_s, compact_s = [], [], [], []
     board = None
@@ -53,7 +57,7 @@ def measure_run(recording: Recording) -> dict:
         html.append(wire(render_board(board)))
         html_s.append(time.perf_counter() - started)
         started = time.perf_counter()
-        compact.append(wire(frame(board, length)))
+        compact.append(wire(frame(board, length, refine)))
         compact_s.append(time.perf_counter() - started)
     h, c = sizes(html), sizes(compact)
     return {
@@ -137,13 +141,44 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
             "slider_index_on_load_ms": round(1e3 * index_s, 1)}
 
 
+def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, run: str = "tiled") -> Recording:
+    """The lesson's `run` ("tiled" or "chunked") at real scale on `model` (CPU, the suggested budget),
+    its events recorded as the page's view receives them: step k is the board after its k-th sampler call."""
+    from dgemma.engine import EngineCore
+    from dgemma.model.loading import load_model, parse_dtype
+    from dgemma.sampling import SamplingParams
+    from dgemma.serving import lesson_run
+    from dgemma.settings import Settings
+
+    import torch
+
+    loaded = load_model(model, device="cpu", dtype=parse_dtype(dtype, torch.device("cpu")))
+    recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * requests})
+    budget = lesson_run.suggest_budget(loaded, requests, True)
+    settings = Settings(SamplingParams(max_denoising_steps=steps, seed=0))
+    tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
+    outcome = lesson_run.run(EngineCore(loaded), requests, budget, True, tiling, settings, impl, on_events=recording.extend)
+    if not outcome.ok:
+        raise ValueError(f"the lesson's {run} run did not complete: {outcome.message}")
+    return recording
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m dgemma.bench frames", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="*", help="run files (python -m dgemma.generate --record FILE)")
     p.add_argument("--slider-steps", type=int, default=48,
                    help="steps of the synthetic 32 x 256 run the slider moves over (0: none; each run file's own are measured too)")
+    p.add_argument("--lesson", metavar="MODEL", help="also measure the lesson's frames: its tiled run on MODEL")
+    p.add_argument("--lesson-requests", type=int, default=32)
+    p.add_argument("--lesson-steps", type=int, default=2, help="denoising steps of the lesson's run")
+    p.add_argument("--lesson-run", choices=("tiled", "chunked"), default="tiled")
+    p.add_argument("--dtype", default=None, help="the lesson model's dtype (auto: fp32 on a CPU)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.lesson:
+        recording = lesson_recording(args.lesson, args.lesson_requests, args.lesson_steps, args.dtype, args.lesson_run)
+        result = {"lesson": args.lesson, "lesson_run": args.lesson_run, **measure_run(recording, refine=False)}
+        print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
     for path in args.runs:
         with open(path, "rb") as f:
             recording = load(f.read())

@@ -7,6 +7,7 @@ keeping the interface this small is what lets the views and the API be tested an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,9 +75,10 @@ class Backend(Protocol):
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference") -> LessonOutcome:
+               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
         """Run the lesson's batch once under `budget` (None: no budget) with tiling "off" or "auto",
-        with the `impl` sampler step ("reference" or "chunked")."""
+        with the `impl` sampler step ("reference" or "chunked"); `on_events`, when given, gets each
+        step's events as the run goes (dgemma/serving/lesson_events.py), from the thread running it."""
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         """A budget where one tile of `requests` runs out of memory but tiles of a few fit."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -149,8 +150,8 @@ class EngineBackend:
         return lesson_run.suggest_budget(self.loaded, requests, real_scale)
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference") -> LessonOutcome:
-        return lesson_run.run(self.engine.core, requests, budget, real_scale, tiling, settings, impl)
+               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
+        return lesson_run.run(self.engine.core, requests, budget, real_scale, tiling, settings, impl, on_events)
 
     def close(self) -> None:
         self.engine.shutdown(timeout=5)

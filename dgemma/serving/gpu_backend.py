@@ -138,11 +138,13 @@ class ZeroGpuBackend:
         return GpuRun(self._job("generate", settings, prompts=tuple(prompts), stream=stream), self._call)
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference") -> LessonOutcome:
-        job = self._job("lesson", settings, lesson=(requests, budget, real_scale, tiling, impl))
+               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
+        job = self._job("lesson", settings, lesson=(requests, budget, real_scale, tiling, impl), stream=on_events is not None)
         stream = self._call(job)
         try:
             for snapshot in stream:
+                if snapshot.events and on_events is not None:
+                    on_events(list(snapshot.events))
                 if snapshot.lesson is not None:
                     return snapshot.lesson
         finally:

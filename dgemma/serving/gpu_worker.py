@@ -47,7 +47,7 @@ class Job:
     kind: str  # "generate" | "lesson"
     settings: Settings
     prompts: tuple[str, ...] = ()
-    stream: bool = True  # generate: per-step events (cards) or only the results
+    stream: bool = True  # per-step events (cards, the lesson's overview) or only the results
     # lesson: (requests, budget, real_scale, tiling, impl)
     lesson: tuple[int, str | None, bool, str, str] | None = None
     canvas_length: int = 32  # the model's, for the duration estimate
@@ -175,8 +175,10 @@ def _lesson(job: Job) -> Iterator[Snapshot]:
     from dgemma.serving import lesson_run
 
     requests, budget, real_scale, tiling, impl = job.lesson
-    outcome = lesson_run.run(_core(), requests, budget, real_scale, tiling, job.settings, impl)
-    yield Snapshot(os.getpid(), done=True, lesson=outcome)
+    pid = os.getpid()
+    for item in lesson_run.stream(_core(), requests, budget, real_scale, tiling, job.settings, impl, events=job.stream):
+        # each step's events as they come (job.stream: the page draws the run), the outcome last
+        yield Snapshot(pid, done=True, lesson=item) if isinstance(item, LessonOutcome) else Snapshot(pid, tuple(item))
 
 
 def _run(job: Job) -> Iterator[Snapshot]:

@@ -18,11 +18,14 @@ the engine's lock, so an engine step and the lesson never run at once over the s
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 
 from dgemma.engine import EngineCore
+from dgemma.engine.output import to_host
 from dgemma.errors import first_line
+from dgemma.events import Event
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.memory import (
     CudaMemory,
@@ -36,6 +39,7 @@ from dgemma.memory import (
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import TiledSampler, build_sampler, calibrate_tile, reference_tile
 from dgemma.serving.backend import LessonOutcome
+from dgemma.serving.lesson_events import LessonEvents
 from dgemma.settings import Settings
 
 REAL_VOCAB = RELEASED_VOCAB
@@ -111,8 +115,21 @@ def _round_mib(nbytes: int) -> str:
 
 
 def run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, tiling: str,
-        settings: Settings, impl: str = "reference") -> LessonOutcome:
-    """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened.
+        settings: Settings, impl: str = "reference",
+        on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
+    """Denoise one canvas for `requests` prompts (seeds S + i) and report what happened; `on_events`,
+    when given, is called with each step's events as the run goes (dgemma/serving/lesson_events.py)."""
+    for item in stream(core, requests, budget, real_scale, tiling, settings, impl, events=on_events is not None):
+        if isinstance(item, LessonOutcome):
+            return item
+        on_events(item)
+    raise AssertionError("a lesson run ends with its outcome")
+
+
+def stream(core: EngineCore, requests: int, budget: str | None, real_scale: bool, tiling: str,
+           settings: Settings, impl: str = "reference", events: bool = False) -> Iterator[list[Event] | LessonOutcome]:
+    """`run` as a generator: each step's events (lists, when `events`) as the run goes, its outcome last
+    (the ZeroGPU worker yields them across its process).
 
     Runs inside `core.exclusive()`: the engine pauses after its current step (the batch is small:
     seconds at most) and goes on afterwards.
@@ -121,17 +138,18 @@ def run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, t
     """
     with core.exclusive():
         if core.loaded.device.type != "cuda":
-            return _run(core, requests, budget, real_scale, tiling, settings, impl)
+            yield from _run(core, requests, budget, real_scale, tiling, settings, impl, events)
+            return
         cap = torch.cuda.get_per_process_memory_fraction(core.loaded.device)
         try:
-            return _run(core, requests, budget, real_scale, tiling, settings, impl)
+            yield from _run(core, requests, budget, real_scale, tiling, settings, impl, events)
         finally:
             torch.cuda.set_per_process_memory_fraction(cap, core.loaded.device)
             torch.cuda.empty_cache()
 
 
 def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, tiling: str,
-         settings: Settings, impl: str) -> LessonOutcome:
+         settings: Settings, impl: str, events: bool) -> Iterator[list[Event] | LessonOutcome]:
     started = time.monotonic()
     loaded, runner = core.loaded, core.runner
     try:
@@ -148,7 +166,7 @@ def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, 
         sampler = _sampler(loaded, requests, vocab, memory, tiling, impl)
         if isinstance(memory, VirtualDevice):
             memory.reserve(_state_bytes(sampler), "the sampler's per-slot state")
-    except torch.OutOfMemoryError as err:
+    except torch.OutOfMemoryError:
         raise ValueError(
             f"The budget of {format_bytes(budget_bytes or 0)} cannot even hold the model's weights and the "
             f"sampler's state; the suggested budget for {requests} requests is {suggest_budget(loaded, requests, real_scale)}."
@@ -160,6 +178,9 @@ def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, 
         runner.append_to_cache(cache, torch.tensor(core.tokenize(prompt)))
         caches.append(cache)
         sampler.start_canvas(i, params[i], 0)
+    told = LessonEvents(prompts, params, core.detok.piece, core.detok.text) if events else None
+    if told is not None:  # the random starts, folded back into the model's vocabulary as the decoder reads them
+        yield told.start((sampler.canvas[:requests] % loaded.vocab_size).tolist(), vocab)
 
     plans, tokens, calls = [], {}, []
     active = list(range(requests))
@@ -178,22 +199,27 @@ def _run(core: EngineCore, requests: int, budget: str | None, real_scale: bool, 
                 out = sampler.step(logits, active)
             del logits
             plans.append(out.plan)
-            done = out.converged.tolist()
-            drafts = out.draft.tolist()
+            drafts, entropies, accepted, means, done, _finite = to_host(out)  # one host copy a step
+            if told is not None:
+                yield told.step(out.plan, list(active), len(plans), drafts, entropies, accepted, means, done,
+                                lambda slot: sampler.take_logprobs(slot).tolist())
             for slot, finished, draft in zip(list(active), done, drafts, strict=True):
                 if finished:
                     tokens[slot] = tuple(draft)
                     active.remove(slot)
     except torch.OutOfMemoryError as err:
         # The lesson's point: the step of one tile of every request does not fit.
-        return LessonOutcome(
-            tiling, False,
-            f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError.",
+        message = f"The sampler step of {len(active)} requests in one tile raised torch.OutOfMemoryError."
+        if told is not None:
+            yield told.failed(active, message)
+        yield LessonOutcome(
+            tiling, False, message,
             needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, calls=calls,
             seconds=time.monotonic() - started, detail=first_line(err, 300),
         )
+        return
     where = f"{memory.name} device" + (f", budget {format_bytes(budget_bytes)}" if budget_bytes else ", no budget")
-    return LessonOutcome(
+    yield LessonOutcome(
         tiling, True, f"{requests} requests denoised one canvas each ({where}, vocab {vocab:,}).",
         needed_bytes=needed, free_bytes=free_before, plans=plans, tokens=tokens, calls=calls,
         seconds=time.monotonic() - started,

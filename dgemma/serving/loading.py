@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dgemma.errors import first_line
+from dgemma.events import Event
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
 from dgemma.serving.backend import Backend, LessonOutcome, LoadState, Run
@@ -86,8 +87,8 @@ class LoadingBackend:
         return self._backend().start(prompts, settings, stream)
 
     def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference") -> LessonOutcome:
-        return self._backend().lesson(requests, budget, real_scale, tiling, settings, impl)
+               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
+        return self._backend().lesson(requests, budget, real_scale, tiling, settings, impl, on_events)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         if self._real is None:

@@ -110,13 +110,15 @@ def _finished(view: RequestView, length: int, pinnable: bool) -> dict:
     return {"rf": 1}
 
 
-def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = True) -> dict:
-    """One request: its card's head and its canvas as cells and pieces."""
+def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = True, refine: bool = True) -> dict:
+    """One request: its card's head and its canvas as cells and pieces (and, finished, what its Refine
+    needs, when `refine`)."""
     prompt = view.prompt[:PROMPT_CHARS] + ("…" if len(view.prompt) > PROMPT_CHARS else "")
     canvas = _live(view) if view.last_step is not None else _committed(view, canvas_length)
     return {
         "n": view.index, "r": view.request_id, "s": view.seed, "st": view.status, "lb": status_text(view),
-        "p": prompt, "nt": note, "t": _clip_end(view.committed_text, TEXT_CHARS), **canvas, **_finished(view, canvas_length, pinnable),
+        "p": prompt, "nt": note, "t": _clip_end(view.committed_text, TEXT_CHARS), **canvas,
+        **(_finished(view, canvas_length, pinnable) if refine else {}),
     }  # fmt: skip
 
 
@@ -125,14 +127,15 @@ def canvas_length(board: Board) -> int:
     return max((len(v.last_step.token_ids) for v in board.requests.values() if v.last_step is not None), default=0)
 
 
-def frame(board: Board, length: int | None = None) -> dict:
+def frame(board: Board, length: int | None = None, refine: bool = True) -> dict:
     """The whole board as one frame. `length`: the canvas length when known (a board whose
-    requests have all finished no longer shows one); else read from the board."""
+    requests have all finished no longer shows one); else read from the board. `refine`: finished
+    cards carry their Refine (and click-to-pin) data; a view without Refine (the lesson's) sends none."""
     length = length or canvas_length(board)
     # Click-to-pin sends each finished card's first canvas, pieces the frame has not carried since its
     # canvas committed: affordable for a batch of moderate size, not within 64 KB a frame at 32 x 256.
     pinnable = len(board.requests) * length <= PINNABLE_POSITIONS
     return {
         "v": VERSION, "L": length, "thr": board.confidence_threshold, "calls": board.plan_count,
-        "rows": [row(v, length, board.notes.get(v.index, ""), pinnable) for v in board.requests.values()],
+        "rows": [row(v, length, board.notes.get(v.index, ""), pinnable, refine) for v in board.requests.values()],
     }  # fmt: skip

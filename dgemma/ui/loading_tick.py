@@ -1,6 +1,14 @@
 """Page first, on the page: until the model has loaded, a timer refreshes the status line; at ready
 it shows the model's header, enables Run, fills in the model's own defaults and example prompts,
-and stops."""
+and stops.
+
+Every fresh page gets one tick, 0.5 s after it opens, even when the model was ready long before, and
+the visitor may be typing by then. So the tick never writes a field itself: it sends the model's
+values (`fill`), and the browser, when they arrive, writes each into its field only if the visitor
+has not touched that field (typed, picked or ticked in it, or has it focused) and it still shows what
+the page was built with. Decided there, at that moment: a tick in flight while the visitor types
+cannot overwrite what they typed.
+"""
 
 from __future__ import annotations
 
@@ -14,26 +22,54 @@ from dgemma.serving.backend import Backend, backend_state
 from dgemma.ui.generate.controls import model_defaults_of
 from dgemma.ui.header import header_markdown
 
-UNCHANGED_OUTPUTS = 13  # header … example prompts: what a tick leaves alone while the model loads
+UNCHANGED_OUTPUTS = 3  # the fill, the run button and the example prompts: what a tick leaves alone while loading
+# Installed when the page opens: a field's input element the visitor types in, picks or ticks is marked theirs.
+MARK_TOUCHED_JS = """() => {
+  const mark = (e) => { if (e.isTrusted && e.target && e.target.dataset) e.target.dataset.touched = "1"; };
+  document.addEventListener("input", mark, true);
+  document.addEventListener("change", mark, true);
+}"""
+# Runs after each tick, in the browser: the model's value where the field is untouched, else nothing (undefined).
+FILL_JS = """(fill, ...shown) => shown.map((value, i) => {
+  if (!fill || !fill.values) return undefined;
+  const box = document.getElementById(fill.ids[i]);
+  const theirs = box && (box.querySelector("[data-touched]") || box.contains(document.activeElement));  // none: a tab not shown yet
+  return !theirs && JSON.stringify(value) === JSON.stringify(fill.built[i]) ? fill.values[i] : undefined;
+})"""
 
 
-def loading_tick(backend: Backend, shown_prompts: str, first_examples: str, replaying: bool = False,
-                 shown: Sequence = (), built: Sequence = ()) -> list:
-    """While loading: the status line. At ready: the model's header, defaults and example prompts,
-    Run enabled, and the timer off (the status line says "Idle." unless a replay holds it).
+def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (), built: Sequence = ()) -> list:
+    """While loading: the status line. At ready: the model's header, Run enabled, the values for the
+    settings fields and the prompts box (`fill`: the browser writes the untouched ones), the example
+    prompts, and the timer off (the status line says "Idle." unless a replay holds it).
 
-    `shown` are the settings fields' values on the page and `built` the values the page was built
-    with: a field the visitor has already changed keeps its value (every fresh page gets one tick,
-    0.5 s after it opens, even when the model was ready long before)."""
+    `fields` are the DOM ids of the fields the fill is for, `built` the values the page was built with."""
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
         return [gr.skip(), state.message, *[gr.skip()] * UNCHANGED_OUTPUTS, gr.Timer(active=not state.failed)]
     facts = backend.info()  # once: it counts the weights and sizes the lesson's budget
     sets = example_sets(model_info(facts, backend.max_num_seqs)["examples"])
-    prompts = sets[0][0] if shown_prompts == first_examples else gr.skip()  # keep what the user typed
+    values = [*model_defaults_of(backend), facts.get("lesson_budget", built[-2] if built else None), sets[0][0]]
+    fill = {"values": values, "ids": list(fields), "built": list(built)}
     idle = gr.skip() if replaying else "Idle."
-    settings = [*model_defaults_of(backend), facts.get("lesson_budget", gr.skip())]
-    if shown and built:
-        settings = [value if now == then else gr.skip() for value, now, then in zip(settings, shown, built, strict=True)]
-    return [header_markdown(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), *settings, prompts,
+    return [header_markdown(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), fill,
             gr.Dataset(samples=sets), gr.Timer(active=False)]
+
+
+def dom_id(component: gr.components.Component) -> str:
+    """The id of a component's element on the page: its elem_id, or the one Gradio gives it."""
+    return component.elem_id or f"component-{component._id}"
+
+
+def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, status: gr.Markdown, run: gr.Button,
+         fields: Sequence[gr.components.Component], examples: gr.Dataset, replay_state: gr.State) -> None:
+    """The timer and its fill: `fields` the settings and the prompts box, filled at ready where untouched."""
+    built = [field.value for field in fields]
+    ids = [dom_id(field) for field in fields]
+    fill = gr.JSON(None, visible=False)
+    timer = gr.Timer(0.5, active=not ready)
+    demo.load(None, js=MARK_TOUCHED_JS)
+    timer.tick(lambda played: loading_tick(backend, played.recording is not None, ids, built), [replay_state],
+               [header, status, run, fill, examples, timer], show_progress="hidden", api_visibility="private",
+               concurrency_limit=None,
+               ).then(None, [fill, *fields], list(fields), js=FILL_JS, show_progress="hidden", api_visibility="private")

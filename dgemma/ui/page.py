@@ -17,7 +17,7 @@ from dgemma.ui.generate import tab as generate
 from dgemma.ui.generate.keep import Keeping
 from dgemma.ui.header import header_markdown
 from dgemma.ui.lesson import tab as lesson
-from dgemma.ui.loading_tick import loading_tick
+from dgemma.ui import loading_tick
 
 
 def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
@@ -42,16 +42,10 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
         lesson.wire(backend, lesson_parts)
         api.register(backend, sessions, embedded, keeping.held)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
-        # enables Run, fills in the model's own defaults and example prompts, and stops.
-        prompts = gen.controls.prompts
-        settings = [*gen.controls.model_defaults(), lesson_parts.budget]
-        built = [field.value for field in settings]
-        model_fields = [header, gen.status, gen.run, *settings, prompts, gen.examples.dataset]
-        timer = gr.Timer(0.5, active=not loading.ready)
-        timer.tick(lambda shown, played, *values: loading_tick(backend, shown, examples[0][0], played.recording is not None,
-                                                               values, built),
-                   [prompts, gen.player.state, *settings], [*model_fields, timer],
-                   show_progress="hidden", api_visibility="private", concurrency_limit=None)
+        # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.
+        fields = [*gen.controls.model_defaults(), lesson_parts.budget, gen.controls.prompts]
+        loading_tick.wire(demo, backend, loading.ready, header, gen.status, gen.run, fields, gen.examples.dataset,
+                          gen.player.state)
 
         def closed(request: gr.Request) -> None:
             # A closed tab (or a client gone for good): its requests stop and free their slots, its

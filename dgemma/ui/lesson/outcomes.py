@@ -1,0 +1,86 @@
+"""The lesson's result boxes: each run's outcome (completed with its tiles, or out of memory with
+its numbers), the chunked run's, a run that could not happen, and the verdict on the tokens. Pure:
+outcomes in, HTML out."""
+
+from __future__ import annotations
+
+import html
+
+from dgemma.serving.backend import LessonOutcome
+from dgemma.units import format_bytes
+
+UNTILED, TILED, CHUNKED = "Untiled (one tile)", "Tiled (auto)", "Chunked sampler, untiled (one tile)"
+PENDING = '<div class="lesson-result">running…</div>'
+COMPARING = '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>'
+
+def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
+    """One run's result box: the OOM with its numbers, or the tiles it ran."""
+    if outcome is None:
+        return f'<div class="lesson-result"><b>{html.escape(title)}</b>: not run yet.</div>'
+    if outcome.ok:
+        tiles = [len(p.tiles) for p in outcome.plans]
+        peak = max((p.peak_transient_bytes for p in outcome.plans), default=0)
+        detail = (
+            f"{len(outcome.plans)} sampler calls, up to {max(tiles, default=0)} tiles per call, "
+            f"peak transient {format_bytes(peak)}, {outcome.seconds:.1f} s."
+        )
+        return (
+            f'<div class="lesson-result ok" data-outcome="ok"><b>{html.escape(title)}: completed.</b> '
+            f"{html.escape(outcome.message)} {detail}</div>"
+        )
+    numbers = ""
+    if outcome.needed_bytes or outcome.free_bytes:
+        numbers = (f" Needed {format_bytes(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
+                   f"free {format_bytes(outcome.free_bytes)}.")
+    detail = f'<br><small>allocator: {html.escape(outcome.detail)}</small>' if outcome.detail else ""
+    return (
+        f'<div class="lesson-result oom" data-outcome="oom"><b>{html.escape(title)}: out of memory.</b> '
+        f"{html.escape(outcome.message)}{numbers}{detail}</div>"
+    )
+
+
+def render_chunked(outcome: LessonOutcome | None) -> str:
+    """The third run's box; without real scale it explains why it was not run."""
+    if outcome is not None:
+        return render_outcome(outcome, CHUNKED)
+    return (
+        f'<div class="lesson-result" data-outcome="skipped"><b>{html.escape(CHUNKED)}</b>: runs with '
+        "<i>real scale</i> on. The chunked step streams the vocabulary and keeps per-position running sums "
+        "and a [CL, hidden] soft-embedding accumulator; at this model's tiny vocabulary those outweigh the "
+        "logits themselves, so chunking only pays at real vocabularies.</div>"
+    )
+
+
+def _chunked_note(chunked: LessonOutcome | None, reference: LessonOutcome) -> str:
+    """One sentence: did the chunked step, untiled, commit the reference step's tokens?"""
+    if chunked is None or not chunked.ok:
+        return ""
+    same = sum(reference.tokens.get(i) == t for i, t in chunked.tokens.items())
+    return (f" The chunked step, untiled under the same budget, committed the same token ids for {same} of "
+            f"{len(chunked.tokens)} requests.")
+
+
+def render_verdict(tiled: LessonOutcome, reference: LessonOutcome, chunked: LessonOutcome | None = None) -> str:
+    """Whether the tiled (and chunked) runs' tokens equal the untiled reference's, request by request."""
+    if not (tiled.ok and reference.ok):
+        why = tiled.message if not tiled.ok else reference.message
+        return f'<div class="lesson-result oom">Tokens not compared: {html.escape(why)}</div>'
+    same = [i for i in tiled.tokens if reference.tokens.get(i) == tiled.tokens[i]]
+    n = len(tiled.tokens)
+    if len(same) == n and n == len(reference.tokens):
+        return (
+            f'<div class="lesson-result same" data-outcome="identical"><b>Identical tokens.</b> All {n} requests '
+            "committed the same token ids tiled as untiled (the untiled rerun had a budget large enough "
+            f"for a single tile).{html.escape(_chunked_note(chunked, reference))}</div>"
+        )
+    differ = sorted(set(tiled.tokens) - set(same))
+    return (
+        f'<div class="lesson-result oom" data-outcome="different"><b>Tokens differ</b> for requests '
+        f"{', '.join(map(str, differ[:10]))}: {len(same)} of {n} identical.</div>"
+    )
+
+
+def render_failure(title: str, sentence: str) -> str:
+    """A run that could not happen: its card says why, in one sentence."""
+    return (f'<div class="lesson-result oom" data-outcome="error"><b>{html.escape(title)}: not run.</b> '
+            f"{html.escape(sentence)}</div>")

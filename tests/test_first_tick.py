@@ -1,0 +1,77 @@
+"""The page's first loading tick never overwrites what a visitor typed, even when they type while it
+is in flight (a real server, a real chromium).
+
+Every fresh page gets one tick 0.5 s after it opens (the page was built before the model loaded);
+it fills in the model's defaults, the lesson's budget and the example prompts. Here the tick's
+request is held back by the browser until the visitor has typed, as a slow link or a busy server
+would hold it: the tick read the fields before the visitor typed, and its answer arrives after.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from app_server import MODEL_ARGS, shared
+from test_playback import browser  # noqa: F401  (chromium)
+
+BUILT_BUDGET = "256MiB"  # what a page built before the model loaded shows in the lesson's budget
+
+
+def tick_fn_index(url: str) -> int:
+    """The loading timer's event: a tick of the page's 0.5 s timer."""
+    config = json.loads(urllib.request.urlopen(f"{url}/config", timeout=30).read())
+    timers = {c["id"] for c in config["components"] if c.get("type") == "timer" and c["props"].get("value") == 0.5}
+    return next(d["id"] for d in config["dependencies"] if any(t[0] in timers and t[1] == "tick" for t in d["targets"]))
+
+
+@pytest.fixture
+def page(browser, tmp_path_factory):  # noqa: F811
+    url = shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url
+    tick, held = tick_fn_index(url), []
+    page = browser.new_page(viewport={"width": 1360, "height": 1000})
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+
+    def hold_the_tick(route) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        held.append(route) if body.get("fn_index") == tick else route.continue_()
+
+    page.route("**/queue/join*", hold_the_tick)
+    page.goto(url, wait_until="load")
+    deadline = time.monotonic() + 60
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(100)  # the route handler runs while playwright waits
+    assert held, "the page sent no loading tick"
+    page.held = held
+    yield page
+    page.close()
+
+
+def test_what_a_visitor_types_while_the_first_tick_is_in_flight_stays(page):
+    page.wait_for_selector("#run")
+    prompts = page.get_by_label("Prompts, one per line")
+    prompts.fill("add 1+2")
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.get_by_label("max new tokens").fill("7")
+    page.get_by_label("t_min").fill("0.25")
+    page.get_by_label("t_min").blur()
+    for route in page.held:  # the tick, which read the fields before the visitor typed, now answers
+        route.continue_()
+    page.wait_for_function("() => document.querySelector('#status').innerText.includes('Idle.')", timeout=30_000)
+    page.wait_for_selector("#run:not([disabled])")
+    # The tick filled in what the visitor left alone: the lesson's budget becomes the model's suggestion.
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    budget = page.locator("#lesson-budget textarea")
+    page.wait_for_function(f"() => document.querySelector('#lesson-budget textarea').value !== '{BUILT_BUDGET}'",
+                           timeout=10_000)
+    page.wait_for_timeout(500)
+    page.get_by_role("tab", name="Generate").click()
+    assert page.get_by_label("max new tokens").input_value() == "7"
+    assert page.get_by_label("t_min").input_value() == "0.25"
+    assert prompts.input_value() == "add 1+2"
+    assert budget.input_value() and budget.input_value() != BUILT_BUDGET
+    assert not page.errors, page.errors

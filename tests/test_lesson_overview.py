@@ -1,0 +1,84 @@
+"""The lesson's runs draw the overview of the batch live, in a real chromium on a real server: the
+same view as the Generate tab's (one row per request, one cell per canvas position), fed while each
+run goes. The run is the lesson's real-scale one (logits padded to vocab 262,144) on the app's model
+(the embedded one unless DGEMMA_TEST_MODEL says otherwise), whose steps take long enough on a CPU
+for the page to show several while one run goes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app_server import MODEL_ARGS, ROOT, shared
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
+from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
+
+REQUESTS, STEPS = 4, 3
+FRAME_BYTES = 64 * 1024  # the Generate tab's bound for a real-scale frame on the wire (tests/test_real_scale.py)
+# Every 50 ms: the overview's rows and columns, the first card's step, and which run the page says runs.
+PROBE = """() => {
+  window.__seen = [];
+  setInterval(() => {
+    const canvas = document.querySelector('#lesson-board .dgv-overview canvas');
+    const card = document.querySelector('#lesson-board .dgv-cards .card');
+    window.__seen.push({rows: canvas?.dataset.rows, cols: canvas?.dataset.cols, step: card?.dataset.step,
+                        status: card?.className, frames: document.querySelector('#lesson-board .dgv').dataset.frames,
+                        tiled: document.querySelector('#lesson-tiled').innerText.includes('running')});
+  }, 50);
+}"""
+
+
+def canvas_length() -> int:
+    model = MODEL_ARGS[1] if MODEL_ARGS else ROOT / "assets" / "model"
+    return int(json.loads((ROOT / model / "config.json").read_text())["canvas_length"])
+
+
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory):  # noqa: F811
+    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    urls: dict[str, str] = {}
+    page.received = []  # encoded bytes of every chunk of the page's event stream, as test_real_scale counts them
+    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    cdp.on("Network.dataReceived", lambda e: page.received.append(e["encodedDataLength"])
+           if "/queue/data" in urls.get(e["requestId"], "") else None)
+    yield page
+    page.close()
+
+
+def set_number(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_each_lesson_run_draws_the_batch_overview_live_one_row_per_request(page, shots):  # noqa: F811
+    page.get_by_role("tab", name="Tiling vs OOM").click()
+    set_number(page, "lesson-requests", REQUESTS)
+    set_number(page, "lesson-denoising-steps", STEPS)
+    page.locator("#lesson-real-scale input").check()
+    page.evaluate(PROBE)
+    page.received.clear()
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=600_000)
+    seen = page.evaluate("() => window.__seen")
+    cells = canvas_length()
+    # The overview: one row per request, one cell per canvas position, from the first frame on.
+    drawn = [s for s in seen if s["rows"] not in (None, "0")]
+    assert drawn and all((s["rows"], s["cols"]) == (str(REQUESTS), str(cells)) for s in drawn), drawn[-1:]
+    # Live: while the tiled run went (seconds a step here), the page drew it at several of its steps:
+    # its random start, a step, and its end at least.
+    tiled = [s for s in seen if s["tiled"]]
+    assert len({s["step"] for s in tiled}) >= 2, tiled[-5:]
+    assert len({s["frames"] for s in tiled}) >= 3, sorted({(s["frames"], s["step"], s["status"]) for s in tiled})
+    # The untiled run's out-of-memory ended its cards with the error; at the end every card is done.
+    assert any("status-error" in (s["status"] or "") for s in seen)
+    assert page.locator("#lesson-board .dgv-cards .card.status-done").count() == REQUESTS
+    assert page.locator("#lesson-board .refine").count() == 0  # Refine is the Generate tab's
+    assert "Chunked" in page.inner_text("#lesson-board-title")  # the last run it drew
+    assert page.received and max(page.received) <= FRAME_BYTES, max(page.received)  # light on the wire
+    page.locator("#lesson-board").screenshot(path=str(shots / "lesson-overview.png"))
+    assert not page.errors, page.errors
