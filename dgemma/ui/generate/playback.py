@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.recording import Recording
+from dgemma.serving.backlog import Visitor
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate.keep import Keeping, read_upload
 from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.seek import Seeker
+from dgemma.ui.stream import coalesced
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
@@ -157,7 +159,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             return take(playback, (step or 0) + by)
         return handler
 
-    def play(playback: Playback, step: float, pace: float) -> Iterator[list]:
+    def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[list]:
         # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
         # or a busy page delays each step by its transfer alone, never by a tick's request too.
         again = False
@@ -166,18 +168,24 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             if again := int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
             playback.clock = PlayClock(int(step or 0), pace)
-        clock, shown = playback.clock, int(step or 0)
-        first = show(playback, shown, True, pace, charts=again)
+        clock, session = playback.clock, request.session_hash or "anonymous"
+        first = show(playback, int(step or 0), True, pace, charts=again)
         # The view already shows the step play starts from, unless it starts over: only the status line changes.
         yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
-        while True:
-            time.sleep(clock.wait(shown))
-            # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
-            recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
-            if not playback.playing or playback.clock is not clock or (playback.live and playback.follow) or recording is None:
-                return
-            nxt = min(clock.next_step(shown, clock.pace), recording.steps)  # a late step catches up
-            at_end = nxt >= recording.steps
+
+        def due_steps() -> Iterator[tuple[int, bool]]:  # (step, the last?) as each falls due, until play stops
+            shown = int(step or 0)
+            while True:
+                time.sleep(clock.wait(shown))
+                # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
+                recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
+                if not playback.playing or playback.clock is not clock or (playback.live and playback.follow) or recording is None:
+                    return
+                shown = min(clock.next_step(shown, clock.pace), recording.steps)  # a late step catches up
+                yield shown, shown >= recording.steps
+
+        # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
+        for nxt, at_end in coalesced(due_steps(), Visitor(session), lambda due: due[1]):
             if at_end:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
@@ -187,9 +195,10 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
                 return  # paused while this step was drawn: the pause's view stays
             yield shown_now
             if at_end:  # the last step's charts follow its frame, which they would hold up
-                yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
+                recording = playback.recording
+                if recording is not None:
+                    yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
                 return
-            shown = nxt
 
     def repace(playback: Playback, step: float, pace: float) -> None:
         if playback.clock is not None:  # counts on from the step shown, at the new pace
