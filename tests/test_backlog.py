@@ -35,6 +35,32 @@ def test_gradio_keeps_each_sessions_unwritten_messages_in_an_asyncio_queue_by_se
         LocalContext.blocks.reset(token)
 
 
+@pytest.fixture
+def queued_session():
+    """Gradio's queue of a Blocks, current as inside an event, with session "s" holding one unwritten message."""
+    demo = gr.Blocks().queue()
+    demo._queue.pending_messages_per_session["s"] = messages = asyncio.Queue()
+    messages.put_nowait("a frame")
+    token = LocalContext.blocks.set(demo)
+    yield messages
+    LocalContext.blocks.reset(token)
+
+
+def test_while_behind_only_the_last_update_goes(queued_session):
+    assert list(coalesced(range(5), backlog.Visitor("s"), lambda i: i == 4)) == [4]
+
+
+def test_once_caught_up_every_update_goes(queued_session):
+    queued_session.get_nowait()
+    assert list(coalesced(range(5), backlog.Visitor("s"), lambda i: i == 4)) == [0, 1, 2, 3, 4]
+
+
+def test_while_behind_one_update_goes_every_few_seconds_so_a_gone_client_is_noticed(queued_session):
+    ticks = iter(range(0, 100, 2))  # each look at the clock is 2 s later
+    sent = list(coalesced(range(10), backlog.Visitor("s"), lambda i: i == 9, still_there_s=5, clock=lambda: next(ticks)))
+    assert sent == [2, 5, 8, 9]
+
+
 def test_outside_an_event_no_one_is_behind():
     assert backlog.waiting("s") == 0 and not backlog.Visitor("s").behind()
 

@@ -70,15 +70,19 @@ def frames(
             next_tick = max(next_tick + period, clock() + period / 2)
 
 
-def coalesced(updates: Iterable[T], visitor: Visitor, last: Callable[[T], bool]) -> Iterator[T]:
+def coalesced(updates: Iterable[T], visitor: Visitor, last: Callable[[T], bool], still_there_s: float = 5.0,
+              clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
     """`updates` as `visitor` can take them: those that come while they are behind are skipped,
-    except the `last` one. Pass cheap states (a board, a step) and draw what comes out: a skipped
-    update then costs nothing to draw either. A visitor who fell behind gets one log line."""
+    except the `last` one, and one every `still_there_s` seconds: a yield is where Gradio notices
+    a client that has gone (whose unwritten messages stay in its queue), and a link that moves at
+    all takes a frame in less. Pass cheap states (a board, a step) and draw what comes out: a
+    skipped update then costs nothing to draw either. A visitor who fell behind gets one log line."""
     skipped = sent = 0
+    sent_at = clock()
     try:
         for update in updates:
-            if last(update) or not visitor.behind():
-                sent += 1
+            if last(update) or not visitor.behind() or clock() - sent_at >= still_there_s:
+                sent, sent_at = sent + 1, clock()
                 yield update
             else:
                 skipped += 1
