@@ -2,11 +2,12 @@
 no more than a frame or two for them (dgemma/serving/backlog.py, `coalesced` in dgemma/ui/stream.py,
 dgemma/serving/send_buffer.py).
 
-A real-scale run (the structure twin at canvas 256, 32 requests, 24 steps; a 4,096-token vocabulary
+A real-scale run (the structure twin at canvas 256, 32 requests, 40 steps; a 4,096-token vocabulary
 so that it records in seconds: the page draws tokens' text, the same at any vocabulary) is replayed
 at 0.25 s a step to chromium through an emulated 0.1 Mbit/s link (12,500 B/s, 40 ms), about a tenth
-of what its frames need (24 steps: chromium's emulation itself takes in about 450 KB, some 17 frames,
-before the server's writer is held up, so fewer steps would never make the server skip one). The
+of what its frames need (40 steps: chromium's emulation and the sockets take in 0.5-0.7 MB, some
+17-24 frames, before the server's writer is held up, so with fewer steps the server might never skip
+one). It takes two and a half minutes: a minute to record, 50 s for the page to take what is in flight. The
 page ends at the run's last step, having been sent fewer frames than there are steps, and the
 server's log says how many messages ever waited for it. Lag and memory,
 before and after, are measured by scripts/measure_slow_visitor.py (docs/reliability.md).
@@ -25,7 +26,7 @@ from app_server import MODEL_ARGS, ROOT, shared
 from browser_page import chromium_page
 from twin import save_twin
 
-REQUESTS, CANVAS, STEPS, PACE = 32, 256, 24, 0.25
+REQUESTS, CANVAS, STEPS, PACE = 32, 256, 40, 0.25
 SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 12_500, "uploadThroughput": 12_500}
 FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
 MOST_WAITING = 2  # a frame, and a heartbeat or status message beside it
