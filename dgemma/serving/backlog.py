@@ -16,6 +16,11 @@ of that moment, and the server holds at most one frame for them. It reads the Bl
 function; outside an event (a script, a unit test) no one is behind. tests/test_backlog.py fails
 loudly if a Gradio upgrade moves the queue. DGEMMA_COALESCE=0 turns the skipping off (every
 frame queues, as before it): the baseline of scripts/measure_slow_visitor.py.
+
+A visitor whose page says which frames it drew (dgemma/serving/acks.py) is also behind while a
+frame sent to them is not drawn yet: the sockets and the link's buffers hold half a megabyte before
+Gradio's queue holds anything. A stream stamps each frame it sends (`Visitor.stamp`), and ends its
+Visitor (`close`) when it ends.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import logging
 import os
 
 from gradio.context import LocalContext
+
+from dgemma.serving.acks import ACKS, PACED, Acks
 
 log = logging.getLogger(__name__)
 _warned: list[bool] = []
@@ -49,12 +56,24 @@ def waiting(session: str) -> int:
 class Visitor:
     """One session's visitor as a stream sees them: whether they are behind, and how far they got behind."""
 
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, acks: Acks = ACKS) -> None:
         self.session = session
         self.most_waiting = 0  # the most of their messages seen waiting at once
+        self.acks = acks
+        self.token = acks.open()  # this stream's, in the frames it sends
 
     def behind(self) -> bool:
-        """A message of theirs is still waiting to be written: a frame now would queue behind it."""
+        """A message of theirs is still waiting to be written, or their page has not yet drawn the
+        last frame sent to it: a frame now would queue behind it."""
         n = waiting(self.session)
         self.most_waiting = max(self.most_waiting, n)
-        return COALESCE and n > 0
+        return COALESCE and (n > 0 or (PACED and self.acks.in_flight(self.token) > 0))
+
+    def stamp(self, frame: dict) -> dict:
+        """`frame` (a compact frame, dgemma/ui/compact.py), sent: with this stream's token and its
+        sequence number, which the page posts back once it has drawn it."""
+        return {**frame, "ack": self.token, "seq": self.acks.sent(self.token)}
+
+    def close(self) -> None:
+        """The stream has ended: its page's acknowledgements are no longer kept."""
+        self.acks.close(self.token)

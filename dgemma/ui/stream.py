@@ -15,7 +15,10 @@ never a traceback, and the run's requests are freed however its stream ends.
 visitor: an update that comes while the visitor's earlier messages are still unwritten (a link
 slower than the stream; dgemma/serving/backlog.py) is skipped, never queued, and the next one
 carries the state of its moment, since Gradio sends each yield as a diff against the one yielded
-before it. The last update always goes.
+before it. The last update always goes. A page that says which frames it has drawn
+(dgemma/serving/acks.py; the caller stamps each frame it sends with `Visitor.stamp`) is behind
+until it has drawn the last one: at most one frame is then in flight to it, whatever the link's
+buffers would take in.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def coalesced(updates: Iterable[T], visitor: Visitor, last: Callable[[T], bool],
     except the `last` one, and one every `still_there_s` seconds: a yield is where Gradio notices
     a client that has gone (whose unwritten messages stay in its queue), and a link that moves at
     all takes a frame in less. Pass cheap states (a board, a step) and draw what comes out: a
-    skipped update then costs nothing to draw either. A visitor who fell behind gets one log line."""
+    skipped update then costs nothing to draw either. A visitor who fell behind gets one log line.
+    The visitor is closed when the stream ends."""
     skipped = sent = 0
     sent_at = clock()
     try:
@@ -87,18 +91,20 @@ def coalesced(updates: Iterable[T], visitor: Visitor, last: Callable[[T], bool],
             else:
                 skipped += 1
     finally:
+        visitor.close()
         if skipped or visitor.most_waiting > 1:
             log.info("a visitor behind: %d updates skipped, %d sent, at most %d messages waiting for them",
                      skipped, sent, visitor.most_waiting)
 
 
-def run_boards(handle, sessions: Sessions, session: str, board: Board) -> Iterator[Board]:
+def run_boards(handle, sessions: Sessions, session: str, board: Board, visitor: Visitor | None = None) -> Iterator[Board]:
     """The boards of `handle`'s run (started, and added to `session`'s requests) as its visitor can
-    take them; the last one is finished, or failed: then `board.failure` says why in one sentence
-    and every card it stopped says so. Its requests end with the stream, whatever ends it."""
+    take them (`visitor`: pass one to stamp the frames drawn from them); the last one is finished, or
+    failed: then `board.failure` says why in one sentence and every card it stopped says so. Its
+    requests end with the stream, whatever ends it."""
     try:
         boards = frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board)
-        yield from coalesced(boards, Visitor(session), lambda b: b.finished)  # one board, folded on: `board` is it
+        yield from coalesced(boards, visitor or Visitor(session), lambda b: b.finished)  # one board, folded on: `board` is it
     except Exception as err:  # e.g. ZeroGPU refused the call (quota, queue, duration)
         if not isinstance(err, gr.Error):
             log.exception("a run's stream failed")

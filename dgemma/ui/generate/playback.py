@@ -185,7 +185,8 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
                 yield shown, shown >= recording.steps
 
         # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
-        for nxt, at_end in coalesced(due_steps(), Visitor(session), lambda due: due[1]):
+        visitor = Visitor(session)  # each step's frame is stamped: a page that says it drew it gets the next
+        for nxt, at_end in coalesced(due_steps(), visitor, lambda due: due[1]):
             if at_end:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
@@ -193,7 +194,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
             if not (playback.playing or at_end) or playback.clock is not clock:
                 return  # paused while this step was drawn: the pause's view stays
-            yield shown_now
+            yield [visitor.stamp(shown_now[0]), *shown_now[1:]]
             if at_end:  # the last step's charts follow its frame, which they would hold up
                 recording = playback.recording
                 if recording is not None:

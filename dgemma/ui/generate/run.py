@@ -14,6 +14,7 @@ import gradio as gr
 from dgemma.examples import prompt_note
 from dgemma.recording import run_header
 from dgemma.serving.backend import Backend
+from dgemma.serving.backlog import Visitor
 from dgemma.serving.inputs import (
     Limits,
     parse_call_settings,
@@ -144,14 +145,16 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
     due = [started, started + CHART_PERIOD_S / 2]
     notes = {i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))}
     shown = -1
+    visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
     try:
-        for board in run_boards(handle, sessions, session, Board(notes=notes)):
+        for board in run_boards(handle, sessions, session, Board(notes=notes), visitor):
             if board.failure:  # one sentence where the user looks: the status line, and every card it stopped
                 line = failed_status(board.failure)
                 if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
                     yield gr.skip(), gr.skip(), gr.skip(), line, gr.skip(), gr.skip()
                 else:
-                    yield frame(board, length), plot(entropy_figure(board)), plot(board_tile_figure(board)), line, gr.skip(), gr.skip()
+                    yield (visitor.stamp(frame(board, length)), plot(entropy_figure(board)), plot(board_tile_figure(board)),
+                           line, gr.skip(), gr.skip())
                 return
             if board.finished:  # the run's figures go in its file's end line, and under the status line
                 summary = handle.recording.summary = board_summary(board, started)
@@ -173,7 +176,7 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
                 else:
                     charts.append(gr.skip())
             line = finished_status(board, started, summary) if board.finished else run_status(board, started)
-            yield frame(board, length), *charts, line, playback.live_slider(played), kept
+            yield visitor.stamp(frame(board, length)), *charts, line, playback.live_slider(played), kept
     except GeneratorExit:  # the client has gone (run_boards frees its requests)
         keeping.closed(session)  # as the unload hook does: this stream may have held the run again after it
         raise
