@@ -14,11 +14,42 @@ from dgemma.serving.backlog import Visitor
 from dgemma.ui.stream import coalesced
 
 
-def test_a_stream_whose_page_never_acknowledges_is_never_in_flight():
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_streams_frames_are_in_flight_from_the_first_until_drawn():
     acks = Acks()
     token = acks.open()
     acks.sent(token), acks.sent(token)
+    assert acks.in_flight(token) == 2
+
+
+def test_a_stream_whose_first_frame_is_not_drawn_within_the_grace_is_not_held_back():
+    clock = Clock()
+    acks = Acks(first_ack_s=5, clock=clock)
+    token = acks.open()
+    acks.sent(token)
+    clock.now += 4.9
+    assert acks.in_flight(token) == 1
+    clock.now += 0.1
+    acks.sent(token)
     assert acks.in_flight(token) == 0
+
+
+def test_a_stream_held_back_again_once_its_page_draws_a_frame_late():
+    clock = Clock()
+    acks = Acks(first_ack_s=5, clock=clock)
+    token = acks.open()
+    acks.sent(token)
+    clock.now += 8
+    acks.drawn(token, 1)
+    acks.sent(token)
+    assert acks.in_flight(token) == 1
 
 
 def test_once_the_page_acknowledges_the_frames_sent_since_are_in_flight():
@@ -45,7 +76,7 @@ def test_an_unknown_token_or_a_frame_never_sent_is_ignored():
     token = acks.open()
     acks.sent(token)
     assert not acks.drawn("no-such-stream", 1) and not acks.drawn(token, 2) and not acks.drawn(token, 0)
-    assert acks.in_flight(token) == 0 and len(acks) == 1
+    assert acks.in_flight(token) == 1 and len(acks) == 1
 
 
 def test_a_closed_stream_leaves_nothing_and_its_late_acknowledgement_is_ignored():

@@ -6,8 +6,10 @@ backlog.py): the visitor sees what was sent half a minute ago. So a stream stamp
 sends with its token (random, made per stream) and a sequence number (`Acks.sent`); the page's
 script (assets/board_view.js), once it has drawn the frame, posts "TOKEN SEQ" to ACK_PATH; and
 while a frame it sent is not yet drawn, the stream is behind (`in_flight`) and skips frames,
-coalescing to the latest. A stream whose page never acknowledges (an API client, a view without
-the script) is never held back by it.
+coalescing to the latest. That holds from a stream's first frame: waiting for the page to say it
+draws at all would let the link's buffers fill first. A stream whose first frame is not drawn
+within FIRST_ACK_S (an API client, a view without the script, a link slower than that) is not held
+back by it again until its page says it drew one.
 
 The route is public: `AckRoute` answers every POST to ACK_PATH with 204, whatever it holds (an
 unknown token is ignored, and says nothing), reads at most MAX_BODY bytes and refuses a longer
@@ -21,28 +23,32 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 ACK_PATH = "/dgemma-ack"
 MAX_BODY = 64  # "TOKEN SEQ": a 16-character token, a space, a number
 MAX_STREAMS = 10_000
+FIRST_ACK_S = 10.0  # a stream's first frame is whole: 30-70 KB, 2-6 s at 0.1 Mbit/s
 PACED = os.environ.get("DGEMMA_ACKS", "1") != "0"
 
 
 class _Stream:
-    __slots__ = ("sent", "drawn")
+    __slots__ = ("sent", "drawn", "first_sent_at")
 
     def __init__(self) -> None:
         self.sent = 0  # the last frame's sequence number (1, 2, ...)
         self.drawn = 0  # the last one the page said it drew (0: it never said)
+        self.first_sent_at = 0.0
 
 
 class Acks:
     """The streams that are running, and how far each one's page has drawn."""
 
-    def __init__(self, max_streams: int = MAX_STREAMS) -> None:
-        self.max_streams = max_streams
+    def __init__(self, max_streams: int = MAX_STREAMS, first_ack_s: float = FIRST_ACK_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_streams, self.first_ack_s, self.clock = max_streams, first_ack_s, clock
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
 
@@ -69,6 +75,8 @@ class Acks:
             if stream is None:
                 return 0
             stream.sent += 1
+            if stream.sent == 1:
+                stream.first_sent_at = self.clock()
             return stream.sent
 
     def drawn(self, token: str, seq: int) -> bool:
@@ -82,9 +90,12 @@ class Acks:
             return True
 
     def in_flight(self, token: str) -> int:
-        """Frames sent and not yet drawn; 0 for a stream whose page has never said it drew one."""
+        """Frames sent and not yet drawn; 0 once the first frame has waited FIRST_ACK_S for its page
+        to say it drew it and it never has (a client that does not acknowledge)."""
         stream = self._streams.get(token)
-        if stream is None or stream.drawn == 0:
+        if stream is None:
+            return 0
+        if stream.drawn == 0 and self.clock() - stream.first_sent_at >= self.first_ack_s:
             return 0
         return stream.sent - stream.drawn
 
