@@ -71,6 +71,30 @@ def test_an_acknowledgement_counts_up_to_the_frame_it_names():
     assert acks.in_flight(token) == 0
 
 
+def test_a_page_that_draws_slowly_holds_its_stream_at_one_frame_in_flight():
+    clock = Clock()
+    acks = Acks(clock=clock)
+    token = acks.open()
+    acks.sent(token)
+    clock.now += 3
+    acks.drawn(token, 1)
+    acks.sent(token)
+    assert acks.holding(token)
+
+
+def test_a_page_that_draws_each_frame_quickly_may_have_two_in_flight():
+    clock = Clock()
+    acks = Acks(clock=clock)
+    token = acks.open()
+    acks.sent(token)
+    clock.now += 0.2
+    acks.drawn(token, 1)
+    acks.sent(token)
+    assert not acks.holding(token)
+    acks.sent(token)
+    assert acks.holding(token)
+
+
 def test_an_unknown_token_or_a_frame_never_sent_is_ignored():
     acks = Acks()
     token = acks.open()
@@ -101,9 +125,12 @@ def test_each_frame_a_visitor_stamps_carries_its_stream_token_and_the_next_numbe
 
 
 def test_a_visitor_who_has_not_drawn_the_last_frame_gets_only_the_last_update():
-    acks = Acks()
+    clock = Clock()
+    acks = Acks(clock=clock)
     visitor = Visitor("s", acks)
-    acks.drawn(visitor.token, visitor.stamp({})["seq"])
+    seq = visitor.stamp({})["seq"]
+    clock.now += 3  # a slow link: one frame in flight
+    acks.drawn(visitor.token, seq)
     visitor.stamp({})  # sent, not drawn
     assert list(coalesced(range(5), visitor, lambda i: i == 4)) == [4]
 

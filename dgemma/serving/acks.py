@@ -9,7 +9,9 @@ while a frame it sent is not yet drawn, the stream is behind (`in_flight`) and s
 coalescing to the latest. That holds from a stream's first frame: waiting for the page to say it
 draws at all would let the link's buffers fill first. A stream whose first frame is not drawn
 within FIRST_ACK_S (an API client, a view without the script, a link slower than that) is not held
-back by it again until its page says it drew one.
+back by it again until its page says it drew one. A page that draws a frame within
+QUICK_ROUND_TRIP_S of its sending (a fast link) may have two in flight (`holding`): the next one
+travels while it draws, as it did before, and the lag that adds is under that round trip.
 
 The route is public: `AckRoute` answers every POST to ACK_PATH with 204, whatever it holds (an
 unknown token is ignored, and says nothing), reads at most MAX_BODY bytes and refuses a longer
@@ -30,17 +32,20 @@ from typing import Any
 ACK_PATH = "/dgemma-ack"
 MAX_BODY = 64  # "TOKEN SEQ": a 16-character token, a space, a number
 MAX_STREAMS = 10_000
+QUICK_ROUND_TRIP_S = 1.0
 FIRST_ACK_S = 10.0  # a stream's first frame is whole: 30-70 KB, 2-6 s at 0.1 Mbit/s
 PACED = os.environ.get("DGEMMA_ACKS", "1") != "0"
 
 
 class _Stream:
-    __slots__ = ("sent", "drawn", "first_sent_at")
+    __slots__ = ("drawn", "first_sent_at", "round_trip", "sent", "sent_at")
 
     def __init__(self) -> None:
         self.sent = 0  # the last frame's sequence number (1, 2, ...)
         self.drawn = 0  # the last one the page said it drew (0: it never said)
         self.first_sent_at = 0.0
+        self.sent_at = [0.0, 0.0]  # when the last two frames were sent: [seq - 1, seq]
+        self.round_trip = float("inf")  # from sending a frame to its page saying it drew it, the last measured
 
 
 class Acks:
@@ -75,8 +80,10 @@ class Acks:
             if stream is None:
                 return 0
             stream.sent += 1
+            now = self.clock()
             if stream.sent == 1:
-                stream.first_sent_at = self.clock()
+                stream.first_sent_at = now
+            stream.sent_at = [stream.sent_at[1], now]
             return stream.sent
 
     def drawn(self, token: str, seq: int) -> bool:
@@ -86,6 +93,8 @@ class Acks:
             stream = self._streams.get(token)
             if stream is None or not 0 < seq <= stream.sent:
                 return False
+            if seq > stream.drawn and seq >= stream.sent - 1:
+                stream.round_trip = self.clock() - stream.sent_at[seq - stream.sent + 1]
             stream.drawn = max(stream.drawn, seq)
             return True
 
@@ -98,6 +107,13 @@ class Acks:
         if stream.drawn == 0 and self.clock() - stream.first_sent_at >= self.first_ack_s:
             return 0
         return stream.sent - stream.drawn
+
+    def holding(self, token: str) -> bool:
+        """A frame sent now would wait behind frames the page has not drawn: one in flight, or two
+        where the page drew the last within QUICK_ROUND_TRIP_S."""
+        stream = self._streams.get(token)
+        window = 2 if stream is not None and stream.round_trip < QUICK_ROUND_TRIP_S else 1
+        return self.in_flight(token) >= window
 
 
 ACKS = Acks()  # the app's: the streams' Visitors and the route share it

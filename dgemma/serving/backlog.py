@@ -18,7 +18,7 @@ loudly if a Gradio upgrade moves the queue. DGEMMA_COALESCE=0 turns the skipping
 frame queues, as before it): the baseline of scripts/measure_slow_visitor.py.
 
 A visitor whose page says which frames it drew (dgemma/serving/acks.py) is also behind while a
-frame sent to them is not drawn yet: the sockets and the link's buffers hold half a megabyte before
+frame sent to them is not drawn yet (two, on a quick link): the sockets and the link's buffers hold half a megabyte before
 Gradio's queue holds anything. A stream stamps each frame it sends (`Visitor.stamp`), and ends its
 Visitor (`close`) when it ends.
 """
@@ -67,7 +67,7 @@ class Visitor:
         last frame sent to it: a frame now would queue behind it."""
         n = waiting(self.session)
         self.most_waiting = max(self.most_waiting, n)
-        return COALESCE and (n > 0 or (PACED and self.acks.in_flight(self.token) > 0))
+        return COALESCE and (n > 0 or (PACED and self.acks.holding(self.token)))
 
     def stamp(self, frame: dict) -> dict:
         """`frame` (a compact frame, dgemma/ui/compact.py), sent: with this stream's token and its
