@@ -15,8 +15,9 @@ travels while it draws, as it did before, and the lag that adds is under that ro
 
 The route is public: `AckRoute` answers every POST to ACK_PATH with 204, whatever it holds (an
 unknown token is ignored, and says nothing), reads at most MAX_BODY bytes and refuses a longer
-body unread; it changes two integers of an entry that exists only while its stream runs
-(`close` removes it), and at most MAX_STREAMS entries exist (past that, a stream goes unpaced).
+body unread; it changes two numbers of an entry that exists only while its stream runs
+(`close` removes it: `coalesced` closes its Visitor), and at most MAX_STREAMS entries exist (past
+that, a stream goes unpaced).
 DGEMMA_ACKS=0 turns the pacing off: the baseline of scripts/measure_slow_visitor.py.
 """
 
