@@ -167,13 +167,15 @@ def _upload_limits(demo, args: argparse.Namespace) -> dict:
 def _launch(demo, args: argparse.Namespace) -> int:
     from starlette.middleware import Middleware
 
+    from dgemma.serving.acks import AckRoute
     from dgemma.serving.compression import CompressedEventStream
 
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
     limits = _upload_limits(demo, args)
     # Every frame of the live view goes through the page's event stream: compressed, flushed per frame
-    # (outermost, so the guard's refusals are plain and the stream is compressed as it leaves).
-    middleware = [Middleware(CompressedEventStream), *limits.pop("app_kwargs")["middleware"]]
+    # (outermost, so the guard's refusals are plain and the stream is compressed as it leaves). The page
+    # says which frames it drew (serving/acks.py) behind both, as any request.
+    middleware = [Middleware(CompressedEventStream), *limits.pop("app_kwargs")["middleware"], Middleware(AckRoute)]
     demo.launch(
         **limits,
         server_name=args.host,

@@ -220,6 +220,15 @@ function apply() {
   void cardsBox.offsetHeight;  // style and layout of what changed, inside the measured time
   root.dataset.applyMs = (performance.now() - started).toFixed(1);  // what drawing this frame took (the tests read it)
   root.dataset.frames = String(Number(root.dataset.frames || 0) + 1);
+  acknowledge(view.frame);
+}
+
+// A streamed frame carries its stream's token and sequence number: saying it is drawn lets the
+// server send the next (dgemma/serving/acks.py), so a slow link carries one frame at a time, the latest.
+const ACK_URL = new URL("dgemma-ack", document.baseURI);
+function acknowledge(frame) {
+  if (!frame.ack || !frame.seq) return;
+  fetch(ACK_URL, {method: "POST", body: `${frame.ack} ${frame.seq}`, keepalive: true}).catch(() => {});
 }
 apply();
 watch("value", apply);

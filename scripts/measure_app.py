@@ -97,6 +97,7 @@ def start_app(port: int, extra: list[str], env: dict[str, str] | None = None,
     lines: list[str] = []
     reader = threading.Thread(target=lambda: [lines.append(line) for line in proc.stdout], daemon=True)
     reader.start()  # keeps the pipe drained
+    proc.lines = lines  # the app's log, as it comes
     first_page = _first_page(port, proc, t0, cpu)
     while not any("dgemma app ready" in line for line in lines):
         if proc.poll() is not None:

@@ -10,26 +10,19 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.ui.board import fold
 from dgemma.ui.canvas import refinable, refine_start
-from dgemma.ui.generate.first_canvas import REFINE_NEEDS_A_CARD, refine_request
-from dgemma.ui.generate.playback import Playback, finished_card
+from dgemma.ui.generate.first_canvas import REFINE_NEEDS_A_CARD, finished_card, refine_request
+from dgemma.ui.seek import Seeker
 from test_recording import recorded  # noqa: F401  (a seeded run of the tiny model, 6 prompts, 2 canvases each)
-
-
-def held(recording) -> Playback:
-    played = Playback()
-    played.recording = recording
-    return played
 
 
 def test_a_named_row_gets_its_prompt_seed_and_first_canvas_text_from_the_tabs_run(recorded):  # noqa: F811
     recording = recorded[0]
-    played = held(recording)
     length = recording.header["model"]["canvas_length"]
     views = [v for v in fold(recording.events()).requests.values() if refinable(v)]
     assert views
     for view in views:
         card = json.dumps({"request": view.index})
-        assert refine_request(card, lambda row: finished_card(played, row)) == (
+        assert refine_request(card, lambda row: finished_card(recording, Seeker(), row)) == (
             view.prompt, view.seed, refine_start(view, length))
 
 
@@ -40,12 +33,12 @@ def test_a_compare_card_carries_its_own_prompt_seed_and_text():
 
 def test_a_row_on_a_tab_without_a_run_is_one_sentence():
     with pytest.raises(SettingsError, match="Refine needs a finished card"):
-        refine_request(json.dumps({"request": 1}), lambda row: finished_card(Playback(), row))
+        refine_request(json.dumps({"request": 1}), lambda row: finished_card(None, Seeker(), row))
 
 
 def test_a_row_the_run_does_not_have_is_one_sentence(recorded):  # noqa: F811
     with pytest.raises(SettingsError) as err:
-        finished_card(held(recorded[0]), 999)
+        finished_card(recorded[0], Seeker(), 999)
     assert str(err.value) == REFINE_NEEDS_A_CARD
 
 

@@ -7,7 +7,7 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 - the app serves, and the generate API gives the texts `python -m dgemma.generate` gives;
 - every GPU call asks for the workload size that holds the model (`large` for the embedded one);
 - the model ran in another process (spaces' worker), and the main process has no engine thread;
-- a quota error from ZeroGPU reaches the API caller as one sentence;
+- a quota error from ZeroGPU reaches the API caller as one sentence, and so it does inside Compare;
 - closing a stream (a closed page) ends the worker's loop; the worker stays usable;
 - a client process killed mid-stream has the worker's loop ended and the GPU released within 2 s;
 - every snapshot the GPU call yields pickles and holds only plain values; Stop ends it;
@@ -145,6 +145,25 @@ def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_ca
     cards, status = str(frames[-1][0] or ""), frames[-1][3]
     assert QUOTA in status and "\n" not in status.strip(), status
     assert "running" not in cards and "queued" not in cards, cards
+
+
+def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, sim_dir):
+    from browser_page import chromium_page
+
+    with chromium_page(server.url) as page:
+        page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
+        page.get_by_text("Compare two settings side by side").click()
+        (sim_dir / "quota").touch()
+        try:
+            page.click("#compare-run")
+            page.wait_for_selector("#compare-table .compare-error", timeout=60_000)
+        finally:
+            (sim_dir / "quota").unlink()
+        said, cards = page.inner_text("#compare-table"), page.inner_text("#compare-cards-a")
+        toasts = page.locator(".toast-body").count()
+    assert said == f"⚠️ A: {QUOTA}", said  # one sentence, from the side that failed; B never started
+    assert "running" not in cards and "queued" not in cards and not toasts, (cards, toasts)
+    assert not page.errors, page.errors
 
 
 def test_closing_a_stream_ends_the_workers_loop(server, client):

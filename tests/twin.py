@@ -39,16 +39,16 @@ CHAT_TEMPLATE = (
 WORDS = "what is the a of to and in how why does do you can explain write short poem about sky blue rain".split()
 
 
-def build_twin_tokenizer():
-    """A Unigram (SentencePiece-style) tokenizer with 262,144 pieces: specials, bytes, characters,
-    a few words, then filler pieces that look like the long word pieces of a real vocabulary."""
+def build_twin_tokenizer(vocab: int = VOCAB):
+    """A Unigram (SentencePiece-style) tokenizer with `vocab` (262,144) pieces: specials, bytes,
+    characters, a few words, then filler pieces that look like the long word pieces of a real vocabulary."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     pieces = list(SPECIALS) + [f"<0x{b:02X}>" for b in range(256)]
     chars = [chr(c) for c in range(33, 127)]
     pieces += chars + ["▁" + c for c in chars] + ["▁", "\n"] + ["▁" + w for w in WORDS]
-    pieces += [f"▁filler{i}" for i in range(VOCAB - len(pieces))]
+    pieces += [f"▁filler{i}" for i in range(vocab - len(pieces))]
     scores = [(p, 0.0 if i < len(SPECIALS) else -1.0 - (len(p) == 1)) for i, p in enumerate(pieces)]
     core = Tokenizer(models.Unigram(scores, unk_id=3, byte_fallback=True))
     core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
@@ -60,12 +60,15 @@ def build_twin_tokenizer():
     )
 
 
-def save_twin(path: str | Path, seed: int = 0, canvas_length: int = CANVAS) -> str:
-    """The twin, saved to `path` (canvas 8 for the engine's tests; 256, the release's, for the views')."""
+def save_twin(path: str | Path, seed: int = 0, canvas_length: int = CANVAS, vocab: int = VOCAB) -> str:
+    """The twin, saved to `path` (canvas 8 for the engine's tests; 256, the release's, for the views').
+    A smaller `vocab` records a real-scale run's many steps in seconds: the views draw tokens' text,
+    the same at any vocabulary, and the released vocabulary's logits are most of a CPU step."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
     torch.manual_seed(seed)
-    config = DiffusionGemmaConfig(text_config=dict(TWIN_TEXT), vision_config=TWIN_VISION, canvas_length=canvas_length)
+    config = DiffusionGemmaConfig(text_config={**TWIN_TEXT, "vocab_size": vocab}, vision_config=TWIN_VISION,
+                                  canvas_length=canvas_length)
     model = DiffusionGemmaForBlockDiffusion(config)
     # Peaked logits, as a trained model has: with the default init (std 0.02) every position's
     # distribution over 262,144 tokens is flat to 1e-6, and which positions the entropy bound
@@ -73,5 +76,5 @@ def save_twin(path: str | Path, seed: int = 0, canvas_length: int = CANVAS) -> s
     with torch.no_grad():
         model.model.decoder.embed_tokens.weight.normal_(0.0, 1.0)
     model.save_pretrained(str(path))
-    build_twin_tokenizer().save_pretrained(str(path))
+    build_twin_tokenizer(vocab).save_pretrained(str(path))
     return str(path)

@@ -7,7 +7,8 @@ was made. `CompressedEventStream` is ASGI middleware that encodes such a respons
 (when the browser accepts it: browsers offer it over HTTPS, as on a Space) or gzip (they always
 do), flushed after every chunk the app sends, so each frame is decodable the moment it arrives,
 and the stream's later frames are coded against the earlier ones. At the released model's scale
-a compact frame of 150 KB goes as 30-40 KB (docs/benchmarks.md). Other responses pass untouched.
+a compact frame of 150 KB goes as 30-40 KB (docs/benchmarks.md). The stream's socket keeps little
+unsent (dgemma/serving/send_buffer.py). Other responses pass untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable
 import brotli
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dgemma.serving.send_buffer import cap_send_buffer
 
 GZIP_LEVEL = 6
 BROTLI_QUALITY, BROTLI_WINDOW = 4, 18  # 1 ms a 150 KB frame; a 256 KB window holds the frame before
@@ -53,7 +56,10 @@ class CompressedEventStream:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 chosen = None
-                if headers.get("content-type", "").startswith("text/event-stream") and "content-encoding" not in headers:
+                stream = headers.get("content-type", "").startswith("text/event-stream")
+                if stream:  # a slow link then holds up Gradio's writer within a frame or two (backlog.py)
+                    cap_send_buffer(scope)
+                if stream and "content-encoding" not in headers:
                     chosen = _encoder(accept)
                 if chosen is not None:
                     name, encode = chosen

@@ -54,6 +54,7 @@ class Board:
     events: int = 0  # events folded so far: lets the driver tell whether anything changed
     notes: dict[int, str] = field(default_factory=dict)  # request index (1-based) -> a note its card shows
     canvas_length: int = 0  # positions of a canvas, from the step frames (the first canvas's are pinnable)
+    failure: str = ""  # the run failed outside any one request (fail_unfinished): the one sentence why
 
     @property
     def finished(self) -> bool:
@@ -132,6 +133,7 @@ def apply(board: Board, event: Event) -> Board:
 
 def fail_unfinished(board: Board, sentence: str) -> Board:
     """The run ended by a failure outside any one request: every card still open says why."""
+    board.failure = sentence
     for view in board.requests.values():
         if view.status not in FINAL:
             apply(board, RequestEvent(view.request_id, "error", error=sentence))

@@ -30,7 +30,7 @@ from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.generate import first_canvas, keep, playback
 from dgemma.ui.generate.run import read_panel
 from dgemma.ui.generate.status import board_summary
-from dgemma.ui.stream import frames
+from dgemma.ui.stream import run_boards
 from dgemma.units import format_bytes
 
 SIDES = ("a", "b")
@@ -152,17 +152,16 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
             handle.recording = side.start(run_header(backend.info(), checked, batch))
             key = keep.slot_key(session, keep.COMPARE_SLOTS[i])
             started = time.monotonic()
-            try:
-                for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, boards[i]):
-                    keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
-                    shown[i] = render_board(board)
-                    if board.finished:  # the side's figures in its file's end line, as any run's
-                        summaries[i] = handle.recording.summary = board_summary(board, started)
-                        shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
-                    yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
-            finally:
-                handle.close()
-                sessions.remove(session, handle)
+            for board in run_boards(handle, sessions, session, boards[i]):
+                keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
+                shown[i] = render_board(board)
+                if board.failure:  # one sentence, on the side's cards and above them; B does not run
+                    yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(board.failure)}</div>', *shown]
+                    return
+                if board.finished:  # the side's figures in its file's end line, as any run's
+                    summaries[i] = handle.recording.summary = board_summary(board, started)
+                    shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
+                yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
         yield [table(boards, summaries), *shown]
 
     compare.run.click(run, inputs=[*compare.changes, compare.state, *inputs], outputs=compare.outputs(),

@@ -24,6 +24,9 @@ from typing import Any
 import gradio as gr
 
 from dgemma.errors import SettingsError
+from dgemma.recording import Recording
+from dgemma.ui.canvas import refinable, refine_start
+from dgemma.ui.seek import Seeker
 
 REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Refine on one."
 
@@ -117,3 +120,17 @@ def refine_request(text: str, held_card: Callable[[int], tuple[str, int, str]]) 
     except (ValueError, KeyError, TypeError):
         raise SettingsError(REFINE_NEEDS_A_CARD) from None
     return own if own is not None else held_card(row)
+
+
+def finished_card(recording: Recording | None, kept: Seeker, row: int, gone: str = "") -> tuple[str, int, str]:
+    """Refine's (prompt, seed, start text) for card `row` of a tab's run (`recording`, folded with the
+    tab's `kept` seeker): a finished request's first canvas never changes again, so the board at the
+    run's last step has it. `gone`: why the tab holds no run, when the memory cap took it."""
+    if recording is None:
+        raise SettingsError(gone or REFINE_NEEDS_A_CARD)
+    with kept.at(recording, recording.steps) as board:
+        view = next((v for v in board.requests.values() if v.index == row), None)
+        if view is None or not refinable(view):
+            raise SettingsError(REFINE_NEEDS_A_CARD)
+        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
+        return view.prompt, int(view.seed), refine_start(view, length)

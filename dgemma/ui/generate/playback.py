@@ -17,17 +17,16 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from dgemma.errors import SettingsError
 from dgemma.recording import Recording
-from dgemma.ui.canvas import refinable, refine_start
+from dgemma.serving.backlog import Visitor
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate.keep import Keeping, read_upload
-from dgemma.ui.generate.first_canvas import REFINE_NEEDS_A_CARD
 from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.generate import upload as loader
 from dgemma.ui.generate.upload import Loader
 from dgemma.ui.seek import Seeker
+from dgemma.ui.stream import coalesced
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
@@ -114,20 +113,6 @@ def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bo
         return frame(board, length), plot(entropy), plot(tiles)
 
 
-def finished_card(playback: Playback, row: int) -> tuple[str, int, str]:
-    """Refine's (prompt, seed, start text) for card `row` of the tab's run: a finished request's
-    first canvas never changes again, so the board at the run's last step has it."""
-    recording = playback.recording
-    if recording is None:
-        raise SettingsError(playback.evicted or REFINE_NEEDS_A_CARD)
-    with playback.kept.at(recording, recording.steps) as board:
-        view = next((v for v in board.requests.values() if v.index == row), None)
-        if view is None or not refinable(view):
-            raise SettingsError(REFINE_NEEDS_A_CARD)
-        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
-        return view.prompt, int(view.seed), refine_start(view, length)
-
-
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
     """The status line during playback of `recording` (the tab's): which step, playing (at what pace)
     or paused, and which run."""
@@ -176,7 +161,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             return take(playback, (step or 0) + by)
         return handler
 
-    def play(playback: Playback, step: float, pace: float) -> Iterator[list]:
+    def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[list]:
         # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
         # or a busy page delays each step by its transfer alone, never by a tick's request too.
         again = False
@@ -185,18 +170,25 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             if again := int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
             playback.clock = PlayClock(int(step or 0), pace)
-        clock, shown = playback.clock, int(step or 0)
-        first = show(playback, shown, True, pace, charts=again)
+        clock, session = playback.clock, request.session_hash or "anonymous"
+        first = show(playback, int(step or 0), True, pace, charts=again)
         # The view already shows the step play starts from, unless it starts over: only the status line changes.
         yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
-        while True:
-            time.sleep(clock.wait(shown))
-            # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
-            recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
-            if not playback.playing or playback.clock is not clock or (playback.live and playback.follow) or recording is None:
-                return
-            nxt = min(clock.next_step(shown, clock.pace), recording.steps)  # a late step catches up
-            at_end = nxt >= recording.steps
+
+        def due_steps() -> Iterator[tuple[int, bool]]:  # (step, the last?) as each falls due, until play stops
+            shown = int(step or 0)
+            while True:
+                time.sleep(clock.wait(shown))
+                # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
+                recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
+                if not playback.playing or playback.clock is not clock or (playback.live and playback.follow) or recording is None:
+                    return
+                shown = min(clock.next_step(shown, clock.pace), recording.steps)  # a late step catches up
+                yield shown, shown >= recording.steps
+
+        # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
+        visitor = Visitor(session)  # each step's frame is stamped: a page that says it drew it gets the next
+        for nxt, at_end in coalesced(due_steps(), visitor, lambda due: due[1]):
             if at_end:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
@@ -204,11 +196,12 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
             if not (playback.playing or at_end) or playback.clock is not clock:
                 return  # paused while this step was drawn: the pause's view stays
-            yield shown_now
+            yield [visitor.stamp(shown_now[0]), *shown_now[1:]]
             if at_end:  # the last step's charts follow its frame, which they would hold up
-                yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
+                recording = playback.recording
+                if recording is not None:
+                    yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
                 return
-            shown = nxt
 
     def repace(playback: Playback, step: float, pace: float) -> None:
         if playback.clock is not None:  # counts on from the step shown, at the new pace

@@ -11,20 +11,30 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-from dgemma.errors import first_line
 from dgemma.examples import prompt_note
 from dgemma.recording import run_header
 from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
-from dgemma.serving.sessions import Sessions, client_left
-from dgemma.ui.board import FINAL, Board, fail_unfinished
-from dgemma.ui.compact import frame
+from dgemma.serving.backlog import Visitor
+from dgemma.serving.inputs import (
+    Limits,
+    parse_call_settings,
+    parse_prompts,
+    prompts_from_text,
+)
+from dgemma.serving.sessions import Sessions
+from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
+from dgemma.ui.compact import frame
 from dgemma.ui.generate import keep, playback
 from dgemma.ui.generate.controls import Controls, raw_settings
-from dgemma.ui.generate.first_canvas import FirstCanvas, canvas_settings, refine_request
-from dgemma.ui.generate.status import board_summary, failed_status, finished_status, run_status
-from dgemma.ui.stream import frames
+from dgemma.ui.generate.first_canvas import FirstCanvas, canvas_settings, finished_card, refine_request
+from dgemma.ui.generate.status import (
+    board_summary,
+    failed_status,
+    finished_status,
+    run_status,
+)
+from dgemma.ui.stream import run_boards
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +83,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
         fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
                   seed_, greedy_, start, pins, template)
         try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
-            prompt, seed, start = refine_request(card, lambda row: playback.finished_card(played, row))
+            prompt, seed, start = refine_request(card, lambda row: finished_card(played.recording, played.kept, row, played.evicted))
             batch, raw = panel(prompt, 1, *fields[2:])  # the card's prompt alone, whatever the prompts box holds
             raw = {**raw, "seed": seed, "start": start}
         except ValueError as err:
@@ -133,10 +143,19 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
     # period apart, and both at the end: a Plotly redraw costs the browser far more than
     # the cards do, and two at once would stall a busy laptop's page for a moment.
     due = [started, started + CHART_PERIOD_S / 2]
-    board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
+    notes = {i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))}
     shown = -1
+    visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
     try:
-        for board in frames(handle.poll, lambda b: b.finished and len(b.requests) >= handle.size, board):
+        for board in run_boards(handle, sessions, session, Board(notes=notes), visitor):
+            if board.failure:  # one sentence where the user looks: the status line, and every card it stopped
+                line = failed_status(board.failure)
+                if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
+                    yield gr.skip(), gr.skip(), gr.skip(), line, gr.skip(), gr.skip()
+                else:
+                    yield (visitor.stamp(frame(board, length)), plot(entropy_figure(board)), plot(board_tile_figure(board)),
+                           line, gr.skip(), gr.skip())
+                return
             if board.finished:  # the run's figures go in its file's end line, and under the status line
                 summary = handle.recording.summary = board_summary(board, started)
             keeping.held.hold(session, played)  # a live run's recording grows: idle runs make room
@@ -157,22 +176,9 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
                 else:
                     charts.append(gr.skip())
             line = finished_status(board, started, summary) if board.finished else run_status(board, started)
-            yield frame(board, length), *charts, line, playback.live_slider(played), kept
-    except Exception as err:  # noqa: BLE001 - e.g. ZeroGPU refused the call (quota, queue, duration)
-        # One sentence where the user looks: the status line, and every card it stopped.
-        if not isinstance(err, gr.Error):
-            log.exception("a run's stream failed")
-        sentence = err.message if isinstance(err, gr.Error) else f"The run failed: {first_line(err)}"
-        if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(sentence), gr.skip(), gr.skip()
-        else:
-            fail_unfinished(board, sentence)
-            yield frame(board, length), plot(entropy_figure(board)), plot(board_tile_figure(board)), failed_status(sentence), gr.skip(), gr.skip()
-    except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
-        client_left(handle.size - sum(v.status in FINAL for v in board.requests.values()), "stream closed")
+            yield visitor.stamp(frame(board, length)), *charts, line, playback.live_slider(played), kept
+    except GeneratorExit:  # the client has gone (run_boards frees its requests)
         keeping.closed(session)  # as the unload hook does: this stream may have held the run again after it
         raise
     finally:
         played.live = False
-        handle.close()  # a closed page: free the slots; a no-op for requests already done
-        sessions.remove(session, handle)
