@@ -16,6 +16,7 @@ import urllib.request
 import gradio as gr
 import pytest
 from gradio.context import LocalContext
+from gradio.queueing import Event
 
 from dgemma.serving import backlog
 from dgemma.ui.stream import coalesced
@@ -59,6 +60,22 @@ def test_while_behind_one_update_goes_every_few_seconds_so_a_gone_client_is_noti
     ticks = iter(range(0, 100, 2))  # each look at the clock is 2 s later
     sent = list(coalesced(range(10), backlog.Visitor("s"), lambda i: i == 9, still_there_s=5, clock=lambda: next(ticks)))
     assert sent == [2, 5, 8, 9]
+
+
+def test_a_gone_clients_stream_sends_its_next_update_at_once_though_behind(queued_session):
+    demo = LocalContext.blocks.get()
+    with demo:
+        button = gr.Button()
+        button.click(lambda: None)
+    event = Event("s", demo.fns[0], None, None)  # Gradio's own job for an event of session "s"
+    demo._queue.active_jobs = [[event]]
+    token = LocalContext.event_id.set(event._id)
+    try:
+        assert list(coalesced(range(5), backlog.Visitor("s"), lambda i: i == 4)) == [4]  # behind, and there
+        event.alive = False  # as Gradio's Queue.clean_events marks it when the client's stream closes
+        assert list(coalesced(range(5), backlog.Visitor("s"), lambda i: i == 4)) == [0, 1, 2, 3, 4]
+    finally:
+        LocalContext.event_id.reset(token)
 
 
 def test_outside_an_event_no_one_is_behind():

@@ -53,6 +53,20 @@ def waiting(session: str) -> int:
     return queue.qsize() if queue is not None else 0
 
 
+def event_alive() -> bool:
+    """Whether the Gradio event this code runs in still has its client: Gradio marks the event's job
+    not `alive` (`Queue.clean_events`) as soon as the client's stream closes, and ends the event's
+    generator at its next yield. True outside an event, or where Gradio keeps its jobs elsewhere."""
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    if blocks is None or event_id is None:
+        return True
+    try:
+        jobs = [job for job_set in blocks._queue.active_jobs if job_set for job in job_set]
+        return next((job.alive for job in jobs if job._id == event_id), True)
+    except AttributeError:
+        return True
+
+
 class Visitor:
     """One session's visitor as a stream sees them: whether they are behind, and how far they got behind."""
 
@@ -68,6 +82,11 @@ class Visitor:
         n = waiting(self.session)
         self.most_waiting = max(self.most_waiting, n)
         return COALESCE and (n > 0 or (PACED and self.acks.holding(self.token)))
+
+    def gone(self) -> bool:
+        """Their client has left (tab closed, connection dropped): the next yield is where Gradio ends
+        the stream, so it should come at once, not when they would have caught up."""
+        return not event_alive()
 
     def stamp(self, frame: dict) -> dict:
         """`frame` (a compact frame, dgemma/ui/compact.py), sent: with this stream's token and its

@@ -79,13 +79,15 @@ def coalesced(updates: Iterable[T], visitor: Visitor, last: Callable[[T], bool],
     except the `last` one, and one every `still_there_s` seconds: a yield is where Gradio notices
     a client that has gone (whose unwritten messages stay in its queue), and a link that moves at
     all takes a frame in less. Pass cheap states (a board, a step) and draw what comes out: a
-    skipped update then costs nothing to draw either. A visitor who fell behind gets one log line.
+    skipped update then costs nothing to draw either. A visitor whose client has gone gets the next
+    update at once (Gradio ends the stream there, freeing its requests). A visitor who fell behind
+    gets one log line.
     The visitor is closed when the stream ends."""
     skipped = sent = 0
     sent_at = clock()
     try:
         for update in updates:
-            if last(update) or not visitor.behind() or clock() - sent_at >= still_there_s:
+            if last(update) or not visitor.behind() or visitor.gone() or clock() - sent_at >= still_there_s:
                 sent, sent_at = sent + 1, clock()
                 yield update
             else:
