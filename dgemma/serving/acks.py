@@ -34,7 +34,10 @@ ACK_PATH = "/dgemma-ack"
 MAX_BODY = 64  # "TOKEN SEQ": a 16-character token, a space, a number
 MAX_STREAMS = 10_000
 QUICK_ROUND_TRIP_S = 1.0
-FIRST_ACK_S = 10.0  # a stream's first frame is whole: 30-70 KB, 2-6 s at 0.1 Mbit/s
+# A stream's first frame is whole (30-70 KB, 2-6 s at 0.1 Mbit/s), but a client that never
+# acknowledges must not be held back long: at 10 s, a cancelled gradio_client stream left the
+# ZeroGPU worker's loop running (docs/reliability.md); 1 s costs a slow visitor a few frames.
+FIRST_ACK_S = 1.0
 PACED = os.environ.get("DGEMMA_ACKS", "1") != "0"
 
 
