@@ -12,14 +12,7 @@ from starlette.testclient import TestClient
 from dgemma.serving.acks import ACK_PATH, MAX_BODY, AckRoute, Acks
 from dgemma.serving.backlog import Visitor
 from dgemma.ui.stream import coalesced
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import Clock
 
 
 def test_a_streams_frames_are_in_flight_from_the_first_until_drawn():

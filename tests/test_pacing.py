@@ -4,14 +4,7 @@ the last step comes on time; the charts redraw at most once a period while playi
 from __future__ import annotations
 
 from dgemma.ui.generate.pacing import PlayClock
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import Clock
 
 
 def test_ticks_on_time_show_one_step_each():

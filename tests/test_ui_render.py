@@ -12,6 +12,7 @@ from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
 from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
 from dgemma.ui.stream import frames
+from fake_clock import Clock
 
 LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_chars=100)
 
@@ -79,19 +80,11 @@ def test_prompts_fill_the_batch_by_cycling():
 # ---------------------------------------------------------------- frame pacing
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def test_frames_coalesce_many_events_into_few_renders():
     """1000 events spread over 2 s of (fake) time give about 2 s x 6 Hz renders, not 1000."""
     from dgemma.events import RequestEvent
 
-    clock = FakeClock()
+    clock = Clock(0.0)
     pending = [RequestEvent(i % 4, "running") for i in range(1000)] + [RequestEvent(i, "done") for i in range(4)]
 
     def poll(timeout):
@@ -109,7 +102,7 @@ def test_frames_hand_out_an_unchanged_board_every_keepalive_so_a_gone_client_is_
     """Requests that only wait (no events for 3 s): the board still comes out about every 0.5 s."""
     from dgemma.events import RequestEvent
 
-    clock = FakeClock()
+    clock = Clock(0.0)
 
     def poll(timeout):
         clock.now += max(timeout, 0.01)

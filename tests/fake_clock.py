@@ -1,0 +1,11 @@
+"""A clock the test moves by hand (`clock.now += 0.25`), for code that takes a `clock` callable."""
+
+from __future__ import annotations
+
+
+class Clock:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
