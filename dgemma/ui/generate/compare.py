@@ -152,16 +152,20 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
             handle.recording = side.start(run_header(backend.info(), checked, batch))
             key = keep.slot_key(session, keep.COMPARE_SLOTS[i])
             started = time.monotonic()
-            for board in run_boards(handle, sessions, session, boards[i]):
-                keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
-                shown[i] = render_board(board)
-                if board.failure:  # one sentence, on the side's cards and above them; B does not run
-                    yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(board.failure)}</div>', *shown]
-                    return
-                if board.finished:  # the side's figures in its file's end line, as any run's
-                    summaries[i] = handle.recording.summary = board_summary(board, started)
-                    shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
-                yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
+            side_boards = run_boards(handle, sessions, session, boards[i])
+            try:
+                for board in side_boards:
+                    keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
+                    shown[i] = render_board(board)
+                    if board.failure:  # one sentence, on the side's cards and above them; B does not run
+                        yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(board.failure)}</div>', *shown]
+                        return
+                    if board.finished:  # the side's figures in its file's end line, as any run's
+                        summaries[i] = handle.recording.summary = board_summary(board, started)
+                        shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
+                    yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
+            finally:
+                side_boards.close()  # its end frees the side's requests now, not when collected
         yield [table(boards, summaries), *shown]
 
     compare.run.click(run, inputs=[*compare.changes, compare.state, *inputs], outputs=compare.outputs(),

@@ -146,8 +146,9 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
     notes = {i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))}
     shown = -1
     visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
+    boards = run_boards(handle, sessions, session, Board(notes=notes), visitor)
     try:
-        for board in run_boards(handle, sessions, session, Board(notes=notes), visitor):
+        for board in boards:
             if board.failure:  # one sentence where the user looks: the status line, and every card it stopped
                 line = failed_status(board.failure)
                 if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
@@ -182,3 +183,4 @@ def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list
         raise
     finally:
         played.live = False
+        boards.close()  # its end frees the run's requests (and ends a GPU call) now, not when collected
