@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import contextlib
 import functools
 
 import pytest
@@ -29,7 +30,7 @@ from dgemma.memory import (
     resolve_device,
     split_tiles,
 )
-from dgemma.sampling import LMHead, RowKey, Scores, TileInputs, calibrate_tile, reference_tile, seed_tile
+from dgemma.sampling import LMHead, RowKey, SamplingParams, Scores, TileInputs, build_sampler, calibrate_tile, reference_tile, seed_tile
 from dgemma.sampling.chunked import chunked_tile
 from dgemma.sampling.primitives import group_bytes_for
 
@@ -106,6 +107,29 @@ def test_cache_groups_counted_once_each_size_peak_as_when_every_op_is_counted(st
         again = step(scores, inputs, embed, 1.0)
     assert groups_once.peak == every_op.peak and groups_once.live == every_op.live
     assert torch.equal(result.next_canvas, again.next_canvas) and torch.equal(result.soft_embeds, again.soft_embeds)
+
+
+@pytest.mark.parametrize("impl", ["reference", "chunked"])
+def test_a_samplers_tiles_chunks_and_steps_count_each_group_size_once_and_peak_as_when_every_op_is_counted(impl):
+    V, CL, H, n = 262_144, 8, 16, 5  # two positions a cache group; tiles of 2, 2, 1
+
+    def two_steps(*modes) -> tuple[list[int], torch.Tensor]:
+        embed = torch.randn(V, H, generator=torch.Generator().manual_seed(0))
+        hidden = torch.randn(n, CL, H, generator=torch.Generator().manual_seed(1))
+        sampler = build_sampler(impl, n, CL, V, embed, 1.0, memory=VirtualDevice("1GiB"), tiling=2,
+                                lm_head=LMHead(embed, 30.0), chunk_size=65_536)  # fmt: skip
+        for slot in range(n):
+            sampler.start_canvas(slot, SamplingParams(seed=slot, greedy=slot == 0), 0)
+        peaks = []
+        for _ in range(2):
+            with contextlib.ExitStack() as stack:
+                for mode in modes:
+                    stack.enter_context(mode)
+                peaks.append(sampler.step(None, range(n), hidden=hidden).plan.peak_transient_bytes)
+        return peaks, sampler.canvas.clone()
+
+    (once, canvas), (every_op, again) = two_steps(), two_steps(_PassThrough())
+    assert once == every_op and torch.equal(canvas, again)
 
 
 def test_a_repeated_body_that_would_cross_the_limit_raises_before_it_runs():

@@ -127,6 +127,9 @@ class TileInputs:
     history_valid: torch.Tensor  # [n, MAX_STABILITY] bool: which history entries count
     group_bytes: int | None = None  # the step takes positions in groups of this many bytes of logits; None: all at once
     pins: torch.Tensor | None = None  # [n, CL] long: a pinned position's token, -1 where free; None: no row pins
+    # The position groups' bodies counted so far (memory/repeats.py): the sampler keeps one for all
+    # its tiles, chunks and steps, so a group of a size it has counted once is never counted op by op again.
+    repeats: Repeats | None = None
 
 
 @dataclass
@@ -162,10 +165,11 @@ def in_position_groups(
     if group == total:  # one group: the weights are a tensor of their own, and the logits go now
         figures, weights = positions(temper(0, total), slice(0, total))
     else:
-        parts, repeats = [], Repeats()  # groups of one size allocate alike: counted once (memory/repeats.py)
+        # groups of one size allocate alike: counted once (memory/repeats.py), whichever tile or chunk
+        parts, repeats = [], inputs.repeats if inputs.repeats is not None else Repeats()
         for lo in range(0, total, group):
             hi = min(lo + group, total)
-            with repeats.body(hi - lo) as keep:
+            with repeats.body((positions.__code__, hi - lo, width)) as keep:
                 scaled = temper(lo, hi)
                 group_figures, group_weights = positions(scaled, slice(lo, lo + group))
                 scaled.copy_(group_weights)  # in cache; the group's own weights go now

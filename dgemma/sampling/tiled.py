@@ -13,6 +13,7 @@ import torch
 from dgemma.errors import first_line
 from dgemma.events import TilePlan, TileSplit
 from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, split_tiles
+from dgemma.memory.repeats import Repeats
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
@@ -111,6 +112,7 @@ class TiledSampler:
         self.out_mean_entropy = torch.zeros(S, dtype=torch.float32, device=dev)
         self.out_converged = torch.zeros(S, dtype=torch.bool, device=dev)
         self._host = [_HostSlot() for _ in range(S)]
+        self._repeats = Repeats()  # what a group of positions allocates, counted once (TileInputs.repeats)
 
     # ---- slots
 
@@ -192,6 +194,7 @@ class TiledSampler:
             group_bytes=group_bytes_for(dev),
             # Only a tile holding a pinned row reads pins: the others pay nothing for them.
             pins=self.pins[idx] if any(h.pinned for h in hosts) else None,
+            repeats=self._repeats,
         )
 
     def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
