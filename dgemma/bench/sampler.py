@@ -10,7 +10,11 @@ dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_v
 of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
 pays) plus one softmax and the self-conditioning matmul, the least any step can do, timed in the
 same interleaved rounds as our rows (the seed's step runs its repeats after them), and
-`time_ratio_vs_floor`.
+`time_ratio_vs_floor`. A tiled row of several tiles also carries
+`floor_time_ratio_tiled_vs_untiled` (`floor` in the table): the floor run tile by tile as that
+row's plan tiles it, over the floor in one tile, timed in the same rounds: what the split costs
+the least any step can do on this machine (on a CPU, each tile's two products pack the whole
+embedding again).
 
 --pins adds a "pinned" row per implementation: the tiled step where every request started from
 text (half its canvas) and pins every fourth position, and `time_ratio_pinned_vs_tiled` against
@@ -181,6 +185,7 @@ class _Config:
             "vocab": case.vocab,
             "group": plan.group,
             "tiles": len(plan.tiles),
+            "_tiles": plan.tiles,
             "peak_transient_bytes": plan.peak_transient_bytes,
             # docs/design.md: copies per request = peak / (requests in the tile x CL x vocab x 4)
             "copies_per_request": round(plan.peak_transient_bytes / (max(plan.tiles) * case.canvas_length * case.vocab * 4), 3),
@@ -219,10 +224,14 @@ def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
 
 
 class _Floor:
-    """The least a step can do on these tensors: project, one softmax, the self-conditioning matmul."""
+    """The least a step can do on these tensors: project, one softmax, the self-conditioning matmul;
+    with `tiles`, the same for each tile's requests in turn: the least a step tiled so can do. On a
+    CPU each tile's two matrix products pack the whole embedding whatever its rows (the BLAS does
+    it once a call), which the tiled floor pays as a tiled step does (docs/benchmarks.md)."""
 
-    def __init__(self, case: Case, inputs: dict[str, torch.Tensor]):
+    def __init__(self, case: Case, inputs: dict[str, torch.Tensor], tiles: tuple[int, ...] | None = None):
         self.case, self.inputs = case, inputs
+        self.tiles = tiles or (case.num_decode,)
         self.head = LMHead(inputs["embed"], SOFTCAP)
         self.times: list[float] = []
 
@@ -230,8 +239,12 @@ class _Floor:
         if self.case.device.type == "cuda":  # the floor is untiled: lift the tiled rows' cap
             torch.cuda.set_per_process_memory_fraction(1.0, self.case.device)
         t0 = self.case.now()
-        probs = self.head.project(self.inputs["hidden"]).softmax(dim=-1)
-        torch.matmul(probs.to(self.inputs["embed"].dtype), self.inputs["embed"])
+        start = 0
+        for size in self.tiles:
+            probs = self.head.project(self.inputs["hidden"][start : start + size]).softmax(dim=-1)
+            torch.matmul(probs.to(self.inputs["embed"].dtype), self.inputs["embed"])
+            del probs
+            start += size
         if self.case.device.type == "cuda":
             torch.cuda.synchronize(self.case.device)
         self.times.append(self.case.now() - t0)
@@ -245,15 +258,19 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
     pinned = [_Config(case, impl, "pinned", inputs) for impl in impls] if pins else []
     floor = _Floor(case, inputs)
+    tiled_floors: dict[tuple[int, ...], _Floor] = {}  # the floor tiled as each tiled row's plan tiles it
     if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
         for config in seed + configs + pinned:
             config.measure()
+            tiles = config.plan.tiles
+            if config.mode == "tiled" and len(tiles) > 1 and tiles not in tiled_floors:
+                tiled_floors[tiles] = _Floor(case, inputs, tiles)
     # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
     # order each round (ABCD BCDA ...): no config always runs right after another. The seed's
     # step runs its repeats after all of them: its gigabytes of fresh pages slowed whatever ran
     # next (by a quarter, in hand timings of the reference at 16 x 32 on two threads), and its
     # own ratios are far from 1, where that is noise.
-    timed = configs + pinned + ([] if case.meta else [floor])
+    timed = configs + pinned + ([] if case.meta else [floor, *tiled_floors.values()])
     for round_ in range(1 if case.meta else case.repeats):
         for i in range(len(timed)):
             timed[(round_ + i) % len(timed)].run_once()
@@ -273,6 +290,11 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
                 untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline_row["seconds"], 3)
         if untiled["seconds"] and tiled["seconds"]:
             tiled["time_ratio_tiled_vs_untiled"] = round(tiled["seconds"] / untiled["seconds"], 3)
+            # what the same tiles cost the floor: the least this tiling can add on this machine
+            tiled_floor = tiled_floors.get(tuple(tiled["_tiles"]))
+            tiled["floor_time_ratio_tiled_vs_untiled"] = (
+                round(statistics.median(tiled_floor.times) / statistics.median(floor.times), 3) if tiled_floor else 1.0
+            )
     for config, tiled in zip(pinned, rows[1::2]):
         row = config.row()  # its tokens differ by design: it holds pins
         if row["seconds"] and tiled["seconds"]:
@@ -286,6 +308,7 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     floor_seconds = statistics.median(floor.times) if floor.times else None
     for row in rows:
         row.pop("_state")
+        row.pop("_tiles")
         row["floor_seconds"] = floor_seconds
         if floor_seconds and row["seconds"]:
             row["time_ratio_vs_floor"] = round(row["seconds"] / floor_seconds, 3)
@@ -309,13 +332,14 @@ def _table(rows: list[dict]) -> str:
         return "-" if value is None else format(value, spec) if spec else str(value)
 
     head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
-            f"{'seconds':>8} {'t/u':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6} {'p/t':>6}")  # fmt: skip
+            f"{'seconds':>8} {'t/u':>6} {'floor':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6} {'p/t':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
             f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
-            f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r['identical_to_untiled'], ''):>8} "
+            f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r.get('floor_time_ratio_tiled_vs_untiled'), '.3f'):>6} "
+            f"{fmt(r['identical_to_untiled'], ''):>8} "
             f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
             f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6} "
             f"{fmt(r.get('time_ratio_pinned_vs_tiled'), '.3f'):>6}"
@@ -381,4 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         floors = sorted({(r["num_decode"], r["floor_seconds"]) for r in rows if r["floor_seconds"] is not None})
         for n, seconds in floors:
             print(f"floor_seconds (n={n}: projection + one softmax + the self-conditioning matmul): {seconds:.4f}")
+        if any(r.get("floor_time_ratio_tiled_vs_untiled") for r in rows):
+            print("floor (t/u): the floor run tile by tile as the tiled row's plan tiles it, over the floor in one"
+                  " tile: what the same split costs the least any step can do")
     return 0
