@@ -4,7 +4,8 @@ A step on a CPU takes a tile's positions a cache group at a time (dgemma/samplin
 some 80 small ops a group, dozens of groups a tile. Under the tracker (the budgeted virtual
 device) every op passes through a Python dispatch mode, microseconds each, which cost the step
 5-7 % at vocab 32,768 (docs/benchmarks.md). But each group runs the same ops on the same shapes,
-so it allocates the same bytes: the first group of each size is counted op by op, and the rest
+so it allocates the same bytes: the first group of each size is counted op by op (the sampler
+keeps one `Repeats` for all its tiles, vocab chunks and steps: TileInputs.repeats), and the rest
 run without the trackers, each tracker charged the first's peak for as long as the body runs,
 then counting the storages the body hands on (`keep`), as it would have. The peak, the limit
 and the out-of-memory are the same as when every op is counted; the refusal comes before the
