@@ -114,7 +114,7 @@ function card(row, full) {
     (view.expanded.has(row.r) ? "show fewer" : `show all ${row.c.length} tokens`) + "</button>" : "";
   const committed = row.f !== undefined ? pinnable(row) : row.t ? esc(row.t) :
     `<span class="empty">${row.st === "done" ? "empty: the model ended the text at once" : "nothing committed yet"}</span>`;
-  // Refine names its row; the server reads the prompt, seed and start text off this tab's run.
+  // Refine names its row (a compare card's side is its view's); the server reads the prompt, seed and start text off that run.
   const refine = row.rf === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
     `data-request="${row.n}">Refine</button>`;
   const seed = row.s === null || row.s === undefined ? "" : ` · seed ${row.s}`;

@@ -8,6 +8,7 @@ README.md shows, run with DGEMMA_SCREENSHOTS=assets/screenshots.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -133,8 +134,9 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
     page.fill("#compare-b textarea, #compare-b input", "greedy=true, sampler=chunked, tiling=off")
     page.click("#compare-run")
     page.wait_for_selector("#compare-table table.compare-table", timeout=180_000)
-    for side in ("a", "b"):
+    for side in ("a", "b"):  # each side in the live view of the Generate tab: an overview row and a card a request
         assert page.locator(f"#compare-cards-{side} .card.status-done").count() == 2
+        assert page.locator(f"#compare-cards-{side} .dgv-overview canvas").get_attribute("data-rows") == "2"
         assert page.locator(f"#compare-entropy-{side} .scatterlayer .trace").count() == 2
     snap(page, shots, "compare.png", "#compare")
     table = page.inner_text("#compare-table")
@@ -147,19 +149,26 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
     assert recording.header["settings"]["options"] == {"tiling": "off", "sampler": "chunked", "memory_budget": None}
     assert recording.summary["requests"] == 2 and recording.summary["tokens_per_forward"] > 0  # its end line's figures
     texts = [page.locator(f"#compare-cards-a .card .committed").nth(i).inner_text() for i in range(2)]
-    seed = int(page.locator("#compare-cards-a .card .card-head").first.inner_text().split("seed")[1].split()[0])
+    seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-a .card .card-head").first.inner_text())[1])
     api = Client(server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True, "seed": seed},
                                                     api_name="/generate")
     assert [o["text"] for o in api["outputs"]] == texts
     assert not page.errors, page.errors
 
 
-def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page):
-    # After the comparison above: its cards are finished, and their Refine is the cards' own.
-    refine = page.locator("#compare-cards-a .card button.refine").first
-    prompt, seed = refine.get_attribute("data-prompt"), int(refine.get_attribute("data-seed"))
+def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, server):
+    # After the comparison above: its cards are finished. The card names its row and side (B's
+    # first card here, whose run is not the Generate tab's); the server reads its text off that side's run.
+    card = page.locator("#compare-cards-b .card").first
+    prompt = card.locator(".prompt").inner_text()
+    seed = int(re.search(r"seed (\d+)", card.locator(".card-head").inner_text())[1])
+    start = card.locator(".ctok").evaluate_all("els => els.map(e => e.dataset.piece).join('')").replace("▁", " ")
+    assert start  # its first canvas's tokens, which Refine starts from
     page.get_by_label("Prompts, one per line").fill("")  # Refine runs the card's prompt, not the box's
-    click_and_wait(page, "#compare-cards-a .card button.refine >> nth=0")
+    click_and_wait(page, "#compare-cards-b .card button.refine >> nth=0")
     assert page.inner_text("#cards .card .prompt") == prompt
     assert f"seed {seed}" in page.inner_text("#cards .card .card-head")
+    api = Client(server.url, verbose=False).predict([prompt], {"seed": seed, "greedy": True, "start": start},
+                                                    api_name="/generate")
+    assert api["outputs"][0]["text"] == card_text(page)
     assert not page.errors, page.errors

@@ -1,5 +1,5 @@
-"""Refine on a Generate card: the card names its row, and the server reads the prompt, seed and
-first canvas's text off the tab's run (a real-scale frame has no room to carry them)."""
+"""Refine on a card: the card names its row (and a compare card its side), and the server reads the
+prompt, seed and first canvas's text off that run (a real-scale frame has no room to carry them)."""
 
 from __future__ import annotations
 
@@ -22,18 +22,22 @@ def test_a_named_row_gets_its_prompt_seed_and_first_canvas_text_from_the_tabs_ru
     assert views
     for view in views:
         card = json.dumps({"request": view.index})
-        assert refine_request(card, lambda row: finished_card(recording, Seeker(), row)) == (
+        assert refine_request(card, lambda row, run: finished_card(recording, Seeker(), row)) == (
             view.prompt, view.seed, refine_start(view, length))
 
 
-def test_a_compare_card_carries_its_own_prompt_seed_and_text():
-    card = json.dumps({"prompt": "add 1+2", "seed": 4, "start": "3"})
-    assert refine_request(card, lambda row: pytest.fail("no lookup for a card that carries its text")) == ("add 1+2", 4, "3")
+def test_a_compare_card_is_read_off_its_sides_run(recorded):  # noqa: F811
+    runs = {None: None, "a": None, "b": recorded[0]}  # only side B holds a run
+    view = next(v for v in fold(recorded[0].events()).requests.values() if refinable(v))
+    card = json.dumps({"request": view.index, "run": "b"})
+    assert refine_request(card, lambda row, run: finished_card(runs[run], Seeker(), row))[:2] == (view.prompt, view.seed)
+    with pytest.raises(SettingsError, match="Refine needs a finished card"):
+        refine_request(json.dumps({"request": view.index, "run": "a"}), lambda row, run: finished_card(runs[run], Seeker(), row))
 
 
 def test_a_row_on_a_tab_without_a_run_is_one_sentence():
     with pytest.raises(SettingsError, match="Refine needs a finished card"):
-        refine_request(json.dumps({"request": 1}), lambda row: finished_card(None, Seeker(), row))
+        refine_request(json.dumps({"request": 1}), lambda row, run: finished_card(None, Seeker(), row))
 
 
 def test_a_row_the_run_does_not_have_is_one_sentence(recorded):  # noqa: F811
@@ -42,7 +46,8 @@ def test_a_row_the_run_does_not_have_is_one_sentence(recorded):  # noqa: F811
     assert str(err.value) == REFINE_NEEDS_A_CARD
 
 
-@pytest.mark.parametrize("text", ["", "[]", '"request"', '{"request": "x"}', '{"prompt": "a"}', "7"])
+@pytest.mark.parametrize("text", ["", "[]", '"request"', '{"request": "x"}', '{"prompt": "a"}', "7",
+                                  '{"request": 1, "run": "c"}', '{"request": 1, "run": ["a"]}'])
 def test_a_malformed_refine_box_is_one_sentence(text):
     with pytest.raises(SettingsError, match="Refine needs a finished card"):
-        refine_request(text, lambda row: ("a", 1, "b"))
+        refine_request(text, lambda row, run: ("a", 1, "b"))

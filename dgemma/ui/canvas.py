@@ -1,5 +1,9 @@
 """Canvas cards: one HTML card per request, drawn from the board (pure: board in, HTML out).
 
+The page now draws compact frames (compact.py, assets/board_view.js) in every view; these HTML
+cards are what it drew before, the baseline `python -m dgemma.bench frames` sets the frames
+against, and this module's helpers (a piece as a cell shows it, what Refine starts from) are theirs.
+
 A card shows, top to bottom: who it is (request, seed, status), a note when the served model was
 not trained for its prompt, the committed text (canvases that converged and were appended to the
 cache), and the live canvas being denoised. Each live
@@ -115,7 +119,7 @@ def render_committed(view: RequestView, pinnable: int = 0) -> str:
 
 def refine_button(view: RequestView, canvas_length: int) -> str:
     """A finished card's Refine: run its prompt and seed again, the first canvas starting from its
-    text (the page's script reads these attributes)."""
+    text (the attributes the page's script read when it drew these cards)."""
     if not refinable(view):
         return ""
     return (f'<button class="refine" title="run it again, its first canvas starting from this text" '

@@ -2,8 +2,9 @@
 
 Each side is the panel's settings with a few changed (`name=value`, by the settings' own names:
 `greedy=true`, `entropy_bound=0.5`, `sampler=chunked`, `tiling=off`, ...). A runs, then B (one
-after the other, so each side's tokens per second is its own), each streamed into its own cards and
-confidence curves and recorded: each side's file downloads, and "Load a run" replays it like any
+after the other, so each side's tokens per second is its own), each streamed into its own live view
+(dgemma/ui/board_view.py: the overview and the cards, compact frames paced by the page's
+acknowledgements, as the Generate tab's) and confidence curves, and recorded: each side's file downloads, and "Load a run" replays it like any
 run. Above them, the two runs' figures (dgemma/metrics.py) and B's difference from A: steps,
 tokens per second, tokens per forward, peak sampler memory, and how many texts came out the same.
 """
@@ -22,11 +23,13 @@ from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
 from dgemma.recording import run_header
 from dgemma.serving.backend import Backend
+from dgemma.serving.backlog import Visitor
 from dgemma.serving.inputs import parse_call_settings
 from dgemma.serving.sessions import Sessions
+from dgemma.ui import board_view
 from dgemma.ui.board import Board
-from dgemma.ui.canvas import render_board
 from dgemma.ui.charts import entropy_figure, plot
+from dgemma.ui.compact import frame
 from dgemma.ui.generate import first_canvas, keep, playback
 from dgemma.ui.generate.run import read_panel
 from dgemma.ui.generate.status import board_summary
@@ -66,8 +69,7 @@ def build() -> Compare:
             columns = []
             for side in SIDES:
                 with gr.Column():
-                    columns.append((gr.HTML(render_board(Board()), elem_id=f"compare-cards-{side}",
-                                            js_on_load=first_canvas.CARD_CLICKS_JS),  # a card's Refine and pins work here too
+                    columns.append((board_view.build(f"compare-cards-{side}", first_canvas.CARD_CLICKS_JS),  # Refine and pins work here too
                                     gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side.upper()}",
                                             elem_id=f"compare-entropy-{side}"),
                                     gr.DownloadButton(f"Download run {side.upper()}", elem_id=f"compare-download-{side}",
@@ -138,7 +140,8 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
             return
         boards = [Board(notes={i + 1: n for i, p in enumerate(batch) if (n := prompt_note(embedded, p))}) for _ in SIDES]
         summaries: list[dict] = [{}, {}]  # each side's, as its file's end line keeps it
-        shown = [render_board(boards[0]), render_board(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
+        length = int(backend.info().get("canvas_length") or 0)  # a finished board no longer shows its canvas length
+        shown = [frame(boards[0], length), frame(boards[1], length), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
         for i, (side, checked) in enumerate(zip(sides, settings)):
             handle = None
             try:
@@ -152,11 +155,12 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
             handle.recording = side.start(run_header(backend.info(), checked, batch))
             key = keep.slot_key(session, keep.COMPARE_SLOTS[i])
             started = time.monotonic()
-            side_boards = run_boards(handle, sessions, session, boards[i])
+            visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
+            side_boards = run_boards(handle, sessions, session, boards[i], visitor)
             try:
                 for board in side_boards:
                     keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
-                    shown[i] = render_board(board)
+                    shown[i] = visitor.stamp(frame(board, length))
                     if board.failure:  # one sentence, on the side's cards and above them; B does not run
                         yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(board.failure)}</div>', *shown]
                         return

@@ -6,9 +6,10 @@
   token of a finished card's first canvas writes its line here (the script below).
 - Template: cells separated by `|`, `_` (or nothing) a free position, anything else pinned there:
   `4|_|_|1` pins position 0 to "4" and position 3 to "1".
-- Refine (a finished card's button): the script puts the card's row number (or, on a compare card,
-  its prompt, seed and text) in a hidden box and presses a hidden button: the run takes the panel's
-  settings with that card's prompt and seed, its first canvas starting from its first canvas's text.
+- Refine (a finished card's button): the script puts the card's row number (and, on a compare card,
+  its side) in a hidden box and presses a hidden button: the run takes the panel's settings with
+  that card's prompt and seed, its first canvas starting from its first canvas's text, which the
+  server reads off the run the card belongs to (a real-scale frame has no room to carry them).
 
 Whether a piece is one token and a position inside the canvas is the server's to say (the one
 settings parser, then the model's tokenizer): one sentence on the status line.
@@ -40,10 +41,10 @@ element.addEventListener('click', (e) => {
   };
   const refine = e.target.closest('button.refine');
   if (refine) {
-    const d = refine.dataset;
-    // A Generate card names its row (the server holds its text); a compare card carries its own.
-    write('refine-request', JSON.stringify(d.start === undefined ? {request: Number(d.request)} :
-                                           {prompt: d.prompt, seed: Number(d.seed), start: d.start}));
+    // The card names its row, and a compare card its side: the server holds their runs' text.
+    const side = refine.closest('[id^="compare-cards-"]');
+    write('refine-request', JSON.stringify(side ? {request: Number(refine.dataset.request), run: side.id.slice(-1)} :
+                                           {request: Number(refine.dataset.request)}));
     setTimeout(() => document.querySelector('#refine-run').click(), 100);
     return;
   }
@@ -111,15 +112,17 @@ def canvas_settings(start: str | None, pins: str | None, template: str | None) -
     return {"start": start or None, "pins": held or None}
 
 
-def refine_request(text: str, held_card: Callable[[int], tuple[str, int, str]]) -> tuple[str, int, str]:
-    """The hidden box's JSON as (prompt, seed, start): a card's own, or `held_card`'s for the row it names."""
+def refine_request(text: str, held_card: Callable[[int, str | None], tuple[str, int, str]]) -> tuple[str, int, str]:
+    """The hidden box's JSON as (prompt, seed, start): `held_card(row, run)`'s for the row it names,
+    of the run it names (None: the Generate tab's; "a" or "b": a compare side's)."""
     try:
         card = json.loads(text)
-        row = int(card["request"]) if "request" in card else None
-        own = None if row is not None else (str(card["prompt"]), int(card["seed"]), str(card["start"]))
-    except (ValueError, KeyError, TypeError):
+        row, run = int(card["request"]), card.get("run")
+        if run not in (None, "a", "b"):
+            raise ValueError(run)
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise SettingsError(REFINE_NEEDS_A_CARD) from None
-    return own if own is not None else held_card(row)
+    return held_card(row, run)
 
 
 def finished_card(recording: Recording | None, kept: Seeker, row: int, gone: str = "") -> tuple[str, int, str]:

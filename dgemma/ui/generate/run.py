@@ -52,10 +52,12 @@ def read_panel(limits: Limits, text, n, mode, fixed, budget_, sampler_, new_toke
 
 
 def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: FirstCanvas, run: gr.Button,
-             stop: gr.Button, outputs: list, player: playback.Player, embedded: bool, keeping: keep.Keeping) -> None:
+             stop: gr.Button, outputs: list, player: playback.Player, embedded: bool, keeping: keep.Keeping,
+             compared: gr.State) -> None:
     """Run streams one call's cards, charts and status line, and records it for playback (the
     slider follows the run until the user takes it); a card's Refine runs its prompt and seed again
-    from its text; Stop cancels the session's requests."""
+    from its text (a card of this tab's run, or of a compare side's: `compared`, one Playback a
+    side); Stop cancels the session's requests."""
     limits = backend.limits
 
     def panel(*fields) -> tuple[list[str], dict]:
@@ -79,11 +81,16 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
 
     def refine_stream(card: str, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound,
                       threshold, stable, seed_, greedy_, start, pins, template, played: playback.Playback,
-                      request: gr.Request) -> Iterator[tuple]:
+                      sides: list[playback.Playback], request: gr.Request) -> Iterator[tuple]:
         fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
                   seed_, greedy_, start, pins, template)
+
+        def held(row: int, run: str | None) -> tuple[str, int, str]:  # the card's run: this tab's or a compare side's
+            source = played if run is None else sides[("a", "b").index(run)]
+            return finished_card(source.recording, source.kept, row, source.evicted)
+
         try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
-            prompt, seed, start = refine_request(card, lambda row: finished_card(played.recording, played.kept, row, played.evicted))
+            prompt, seed, start = refine_request(card, held)
             batch, raw = panel(prompt, 1, *fields[2:])  # the card's prompt alone, whatever the prompts box holds
             raw = {**raw, "seed": seed, "start": start}
         except ValueError as err:
@@ -104,7 +111,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
         concurrency_limit=None,  # sessions share the engine; the engine does the batching
         show_progress="minimal",
     )
-    first.refine_run.click(refine_stream, inputs=[first.refine_request, *inputs],
+    first.refine_run.click(refine_stream, inputs=[first.refine_request, *inputs, compared],
                            outputs=[*outputs, player.slider, player.download], api_visibility="private",
                            concurrency_limit=None, show_progress="minimal")
     # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and

@@ -78,6 +78,6 @@ def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool,
     run files and runs are kept, under the app's caps."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
     wire_run(backend, sessions, tab.controls, tab.first, tab.run, tab.stop, [*views, tab.status], tab.player, embedded,
-             keeping)
+             keeping, tab.compare.state)
     playback.wire(tab.player, views, tab.status, keeping)
     compare.wire(backend, sessions, tab.compare, [*tab.controls.inputs(), *tab.first.inputs()], embedded, keeping)
