@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
 from dgemma.sampling import SAMPLER_STEPS, LMHead, TiledSampler, build_sampler, seed_tile
@@ -223,33 +224,6 @@ def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
     return {"embed": embed, "hidden": hidden, "logits": logits}
 
 
-class _Floor:
-    """The least a step can do on these tensors: project, one softmax, the self-conditioning matmul;
-    with `tiles`, the same for each tile's requests in turn: the least a step tiled so can do. On a
-    CPU each tile's two matrix products pack the whole embedding whatever its rows (the BLAS does
-    it once a call), which the tiled floor pays as a tiled step does (docs/benchmarks.md)."""
-
-    def __init__(self, case: Case, inputs: dict[str, torch.Tensor], tiles: tuple[int, ...] | None = None):
-        self.case, self.inputs = case, inputs
-        self.tiles = tiles or (case.num_decode,)
-        self.head = LMHead(inputs["embed"], SOFTCAP)
-        self.times: list[float] = []
-
-    def run_once(self) -> None:
-        if self.case.device.type == "cuda":  # the floor is untiled: lift the tiled rows' cap
-            torch.cuda.set_per_process_memory_fraction(1.0, self.case.device)
-        t0 = self.case.now()
-        start = 0
-        for size in self.tiles:
-            probs = self.head.project(self.inputs["hidden"][start : start + size]).softmax(dim=-1)
-            torch.matmul(probs.to(self.inputs["embed"].dtype), self.inputs["embed"])
-            del probs
-            start += size
-        if self.case.device.type == "cuda":
-            torch.cuda.synchronize(self.case.device)
-        self.times.append(self.case.now() - t0)
-
-
 def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bool = False) -> list[dict]:
     """Rows for one num_decode: (impl, untiled) and (impl, tiled) for each implementation, after
     the seed's step (untiled only) when `baseline` is "seed", and (impl, pinned) with `pins`."""
@@ -257,14 +231,15 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     seed = [_Config(case, "seed", "untiled", inputs)] if baseline == "seed" else []
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
     pinned = [_Config(case, impl, "pinned", inputs) for impl in impls] if pins else []
-    floor = _Floor(case, inputs)
-    tiled_floors: dict[tuple[int, ...], _Floor] = {}  # the floor tiled as each tiled row's plan tiles it
+    head = LMHead(inputs["embed"], SOFTCAP)
+    floor = Floor(head, inputs["hidden"], case.now)
+    tiled_floors: dict[tuple[int, ...], Floor] = {}  # the floor tiled as each tiled row's plan tiles it
     if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
         for config in seed + configs + pinned:
             config.measure()
             tiles = config.plan.tiles
             if config.mode == "tiled" and len(tiles) > 1 and tiles not in tiled_floors:
-                tiled_floors[tiles] = _Floor(case, inputs, tiles)
+                tiled_floors[tiles] = Floor(head, inputs["hidden"], case.now, tiles)
     # Interleave the repeats so drift on a noisy machine hits every config alike, and rotate the
     # order each round (ABCD BCDA ...): no config always runs right after another. The seed's
     # step runs its repeats after all of them: its gigabytes of fresh pages slowed whatever ran

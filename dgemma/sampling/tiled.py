@@ -264,10 +264,8 @@ class TiledSampler:
         # Clear this call's output rows once: each tile writes only its own rows. Other slots
         # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran).
         idx = self._index(slots)
-        self.out_entropy[idx] = 0
-        self.out_accepted[idx] = False
-        self.out_mean_entropy[idx] = 0
-        self.out_converged[idx] = False
+        for out in (self.out_entropy, self.out_accepted, self.out_mean_entropy, self.out_converged):
+            out[idx] = 0  # (False, for the boolean ones)
         with self.memory.measure() as measured:
             ran, splits = self._run_tiles(scores, slots, group)
 
