@@ -4,9 +4,10 @@ Each side is the panel's settings with a few changed (`name=value`, by the setti
 `greedy=true`, `entropy_bound=0.5`, `sampler=chunked`, `tiling=off`, ...). A runs, then B (one
 after the other, so each side's tokens per second is its own), each streamed into its own live view
 (dgemma/ui/board_view.py: the overview and the cards, compact frames paced by the page's
-acknowledgements, as the Generate tab's) and confidence curves, and recorded: each side's file downloads, and "Load a run" replays it like any
-run. Above them, the two runs' figures (dgemma/metrics.py) and B's difference from A: steps,
-tokens per second, tokens per forward, peak sampler memory, and how many texts came out the same.
+acknowledgements, as the Generate tab's) and confidence curves, and recorded: each side's file
+downloads, and "Load a run" replays it like any run. Above them, the two runs' figures
+(dgemma/metrics.py) and B's difference from A: steps, tokens per second, tokens per forward, peak
+sampler memory, and how many texts came out the same.
 """
 
 from __future__ import annotations
