@@ -58,6 +58,7 @@ KIND_BY_MODULE = {
     "test_embedded_model": "embedded",
     "test_train": "embedded",
     "test_engine_backend": "embedded",
+    "test_bench_lesson": "embedded",
     "test_twin": "twin",
 }
 SLOW_KINDS = ("embedded", "twin", "server", "browser")

@@ -31,6 +31,15 @@ def test_meta_run_reproduces_the_source_figure_and_tiles_under_the_budget():
     assert untiled["seconds"] is None and tiled["identical_to_untiled"] is None
 
 
+def test_a_tiled_row_of_several_tiles_carries_the_floor_tiled_the_same_way():
+    result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "4", "--hidden", "16",
+                   "--budget", "400KiB", "--repeats", "1", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    untiled, tiled = map(json.loads, result.stdout.splitlines())
+    assert tiled["tiles"] > 1 and tiled["floor_time_ratio_tiled_vs_untiled"] > 0
+    assert "floor_time_ratio_tiled_vs_untiled" not in untiled
+
+
 def test_seed_baseline_prints_time_ratios_and_the_floor():
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "3", "--hidden", "16",
                    "--impl", "reference", "chunked", "--baseline", "seed", "--repeats", "1", "--json")  # fmt: skip

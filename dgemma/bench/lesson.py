@@ -1,0 +1,75 @@
+"""`python -m dgemma.bench lesson`: what the lesson's tiled run costs against its untiled one.
+
+The lesson (the "Tiling vs OOM" tab) runs one batch under a memory budget. Here each step
+implementation runs it twice, alternated, on the same model, prompts and seeds: tiled under the
+budget the tab suggests (`lesson_run.suggest_budget`: the untiled step does not fit in it), and
+untiled with no budget (the tab's rerun with room to spare), after one untimed run of each. Printed per implementation: the
+tiles each call ran, the sampler's seconds of the whole run (the TilePlans' own clocks: the
+decoder's time, the same in both, is left out), their median over the repeats, tiled/untiled,
+and whether the tokens came out identical (they must). "Real scale" (the default) pads the
+logits to vocab 262,144, as the tab does.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+import torch
+
+from dgemma.cli import ArgumentParser, positive_int
+from dgemma.sampling import SAMPLER_STEPS, SamplingParams
+
+
+def build_parser(prog: str = "python -m dgemma.bench lesson") -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None, help="hub id or local path (default: the embedded model)")
+    p.add_argument("--requests", type=positive_int, default=16, help="the lesson's batch (the tab's default: 16)")
+    p.add_argument("--steps", type=positive_int, default=8, help="max denoising steps of the one canvas")
+    p.add_argument("--impl", nargs="+", default=["reference", "chunked"], help=f"step implementations: {', '.join(SAMPLER_STEPS)}")
+    p.add_argument("--repeats", type=positive_int, default=4, help="runs of each mode (median reported)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch's intra-op threads (default: torch's own)")
+    p.add_argument("--model-vocab", action="store_true", help="the model's own vocabulary, not padded to 262,144")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    unknown = [i for i in args.impl if i not in SAMPLER_STEPS]
+    if unknown:
+        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_STEPS)}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    from dgemma.engine import EngineCore
+    from dgemma.model.loading import load_model
+    from dgemma.serving import lesson_run
+    from dgemma.settings import Settings
+
+    core = EngineCore(load_model(args.model))
+    real_scale = not args.model_vocab
+    budget = lesson_run.suggest_budget(core.loaded, args.requests, real_scale)
+    settings = Settings(SamplingParams(max_denoising_steps=args.steps, seed=5))
+    vocab = f"vocab padded to {lesson_run.REAL_VOCAB:,}" if real_scale else f"vocab {core.loaded.vocab_size:,}"
+    print(f"lesson: {args.requests} requests, CL {core.loaded.canvas_length}, {vocab}, tiled under {budget}, "
+          f"{torch.get_num_threads()} threads; the sampler's seconds per run")
+    print(f"{'impl':>9} {'tiles per call (tiled)':>24} {'tiled s':>8} {'untiled s':>9} {'t/u':>6} {'identical':>9}")
+    for impl in args.impl:
+        seconds: dict[str, list[float]] = {"tiled": [], "untiled": []}
+        tokens, tiles = {}, Counter()
+        for round_ in range(-1, args.repeats):  # round -1 warms up; then alternated, each mode first by turns
+            for mode in ("tiled", "untiled") if round_ % 2 == 0 else ("untiled", "tiled"):
+                tiled = mode == "tiled"
+                outcome = lesson_run.run(core, args.requests, budget if tiled else None, real_scale,
+                                         "auto" if tiled else "off", settings, impl)  # fmt: skip
+                if not outcome.ok:
+                    raise ValueError(f"the {mode} {impl} run failed: {outcome.message}")
+                if round_ < 0:
+                    continue
+                seconds[mode].append(sum(plan.seconds for plan in outcome.plans))
+                tokens[mode] = outcome.tokens
+                if tiled and round_ == 0:
+                    tiles.update(plan.tiles for plan in outcome.plans)
+        t, u = (statistics.median(seconds[m]) for m in ("tiled", "untiled"))
+        shown = " ".join(f"{'+'.join(map(str, k))}x{n}" for k, n in sorted(tiles.items(), key=lambda kv: -len(kv[0])))
+        print(f"{impl:>9} {shown:>24} {t:>8.3f} {u:>9.3f} {t / u:>6.3f} {str(tokens['tiled'] == tokens['untiled']):>9}")
+    return 0
