@@ -132,7 +132,33 @@ def test_a_samplers_tiles_chunks_and_steps_count_each_group_size_once_and_peak_a
     assert once == every_op and torch.equal(canvas, again)
 
 
-def test_a_repeated_body_that_would_cross_the_limit_raises_before_it_runs():
+def test_a_charged_tile_that_no_longer_fits_is_split_as_a_counted_one_is():
+    V, CL, H, n = 65_536, 8, 16, 4
+
+    def two_steps(*modes) -> tuple[list[tuple], torch.Tensor]:
+        embed = torch.randn(V, H, generator=torch.Generator().manual_seed(0))
+        hidden = torch.randn(n, CL, H, generator=torch.Generator().manual_seed(1))
+        device = VirtualDevice("64MiB")
+        sampler = build_sampler("reference", n, CL, V, embed, 1.0, memory=device, tiling=2, lm_head=LMHead(embed, 30.0))
+        for slot in range(n):
+            sampler.start_canvas(slot, SamplingParams(seed=slot), 0)
+        plans = []
+        for room in (None, sampler.calibration().tile_bytes(2) - 1):  # then a tile of 2 no longer fits
+            if room is not None:
+                device.reserve(device.free_bytes() - room, "another tab's run")
+            with contextlib.ExitStack() as stack:
+                for mode in modes:
+                    stack.enter_context(mode)
+                plan = sampler.step(None, range(n), hidden=hidden).plan
+            plans.append((plan.tiles, [(s.start, s.size) for s in plan.splits], plan.peak_transient_bytes))
+        return plans, sampler.canvas.clone()
+
+    (once, canvas), (every_op, again) = two_steps(), two_steps(_PassThrough())
+    assert once[1][1] == [(0, 2), (2, 2)] and once[1][0] == (1, 1, 1, 1)  # both tiles of 2 split, into ones
+    assert once == every_op and torch.equal(canvas, again)
+
+
+def test_a_repeated_body_that_would_cross_the_limit_runs_counted_and_fails_at_its_op():
     repeats, ran = Repeats(), []
     with TransientTracker(limit=7 * 1024 - 1) as tracker:  # a fourth body's 4 KiB on 3 kept does not fit
         kept = []
@@ -143,9 +169,11 @@ def test_a_repeated_body_that_would_cross_the_limit_raises_before_it_runs():
                 keep(kept[-1])
                 ran.append(i)
         assert tracker.live == 3 * 1024 and tracker.peak == 2 * 1024 + 4096  # the third body's, on two kept
-        with pytest.raises(torch.OutOfMemoryError, match="a group of positions"):
+        with pytest.raises(torch.OutOfMemoryError, match="out of memory: ones needs 4 KiB"):
             with repeats.body(1024):
+                torch.ones(1024)
                 ran.append(3)
+        assert tracker.live == 3 * 1024 and tracker.peak == 2 * 1024 + 4096  # nothing was charged
     assert ran == [0, 1, 2]
 
 

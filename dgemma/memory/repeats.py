@@ -7,9 +7,9 @@ device) every op passes through a Python dispatch mode, microseconds each, which
 so it allocates the same bytes: the first group of each size is counted op by op (the sampler
 keeps one `Repeats` for all its tiles, vocab chunks and steps: TileInputs.repeats), and the rest
 run without the trackers, each tracker charged the first's peak for as long as the body runs,
-then counting the storages the body hands on (`keep`), as it would have. The peak, the limit
-and the out-of-memory are the same as when every op is counted; the refusal comes before the
-body rather than at its op.
+then counting the storages the body hands on (`keep`), as it would have. A body whose peak
+would not fit runs counted op by op, so it fails at its op, as it would have. The peak, the
+limit and the out-of-memory are the same as when every op is counted.
 """
 
 from __future__ import annotations
@@ -39,6 +39,18 @@ def _storages(tensors: tuple) -> list:
     return storages
 
 
+def _charge(trackers: list[TransientTracker], peaks: list[int], what: str) -> bool:
+    """Charge each tracker its peak; False, with nothing charged, when one of them is refused."""
+    for i, (tracker, peak) in enumerate(zip(trackers, peaks)):
+        try:
+            tracker.charge(peak, what)
+        except torch.OutOfMemoryError:
+            for charged, nbytes in zip(trackers[:i], peaks):
+                charged.uncharge(nbytes)
+            return False
+    return True
+
+
 class Repeats:
     """The bodies of one loop, keyed by size: `with repeats.body(size) as keep: ...; keep(*results)`.
 
@@ -49,23 +61,19 @@ class Repeats:
         self._peaks: dict[object, list[int]] = {}  # size -> each tracker's peak above its live at the body's start
 
     @contextlib.contextmanager
-    def body(self, size: object) -> Iterator[Callable[..., None]]:
+    def body(self, size: object, what: str = "a group of positions") -> Iterator[Callable[..., None]]:
+        """Run one body of `size`; `what` names it in an out-of-memory over what it hands on."""
         trackers = _trackers()
         if not trackers:
             yield lambda *tensors: None
             return
         peaks = self._peaks.get(size)
-        if peaks is None or len(peaks) != len(trackers):
+        # The first body of a size, and one whose peak would not fit, run counted op by op: the
+        # one that does not fit then fails at its op, with the peak it reached, as it always has.
+        if peaks is None or len(peaks) != len(trackers) or not _charge(trackers, peaks, what):
             with self._measured(size, trackers):
                 yield lambda *tensors: None
             return
-        for i, (tracker, peak) in enumerate(zip(trackers, peaks)):
-            try:
-                tracker.charge(peak, "a group of positions")
-            except torch.OutOfMemoryError:
-                for charged, nbytes in zip(trackers[:i], peaks):
-                    charged.uncharge(nbytes)
-                raise
         kept: list[torch.Tensor] = []
         try:
             with _disable_current_modes():
@@ -74,7 +82,7 @@ class Repeats:
             for tracker, peak in zip(trackers, peaks):
                 tracker.uncharge(peak)
         for tracker in trackers:
-            tracker.count(_storages(tuple(kept)), "a group's results")
+            tracker.count(_storages(tuple(kept)), f"the results of {what}")
 
     @contextlib.contextmanager
     def _measured(self, size: object, trackers: list[TransientTracker]) -> Iterator[None]:
