@@ -128,7 +128,7 @@ class TileInputs:
     group_bytes: int | None = None  # the step takes positions in groups of this many bytes of logits; None: all at once
     pins: torch.Tensor | None = None  # [n, CL] long: a pinned position's token, -1 where free; None: no row pins
     # The position groups' bodies counted so far (memory/repeats.py): the sampler keeps one for all
-    # its tiles, chunks and steps, so a group of a size it has counted once is never counted op by op again.
+    # its tiles, chunks and steps, so a group of a size it has counted once is charged from then on.
     repeats: Repeats | None = None
 
 
