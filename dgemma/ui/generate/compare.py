@@ -37,7 +37,7 @@ from dgemma.ui.generate.status import board_summary
 from dgemma.ui.stream import run_boards
 from dgemma.units import format_bytes
 
-SIDES = ("a", "b")
+SIDES = first_canvas.COMPARE_SIDES
 # (figure, how it reads, format): the rows of the comparison table.
 ROWS = (("decoder_forwards", "denoising steps", "d"), ("steps_per_canvas", "steps per canvas", ".2f"),
         ("tokens_per_s", "tokens/s", ".1f"), ("tokens_per_forward", "tokens per forward", ".2f"),

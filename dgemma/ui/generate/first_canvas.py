@@ -30,6 +30,7 @@ from dgemma.ui.canvas import refinable, refine_start
 from dgemma.ui.seek import Seeker
 
 REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Refine on one."
+COMPARE_SIDES = ("a", "b")  # Compare's two runs: a compare card's Refine names its side (its view's id ends in it)
 
 # Runs once when the cards' HTML mounts; listens on it for clicks on what every redraw puts there.
 CARD_CLICKS_JS = """
@@ -118,7 +119,7 @@ def refine_request(text: str, held_card: Callable[[int, str | None], tuple[str, 
     try:
         card = json.loads(text)
         row, run = int(card["request"]), card.get("run")
-        if run not in (None, "a", "b"):
+        if run is not None and run not in COMPARE_SIDES:
             raise ValueError(run)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise SettingsError(REFINE_NEEDS_A_CARD) from None

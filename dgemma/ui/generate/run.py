@@ -27,7 +27,7 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate import keep, playback
 from dgemma.ui.generate.controls import Controls, raw_settings
-from dgemma.ui.generate.first_canvas import FirstCanvas, canvas_settings, finished_card, refine_request
+from dgemma.ui.generate.first_canvas import COMPARE_SIDES, FirstCanvas, canvas_settings, finished_card, refine_request
 from dgemma.ui.generate.status import (
     board_summary,
     failed_status,
@@ -86,7 +86,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
                   seed_, greedy_, start, pins, template)
 
         def held(row: int, run: str | None) -> tuple[str, int, str]:  # the card's run: this tab's or a compare side's
-            source = played if run is None else sides[("a", "b").index(run)]
+            source = played if run is None else sides[COMPARE_SIDES.index(run)]
             return finished_card(source.recording, source.kept, row, source.evicted)
 
         try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
