@@ -133,6 +133,16 @@ def test_facts_describe_the_model_for_the_page_and_info(tiny_model):
     assert facts["chat_template"] is False and facts["embedded"] is False
 
 
+def test_facts_name_the_model_as_given_never_the_servers_directory(tiny_model, tiny_model_dir, embedded_model):
+    from pathlib import Path
+
+    from dgemma.model.source import public_name
+
+    assert tiny_model.facts()["model"] == Path(tiny_model_dir).name  # a local checkpoint: its directory's name
+    assert embedded_model.facts()["model"] == "embedded"
+    assert public_name("google/diffusiongemma-26B-A4B-it") == "google/diffusiongemma-26B-A4B-it"  # a hub id as given
+
+
 def test_environment_chooses_the_model_and_limits_when_the_flags_are_absent(monkeypatch, tiny_model_dir):
     import app
 

@@ -25,7 +25,7 @@ from dgemma.memory import format_bytes, resolve_device
 from dgemma.model.download import DownloadProgress, download_checkpoint
 
 # Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
-from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, resolve_source  # noqa: F401
+from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, public_name, resolve_source  # noqa: F401
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """What `--dtype` accepts besides "auto" (bf16 on CUDA, fp32 on CPU)."""
@@ -76,7 +76,7 @@ class LoadedModel:
         """What the page header and the `/info` endpoint say about the model (JSON-ready)."""
         params = {id(p): p.numel() for p in self.model.parameters()}  # tied weights counted once
         return {
-            "model": self.name,
+            "model": public_name(self.name),
             "embedded": is_embedded(self.name),
             "parameters": sum(params.values()),
             "dtype": str(self.dtype).removeprefix("torch."),

@@ -20,6 +20,15 @@ def is_embedded(name: str | None) -> bool:
     return name is None or Path(name).expanduser().resolve() == Path(DEFAULT_MODEL)
 
 
+def public_name(name: str | None) -> str:
+    """The model as a public page may name it: "embedded", a hub id as given, or a local checkpoint's
+    directory name. Never the server's absolute path: `/info` and run files are public."""
+    if is_embedded(name):
+        return "embedded"
+    path = Path(str(name)).expanduser()
+    return path.resolve().name if path.is_dir() else str(name)
+
+
 class ModelLoadError(RuntimeError):
     """A checkpoint could not be loaded; the message is one sentence meant for the user."""
 
