@@ -34,12 +34,13 @@ import sys
 import time
 from array import array
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan, TileSplit
 from dgemma.settings import Settings
+from dgemma.sizes import object_bytes
 
 FORMAT = "dgemma-run"
 VERSION = 1
@@ -47,10 +48,6 @@ MAX_POSITIONS = 256 * 32 * 512  # canvas positions over all kept step frames (se
 # A file at the bound is 127 MB (about 30 bytes a position); twice that is no run file. The app
 # refuses a larger upload before storing it (Gradio's max_file_size) and reads no more than this.
 MAX_FILE_BYTES = 256 * 2**20
-# What a kept step frame costs beyond its 13 bytes a position (ids, entropies, mask), and a piece
-# in the table beyond its string: measured with tracemalloc (tests/test_recording.py checks the sum against it).
-FRAME_BYTES = 400
-PIECE_BYTES = 80  # its id and its slot in the table; the string is counted by its own size
 PACKAGES = ("torch", "transformers", "gradio")
 # The model's facts a header keeps (those `/info` returns).
 MODEL_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
@@ -111,7 +108,7 @@ class Recording:
         self.max_positions = max_positions
         self.positions = 0  # canvas positions kept
         self.dropped_frames = 0  # step frames past the bound, not kept
-        self.held_bytes = sys.getsizeof(self)  # what this recording holds in memory (kept up to date by add)
+        self._item_bytes = 0  # what the kept events and pieces hold, counted as each is added
         self._items: list[_Frame | RequestEvent | TilePlan] = []
         self._pieces: dict[int, str] = {}
         self._plan_at: list[int] = []  # index in _items of each TilePlan: step k ends before _plan_at[k]
@@ -125,25 +122,32 @@ class Recording:
                 self.dropped_frames += 1
                 return
             self.positions += len(event.token_ids)
-            self.held_bytes += FRAME_BYTES + 13 * len(event.token_ids)
             for token, piece in zip(event.token_ids, event.pieces, strict=True):
                 if token not in self._pieces:
                     self._pieces[token] = piece
-                    self.held_bytes += PIECE_BYTES + sys.getsizeof(piece)
-            self._items.append(_Frame(
+                    self._item_bytes += sys.getsizeof(token) + sys.getsizeof(piece)  # both kept by the table
+            kept = _Frame(
                 event.request_id, event.canvas_index, event.step, event.max_steps, array("i", event.token_ids),
                 array("d", event.entropy), bytes(event.accepted), event.mean_entropy, event.confidence_threshold,
                 event.converged,
-            ))  # fmt: skip
-            return
-        if isinstance(event, TilePlan):
-            self._plan_at.append(len(self._items))
-        self._items.append(event)
-        self.held_bytes += _event_bytes(event)
+            )  # fmt: skip
+        else:
+            kept = event
+            if isinstance(event, TilePlan):
+                self._plan_at.append(len(self._items))
+                self._item_bytes += object_bytes(len(self._items))
+        self._items.append(kept)
+        self._item_bytes += object_bytes(kept)
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
             self.add(event)
+
+    @property
+    def held_bytes(self) -> int:
+        """What this recording holds in memory: its kept events and pieces, and the containers holding them."""
+        containers = (self, self._items, self._pieces, self._plan_at)
+        return self._item_bytes + sum(sys.getsizeof(c) for c in containers)
 
     # ---------------------------------------------------------------- reading
 
@@ -203,19 +207,39 @@ class Recording:
             f.writelines(self.lines())
 
 
-def _event_bytes(event: RequestEvent | TilePlan) -> int:
-    """The bytes an event object holds: itself, its fields, and the items of its tuples and dicts
-    (a committed request event carries every token id and logprob of its text)."""
-    total = sys.getsizeof(event) + 16  # and its slot in the list
-    for f in fields(event):
-        value = getattr(event, f.name)
-        total += sys.getsizeof(value)
-        if isinstance(value, tuple):
-            total += sum(sys.getsizeof(v) for v in value)
-        elif isinstance(value, dict):
-            total += sum(sys.getsizeof(v) + (sum(map(sys.getsizeof, v)) if isinstance(v, (list, tuple)) else 0)
-                         for v in value.values())
-    return total
+PIECE_CHARS = 16  # a piece's string as the bound counts it: most of a large vocabulary's are shorter
+
+
+def recording_bound(requests: int, max_new_tokens: int, max_steps: int, canvas_length: int, vocab_size: int) -> int:
+    """The most a run's recording can hold: every request's every canvas at every step (and its random
+    start), at most MAX_POSITIONS positions; a piece for each token id it can meet; each request's
+    committed tokens and logprobs and its final text; a tile plan a step. Each item is priced as a
+    recording holds it, measured on one (and a quarter more for the containers' spare room)."""
+    canvases = math.ceil(max_new_tokens / canvas_length)
+    positions = min(MAX_POSITIONS, requests * canvases * canvas_length * (max_steps + 1))
+    ids = tuple(range(vocab_size - canvas_length, vocab_size))  # the largest ids: none is a cached small int
+    pieces = tuple("x" * (PIECE_CHARS - 1) + chr(65 + i % 26) for i in range(canvas_length))
+    sample = Recording()
+    empty = sample.held_bytes
+    step = StepEvent(1, 0, 1, max_steps, ids, pieces, (0.5,) * canvas_length, (True,) * canvas_length, 0.5, 0.1, False)
+    sample.add(step)
+    frame_and_pieces = sample.held_bytes - empty
+    sample.add(step)  # the same ids again: only the frame
+    frame = sample.held_bytes - empty - frame_and_pieces
+    piece = (frame_and_pieces - frame) / canvas_length
+    before = sample.held_bytes
+    sample.add(TilePlan(0.0, "reference", requests, canvas_length, vocab_size, 2**40, None, 2**30, requests,
+                        (requests,), 2**30))
+    plan = sample.held_bytes - before
+    before = sample.held_bytes
+    text = "x" * (canvases * canvas_length * PIECE_CHARS)
+    committed = tuple(ids[i % canvas_length] for i in range(canvases * canvas_length))
+    sample.add(RequestEvent(1, "committed", token_ids=committed, extra={"logprobs": [-0.5] * len(committed)}))
+    sample.add(RequestEvent(1, "done", text=text))
+    request = sample.held_bytes - before
+    kept = (positions / canvas_length * frame + min(positions, vocab_size) * piece + requests * request
+            + canvases * (max_steps + 1) * plan)
+    return int(1.25 * kept) + empty
 
 
 def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:

@@ -10,8 +10,8 @@ import tracemalloc
 
 import pytest
 
-from dgemma.serving.held_runs import EVICTED, HeldRuns, Reserved, recording_bound
-from dgemma.recording import MAX_POSITIONS, load
+from dgemma.serving.held_runs import EVICTED, HeldRuns, Reserved
+from dgemma.recording import MAX_POSITIONS, load, recording_bound
 from dgemma.ui.board import fold, held_bytes
 from dgemma.ui.generate.playback import Playback, view
 from test_recording import run_of

@@ -17,8 +17,8 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.metrics import run_summary
 from dgemma.examples import example_prompts, prompt_note
-from dgemma.serving.held_runs import DEFAULT_MAX_BYTES, HeldRuns, Reserved, recording_bound
-from dgemma.recording import MODEL_KEYS, Recording, run_header
+from dgemma.serving.held_runs import DEFAULT_MAX_BYTES, HeldRuns, Reserved
+from dgemma.recording import MODEL_KEYS, Recording, recording_bound, run_header
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
 from dgemma.serving.sessions import Sessions

@@ -17,12 +17,10 @@ up without end, so each holder is registered here under its session with what it
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from typing import Protocol
 
-from dgemma.recording import FRAME_BYTES, MAX_POSITIONS, PIECE_BYTES
 
 EVICTED = ("This tab's run was removed from the server's memory to make room for other visitors' runs; "
            "press Run again, or load its downloaded file.")
@@ -105,17 +103,6 @@ class HeldRuns:
             victims.append((session, holder))
         self.evicted += len(victims)
         return victims
-
-
-def recording_bound(requests: int, max_new_tokens: int, max_steps: int, canvas_length: int, vocab_size: int) -> int:
-    """The most a run's recording can hold: every request's every canvas at every step (and its random
-    start), at most MAX_POSITIONS positions (13 bytes each, plus each frame's own cost), a piece for
-    each token id it can meet, every request's committed tokens and logprobs, a tile plan a step."""
-    canvases = math.ceil(max_new_tokens / canvas_length)
-    positions = min(MAX_POSITIONS, requests * canvases * canvas_length * (max_steps + 1))
-    steps = canvases * (max_steps + 1)
-    return (positions * 13 + (positions // canvas_length) * FRAME_BYTES + min(positions, vocab_size) * (PIECE_BYTES + 64)
-            + requests * (canvases * canvas_length * 70 + 2000) + steps * 600)
 
 
 class Reserved:

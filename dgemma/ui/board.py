@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.sizes import object_bytes
 
 FINAL = ("done", "cancelled", "error")  # a request in one of these has ended
 # Keep the tile chart readable and its JSON small: only the most recent sampler calls.
@@ -148,15 +149,11 @@ def fold(events: Iterable[Event], board: Board | None = None) -> Board:
     return board
 
 
-def held_bytes(board: Board) -> int:
-    """About what `board` holds in memory (the cap on kept runs counts it, dgemma/serving/held_runs.py): each
-    request's view, its last step frame (84 bytes a canvas position: ids, entropies, mask as tuples of
-    objects), its committed pieces and logprobs (slots: the objects are the events'), and its entropy
-    curve (64 bytes a point). Within a factor of 2 of tracemalloc's count (tests/test_held_runs.py)."""
-    total = 400 + 8 * len(board.plans)  # the plans themselves are the recording's
-    for view in board.requests.values():
-        total += (400 + len(view.committed_text) + 8 * len(view.committed_pieces) + 8 * len(view.committed_logprobs)
-                  + 64 * len(view.entropy_curve))
-        if view.last_step is not None:
-            total += 200 + 84 * len(view.last_step.token_ids)
-    return total
+def held_bytes(board: Board, seen: set[int] | None = None) -> int:
+    """What `board` holds in memory (the cap on kept runs counts it, dgemma/serving/held_runs.py),
+    counted from its objects; its tile plans are the recording's and its pieces the detokenizer's or
+    the recording's table's, counted there. `seen`: the ids of objects counted already (filled in:
+    pass it on to count a next board's own objects only)."""
+    seen = set() if seen is None else seen
+    seen.update(map(id, board.plans))
+    return object_bytes(board, seen, shared=(str,))

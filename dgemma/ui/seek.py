@@ -55,6 +55,7 @@ class Seeker:
         self._recording: Recording | None = None
         self._keys: list[int] = []  # events folded at each keyframe, ascending
         self._boards: dict[int, Board] = {}  # events folded -> the board then (never folded into)
+        self._keyframe_bytes = 0  # what the keyframes hold, counted as each is kept
 
     @property
     def keyframes(self) -> int:
@@ -64,6 +65,7 @@ class Seeker:
         """The furthest board at or before event `end`: the one last shown, a keyframe's copy, or a new one."""
         if recording is not self._recording:
             self._recording, self._keys, self._boards = recording, [], {}
+            self._keyframe_bytes = 0
         try:
             kept, folded, board = self._kept.pop()
         except IndexError:
@@ -87,8 +89,7 @@ class Seeker:
             fold(recording.events_between(folded, end), board)
             folded = end
             if end not in self._boards:
-                self._boards[end] = copy_board(board)
-                bisect.insort(self._keys, end)
+                self._keep(end, copy_board(board))
         end = recording.end_of_step(step)
         fold(recording.events_between(folded, end), board)
         return end
@@ -114,15 +115,22 @@ class Seeker:
         yield board
         self._kept[:] = [(recording, end, board)]
 
+    def _keep(self, end: int, keyframe: Board) -> None:
+        """Keep `keyframe` (the board after `end` events), counting what it holds that the keyframe
+        below it does not: a keyframe shares its entropy points and pieces with the one before."""
+        i = bisect.bisect_left(self._keys, end)
+        seen: set[int] = set()
+        if i:
+            held_bytes(self._boards[self._keys[i - 1]], seen)  # only to know what it holds
+        self._keyframe_bytes += held_bytes(keyframe, seen)
+        self._boards[end] = keyframe
+        self._keys.insert(i, end)
+
     def held_bytes(self) -> int:
-        """About what the seeker holds beyond the recording (the cap on kept runs counts it): the board
-        last shown, and each keyframe's lists, references to the recording's objects (8 bytes an item)."""
+        """What the seeker holds beyond the recording (the cap on kept runs counts it): the keyframes,
+        and the board last shown."""
         kept = list(self._kept)
-        total = held_bytes(kept[0][2]) if kept else 0
-        for board in list(self._boards.values()):
-            total += 400 + sum(400 + 8 * (len(v.committed_pieces) + len(v.committed_logprobs) + len(v.entropy_curve))
-                               for v in board.requests.values())
-        return total
+        return self._keyframe_bytes + (held_bytes(kept[0][2]) if kept else 0)
 
     def index(self, recording: Recording) -> None:
         """Fold the whole recording once, keeping every keyframe: any later jump is then short."""
