@@ -1,12 +1,12 @@
 """Seeking a recording: the board at any step from the nearest keyframe, never from step 0.
 
 A board at step k is the fold of the recording's events up to k (dgemma/recording.py). Playing
-folds one step onto the board last shown; a jump used to refold from step 0, which costs the whole
-run's fold (2.55 s at the recording's bound). `Seeker` keeps, besides the board last shown, a copy
-of the board every `every` steps it folds past (a keyframe), so a jump folds at most `every` - 1
-steps from the nearest one below it. A keyframe is cheap: the views' lists are copied as lists of
-references (the entropy points and step frames they hold are immutable and shared), about 8 bytes
-a point; a kept step boundary never moves, since the recording only grows after it.
+folds one step onto the board last shown; a jump folds from the nearest keyframe below it, since
+refolding from step 0 would cost the whole run's fold. `Seeker` keeps, besides the board last
+shown, a copy of the board every `every` steps it folds past (a keyframe), so a jump folds at most
+`every` - 1 steps. A keyframe is cheap: the views' lists are copied as lists of references (the
+entropy points and step frames they hold are immutable and shared); a kept step boundary never
+moves, since the recording only grows after it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dgemma.recording import Recording
 from dgemma.ui.board import Board, RequestView, fold, held_bytes
 
-KEYFRAME_EVERY = 8  # steps between keyframes: a jump folds at most 7 steps (about 14 ms at 32 x 256)
+KEYFRAME_EVERY = 8  # steps between keyframes: a jump folds at most 7 steps
 
 
 def copy_view(view: RequestView) -> RequestView:

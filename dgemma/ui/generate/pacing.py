@@ -1,12 +1,11 @@
 """The pace of a replay: which step is due now, and whether the charts are due a redraw.
 
-A browser timer that asked for one step per tick fell behind whenever a tick came late (a slow
-link, a busy browser): at 0.25 s a step, a 32 x 256 replay of 3 steps took 1.3 s against 0.75 s
-due. Play is now one stream from the server, and `PlayClock` says when each step is due and which
-step is due now, so a step shown late is followed by the one due by then (skipping the ones
-missed only when more than one is late) and the replay ends on time. The charts (a Plotly redraw costs the
-browser far more than a frame of the cards) are redrawn at most once a `chart_period` while
-playing, and always at the last step, as the live stream does.
+Play is one stream from the server rather than a browser timer asking for a step a tick, because a
+tick that comes late (a slow link, a busy browser) would push every later step back. `PlayClock`
+says when each step is due and which step is due now, so a step shown late is followed by the one
+due by then (skipping the ones missed only when more than one is late) and the replay ends on
+time. The charts are redrawn at most once a `chart_period` while playing, and always at the last
+step, as the live stream does: a Plotly redraw costs the browser far more than a frame of the cards.
 """
 
 from __future__ import annotations
