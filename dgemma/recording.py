@@ -53,7 +53,8 @@ FRAME_BYTES = 400
 PIECE_BYTES = 80  # its id and its slot in the table; the string is counted by its own size
 PACKAGES = ("torch", "transformers", "gradio")
 # The model's facts a header keeps (those `/info` returns).
-MODEL_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+MODEL_KEYS = ("model", "embedded", "weights", "experts", "parameters", "dtype", "device", "vocab_size", "canvas_length",
+              "max_num_seqs")
 
 
 class RecordingError(ValueError):
