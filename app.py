@@ -62,7 +62,7 @@ def _size(text: str) -> str:
 # HF_TOKEN is read by huggingface_hub itself, for gated checkpoints.
 ENV_FLAGS = {
     "DGEMMA_MODEL": "--model", "DGEMMA_DEVICE": "--device", "DGEMMA_DTYPE": "--dtype",
-    "DGEMMA_MAX_NUM_SEQS": "--max-num-seqs", "DGEMMA_MEMORY_BUDGET": "--memory-budget",
+    "DGEMMA_LOAD_FORMAT": "--load-format", "DGEMMA_EXPERTS": "--experts", "DGEMMA_MAX_NUM_SEQS": "--max-num-seqs", "DGEMMA_MEMORY_BUDGET": "--memory-budget",
     "DGEMMA_MAX_DISK": "--max-disk", "DGEMMA_FILES_MAX_AGE": "--files-max-age", "DGEMMA_MAX_RUN_MEMORY": "--max-run-memory",
 }  # fmt: skip
 
@@ -87,6 +87,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs (default: auto)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
                    help="weights' dtype (default auto: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="auto: the checkpoint's weights; dummy: random weights of its config, built on the device (vLLM's name)")
+    p.add_argument("--experts", default="auto", choices=["auto", "per_canvas", "whole_batch"],
+                   help="many experts run per canvas (batch-invariant) or over the whole batch (one read of the weights a step); "
+                        "default auto: per_canvas on CPU, whole_batch on CUDA")
     # A Space sets GRADIO_SERVER_NAME=0.0.0.0 for its proxy; everywhere else this machine only.
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="address to bind (default 127.0.0.1, this machine only; $GRADIO_SERVER_NAME on a Space)")

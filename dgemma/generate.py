@@ -34,6 +34,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts-file", help="a file with one prompt per line (blank lines are skipped)")
     p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: the embedded model)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="auto: the checkpoint's weights; dummy: random weights of its config, built on the device")
+    p.add_argument("--experts", default="auto", choices=["auto", "per_canvas", "whole_batch"],
+                   help="many experts per canvas (batch-invariant; CPU default) or whole batch (CUDA default)")
     p.add_argument("--max-num-seqs", type=positive_int, default=8, help="requests denoising at once (default 8)")
     p.add_argument("--max-new-tokens", help=f"tokens per request (default {DEFAULT_MAX_NEW_TOKENS})")
     p.add_argument("--max-denoising-steps", help="default: the model's")
@@ -118,7 +122,8 @@ def run(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
     try:
-        loaded = load_model(args.model, device=args.device, memory_budget=early.options.memory_budget)
+        loaded = load_model(args.model, device=args.device, memory_budget=early.options.memory_budget,
+                            load_format=args.load_format, experts=args.experts)
         model_defaults = SamplingParams.from_generation_config(loaded.model.generation_config)
         settings = parse_settings(raw, Settings(model_defaults, early.options, DEFAULT_MAX_NEW_TOKENS), **limits)
         options = settings.options
@@ -133,6 +138,8 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(str(err), EXIT_USAGE)
 
     notes = prompt_notes(prompts, bool(loaded.facts()["embedded"]))
+    if loaded.random_weights:
+        print(f"python -m dgemma.generate: note: {loaded.facts()['note']}", file=sys.stderr)
     events = engine.subscribe(coalesce=False)  # every tile plan, and with --record every step frame
     recording = Recording(run_header({**loaded.facts(), "max_num_seqs": args.max_num_seqs}, settings, prompts))
     started = time.monotonic()
@@ -173,6 +180,7 @@ def run(argv: list[str] | None = None) -> int:
     summary = dict(
         requests=len(finals), failed=failed, wall_seconds=round(wall, 4),
         canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
+        weights=loaded.facts()["weights"], experts=loaded.experts,
         max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
         engine=dict(engine.stats),  # steps, decoder calls and splits, preemptions
         metrics=figures,  # tokens/s, tokens per forward, steps per canvas, decoder/sampler shares, peak sampler memory
@@ -181,7 +189,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
-        print(f"{len(finals)} requests, {failed} failed, {wall:.2f} s, "
+        print(f"{len(finals)} requests, {failed} failed, {wall:.2f} s, {summary['weights']} weights, "
               f"{summary['canvas_tokens_per_s']} canvas tokens/s, {len(tile_plans)} sampler calls", file=sys.stderr)
         print(summary_line(figures), file=sys.stderr)
     return EXIT_REQUEST_FAILED if failed else 0

@@ -50,7 +50,8 @@ MAX_POSITIONS = 256 * 32 * 512  # canvas positions over all kept step frames (se
 MAX_FILE_BYTES = 256 * 2**20
 PACKAGES = ("torch", "transformers", "gradio")
 # The model's facts a header keeps (those `/info` returns).
-MODEL_KEYS = ("model", "embedded", "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs")
+MODEL_KEYS = ("model", "embedded", "weights", "experts", "parameters", "dtype", "device", "vocab_size", "canvas_length",
+              "max_num_seqs")
 
 
 class RecordingError(ValueError):

@@ -16,7 +16,8 @@ and prints one JSON line per measurement:
 - engine: canvas tokens per second on the engine vs transformers' `generate` on the same model.
 
 Without CUDA it prints one line saying so and exits 0. `--config` takes the release's config.json
-when one is at hand (the built-in widths are Gemma 4 26B-A4B's as this project knows them).
+when one is at hand (the built-in widths are `dgemma/model/release.py`'s). `scripts/gpu_fullsize.py`
+measures the release at full depth with `--load-format dummy` instead of a written checkpoint.
 """
 
 from __future__ import annotations
@@ -34,17 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RELEASE_TEXT = dict(
-    vocab_size=262_144, hidden_size=2816, intermediate_size=2112, num_attention_heads=16,
-    num_key_value_heads=8, head_dim=256, global_head_dim=512, num_global_key_value_heads=2,
-    num_experts=128, top_k_experts=8, moe_intermediate_size=704, sliding_window=1024,
-    max_position_embeddings=131_072,
-)  # fmt: skip
-VISION = dict(
-    model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-    num_attention_heads=2, num_key_value_heads=2, head_dim=8,
-)  # fmt: skip
-CANVAS = 256
+from dgemma.model.release import RELEASE_CANVAS as CANVAS, RELEASE_TEXT  # noqa: E402
 
 
 def emit(**fields) -> None:
@@ -54,24 +45,15 @@ def emit(**fields) -> None:
 def build_checkpoint(path: Path, text: dict, layers: int, canvas: int) -> None:
     """A random-weight checkpoint of the given widths, written in bf16 with a tokenizer."""
     import torch
-    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from twin import build_twin_tokenizer  # a 262,144-piece tokenizer with a chat template
+    from dgemma.model.dummy import build_random_model
+    from dgemma.model.release import release_config, write_config_dir
 
-    types = ["sliding_attention"] * (layers - 1) + ["full_attention"]
-    config = DiffusionGemmaConfig(
-        text_config={**text, "num_hidden_layers": layers, "layer_types": types}, vision_config=VISION, canvas_length=canvas
-    )
-    torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = DiffusionGemmaForBlockDiffusion(config).to(torch.bfloat16)
+    config = release_config(layers, canvas, **text)
+    model = build_random_model(config, "cuda" if torch.cuda.is_available() else "cpu", torch.bfloat16)
     model.save_pretrained(str(path))
     del model
-    tokenizer = build_twin_tokenizer()
-    if tokenizer.vocab_size != text["vocab_size"]:
-        raise SystemExit(f"gpu_check: the tokenizer has {tokenizer.vocab_size} pieces, the config {text['vocab_size']}")
-    tokenizer.save_pretrained(str(path))
+    write_config_dir(path, config)  # the config again, and a tokenizer of its vocabulary
 
 
 def measure_load(path: str, device: str) -> None:

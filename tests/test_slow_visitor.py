@@ -48,7 +48,7 @@ def real_run(tmp_path_factory) -> Path:
     prompts = folder / "prompts.txt"
     prompts.write_text("\n".join(f"What is the sky? Explain why it is blue, number {i}." for i in range(1, REQUESTS + 1)))
     run = folder / "run.jsonl"
-    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model,
+    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model, "--load-format", "dummy",
                     "--device", "cpu", "--max-num-seqs", str(REQUESTS), "--max-new-tokens", str(CANVAS),
                     "--max-denoising-steps", str(STEPS), "--confidence-threshold", "1e-9", "--sampler", "chunked",
                     "--record", str(run)], cwd=ROOT, check=True, capture_output=True, timeout=600)

@@ -1,9 +1,10 @@
 """The released checkpoint's structure twin: what the embedded model cannot exercise.
 
-`twin_dir` (tests/twin.py) is a random-weight checkpoint with more than 8 experts and top-k 2,
+`twin_dir` (tests/twin.py) is a config and a tokenizer with more than 8 experts and top-k 2,
 sliding windows shorter than prompt + committed canvases, a wider head on full-attention layers,
 proportional RoPE with a partial rotary factor, vocab 262,144 and a chat template. It loads the
-way a user loads the release, through `--model DIR`, and the engine must stay exact on it.
+way a user loads the release's config, `--model DIR --load-format dummy` (random weights built on
+the device, nothing else read), and the engine must stay exact on it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def backend(twin_dir):
     import app
     from dgemma.serving.engine_backend import make_backend
 
-    backend = make_backend(app.parse_args(["--model", twin_dir, "--device", "cpu", "--max-num-seqs", "6"]))
+    backend = make_backend(app.parse_args(["--model", twin_dir, "--load-format", "dummy", "--device", "cpu",
+                                                  "--max-num-seqs", "6"]))
     yield backend
     backend.close()
 
@@ -87,6 +89,8 @@ def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examp
     assert info["model"] == Path(twin_dir).name  # its directory's name, never the server's path
     assert (info["vocab_size"], info["canvas_length"], info["max_num_seqs"]) == (262_144, 8, 6)
     assert info["device"] == "cpu" and info["dtype"] == "float32"
+    assert (info["weights"], info["experts"]) == ("random", "per_canvas")  # the CPU default: batch-invariant
+    assert "random weights" in backend.info()["note"]  # what the page's header shows under the facts
     assert info["parameters"] == sum(p.numel() for p in backend.loaded.model.parameters())
     assert info["examples"] == CHAT_PROMPTS  # chat questions, not the embedded model's "add 12+34"
 
@@ -116,6 +120,7 @@ def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tm
     from dgemma.examples import CHAT_PROMPTS
 
     monkeypatch.setenv("DGEMMA_MODEL", twin_dir)  # no --model flag: the variable chooses
+    monkeypatch.setenv("DGEMMA_LOAD_FORMAT", "dummy")
     server = launch(["--device", "cpu", "--max-num-seqs", "4"], tmp_path / "app.log")
     try:
         client = Client(server.url, verbose=False)
@@ -128,6 +133,7 @@ def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tm
         assert "vocab 262,144 · canvas 8 tokens · up to 4 requests at once" in header
         assert prompts.startswith(CHAT_PROMPTS[0]) and "add 12+34" not in prompts
         assert "teaching model knows" not in header  # only the embedded model's header says what it can do
+        assert "random weights" in header
         result = client.predict(["Why is the sky blue?", "what is 2+2?"],
                                 {"seed": 0, "max_new_tokens": 8, "max_denoising_steps": 1}, api_name="/generate")
         assert result["outputs"][0]["steps"] == 1

@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames|lesson`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames|lesson|decoder`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ BENCHES = {
     "hostile": "dgemma.bench.hostile",  # disk and memory under oversized uploads, tabs, recorded API calls
     "frames": "dgemma.bench.frames",  # one live-view frame: cards as HTML vs compact data; seeking a run
     "lesson": "dgemma.bench.lesson",  # the lesson's run tiled under its budget vs untiled with room
+    "decoder": "dgemma.bench.decoder",  # the decoder's step: experts per canvas vs whole batch vs the eager loop
 }
 
 

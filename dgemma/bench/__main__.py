@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames|lesson`."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames|lesson|decoder`."""
 
 from dgemma.bench import main
 from dgemma.cli import run_cli

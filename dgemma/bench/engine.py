@@ -33,6 +33,8 @@ from dgemma.cli import ArgumentParser
 def parse_args(argv: list[str] | None):
     p = ArgumentParser(prog="python -m dgemma.bench engine", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="checkpoint (default: the embedded model)")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights of --model's config, built on the device")
     p.add_argument("--requests", type=int, default=32, help="prompts in the batch bench (default 32)")
     p.add_argument("--staggered", type=int, default=64, help="requests in the staggered bench (default 64; 0 skips)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="engine slots (default 32)")
@@ -198,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     from dgemma.sampling import SamplingParams
 
     hf_logging.disable_progress_bar()
-    engine_model = load_model(args.model)
-    baseline_model = load_model(args.model)  # untouched: the engine patches its own copy's decoder
+    engine_model = load_model(args.model, load_format=args.load_format)
+    baseline_model = load_model(args.model, load_format=args.load_format)  # untouched: the engine patches its own copy's decoder
     gen = engine_model.model.generation_config
     overrides = {"max_denoising_steps": args.max_denoising_steps}
     max_new_tokens = args.max_new_tokens or getattr(gen, "max_new_tokens", None) or 64

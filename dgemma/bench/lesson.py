@@ -24,6 +24,8 @@ from dgemma.sampling import SAMPLER_STEPS, SamplingParams
 def build_parser(prog: str = "python -m dgemma.bench lesson") -> ArgumentParser:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="hub id or local path (default: the embedded model)")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights of --model's config, built on the device")
     p.add_argument("--requests", type=positive_int, default=16, help="the lesson's batch (the tab's default: 16)")
     p.add_argument("--steps", type=positive_int, default=8, help="max denoising steps of the one canvas")
     p.add_argument("--impl", nargs="+", default=["reference", "chunked"], help=f"step implementations: {', '.join(SAMPLER_STEPS)}")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from dgemma.serving import lesson_run
     from dgemma.settings import Settings
 
-    core = EngineCore(load_model(args.model))
+    core = EngineCore(load_model(args.model, load_format=args.load_format))
     real_scale = not args.model_vocab
     budget = lesson_run.suggest_budget(core.loaded, args.requests, real_scale)
     settings = Settings(SamplingParams(max_denoising_steps=args.steps, seed=5))

@@ -13,7 +13,6 @@ Out of memory that even one request cannot survive preempts (see `Lifecycle.make
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 
@@ -21,6 +20,7 @@ from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.output import start_event, step_event, to_host
 from dgemma.engine.requests import Request
 from dgemma.engine.resident import cache_bytes
+from dgemma.engine.timing import ShareClock
 from dgemma.engine.samplers import SamplerPool, by_options, canvases, soft_embeds
 from dgemma.memory import HostMemory, MemoryDevice
 from dgemma.model.runner import Runner
@@ -38,6 +38,7 @@ class ModelPhases:
         self.lifecycle = lifecycle
         self.pad_id = pad_id
         self.stats = stats
+        self.clock = ShareClock(runner.device, stats)  # the decoder's and sampler's shares, no sync of their own
 
     # -- encode
 
@@ -86,16 +87,11 @@ class ModelPhases:
     # -- decode
 
     def timed_decode(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
-        """`decode_splitting_on_oom`, its time counted for every row it decoded (on CUDA it waits for
-        the forward to end: a step's decoder and sampler shares are only honest that way)."""
-        started = time.perf_counter()
+        """`decode_splitting_on_oom`, its time charged to every row it decoded (read at the step's
+        host copy: no wait for the device here)."""
+        started = self.clock.mark()
         rows, hidden = self.decode_splitting_on_oom(rows)
-        if hidden is not None and hidden.is_cuda:
-            torch.cuda.synchronize(hidden.device)
-        seconds = time.perf_counter() - started
-        self.stats["decoder_seconds"] += seconds
-        for req in rows:
-            req.decoder_seconds += seconds
+        self.clock.charge(started, self.clock.mark(), rows, "decoder_seconds")
         return rows, hidden
 
     def decode_splitting_on_oom(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
@@ -142,10 +138,11 @@ class ModelPhases:
             same_rows, same_hidden = self.lifecycle.still_running([rows[i] for i in index], same_hidden)
             if not same_rows:
                 continue
-            started = time.perf_counter()
+            started = self.clock.mark()
             same_rows, out = self._sample(same_rows, same_hidden)
             if out is not None:
                 self._emit(same_rows, out, started)
+        self.clock.settle()  # a step whose rows all left before their host copy still counts its decoder
 
     def _sample(self, rows: list[Request], hidden: torch.Tensor) -> tuple[list[Request], StepOutput | None]:
         """The sampler step for `rows` (all of one RunOptions); when even one request's tile does not
@@ -171,13 +168,12 @@ class ModelPhases:
             return [], None
         return stepped, sampler.outputs([r.slot for r in stepped], plan)
 
-    def _emit(self, rows: list[Request], out: StepOutput, started: float) -> None:
+    def _emit(self, rows: list[Request], out: StepOutput, started: object) -> None:
         draft, entropy, accepted, mean, converged, finite = to_host(out)  # waits for the step's end
-        seconds = time.perf_counter() - started
-        self.stats["sampler_seconds"] += seconds
+        self.clock.charge(started, self.clock.mark(), rows, "sampler_seconds")
+        self.clock.settle()  # after the host copy: before any row below finishes and reports its shares
         peak = out.plan.peak_transient_bytes if out.plan is not None else 0
         for req in rows:
-            req.sampler_seconds += seconds
             req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
         life = self.lifecycle
         life.subscribers.emit_plan(out.plan, rows)

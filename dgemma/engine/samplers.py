@@ -8,6 +8,7 @@ slots whose requests use its options; slot numbers are the scheduler's, shared b
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -16,8 +17,37 @@ from dgemma.engine.resident import Resident, RunBudget, tensor_bytes
 from dgemma.memory import MemoryDevice
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import LMHead, RunOptions, TiledSampler, build_sampler
+from dgemma.sampling.primitives import TileFn
 
 MAX_SAMPLERS = 8  # beyond this, samplers with no running request are dropped before building one
+COMPILE_ENV = "DGEMMA_COMPILE_SAMPLER"  # on | off | auto (default): compile the sampler's tile step
+
+
+def compiles_sampler(device: torch.device) -> bool:
+    """auto: compiled on a dedicated GPU; eager on ZeroGPU (no compiling in its forked worker) and on
+    a CPU (where the step is bound by its projections, and compiling costs minutes; docs/benchmarks.md)."""
+    choice = os.environ.get(COMPILE_ENV, "auto").strip().lower()
+    if choice in ("on", "off"):
+        return choice == "on"
+    if choice != "auto":
+        raise ValueError(f"{COMPILE_ENV} must be on, off or auto, got {choice!r}")
+    return torch.device(device).type == "cuda" and not os.environ.get("SPACES_ZERO_GPU")
+
+
+def compiled_tile(tile_fn: TileFn) -> TileFn:
+    """`tile_fn` through torch.compile (shapes dynamic: a tile's size changes with the plan), except
+    on meta tensors or under a dispatch mode (the calibration and the op tracker count the eager ops)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    compiled = torch.compile(tile_fn, dynamic=True)
+
+    def tile(scores, inputs, embed_weight, normalizer):
+        if embed_weight.is_meta or _get_current_dispatch_mode() is not None:
+            return tile_fn(scores, inputs, embed_weight, normalizer)
+        return compiled(scores, inputs, embed_weight, normalizer)
+
+    tile.eager = tile_fn  # type: ignore[attr-defined]
+    return tile
 
 
 class SamplerPool:
@@ -46,6 +76,8 @@ class SamplerPool:
             options.sampler, self.max_num_seqs, loaded.canvas_length, loaded.vocab_size, loaded.embed_weight,
             loaded.embed_scale, memory=memory, tiling=options.tiling, lm_head=self.head,
         )
+        if compiles_sampler(loaded.device):
+            sampler.tile_fn = compiled_tile(sampler.tile_fn)
         nbytes = tensor_bytes(sampler)
         self.resident.hold(nbytes, "the sampler's per-slot state")
         self._samplers[options], self._state_bytes[options] = sampler, nbytes

@@ -10,6 +10,9 @@ copy first: the released checkpoint is ~52 GB in bf16); with several GPUs and no
 they are sharded with `device_map="auto"`, each GPU keeping room for the sampler's transient.
 A gated hub checkpoint reads the token from `HF_TOKEN` (huggingface_hub's own variable); a
 missing token or an unaccepted license is one sentence saying what to do.
+
+`load_format="dummy"` (vLLM's name) reads only the config and the tokenizer and builds random
+weights of that shape on the device (`dgemma/model/dummy.py`); `facts()` then says "random weights".
 """
 
 from __future__ import annotations
@@ -23,9 +26,14 @@ import torch
 from dgemma.errors import first_line
 from dgemma.memory import format_bytes, resolve_device
 from dgemma.model.download import DownloadProgress, download_checkpoint
+from dgemma.model.dummy import build_random_model
+from dgemma.model.runner import PER_CANVAS, experts_mode_for, set_experts_mode
 
 # Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
 from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, public_name, resolve_source  # noqa: F401
+
+LOAD_FORMATS = ("auto", "dummy")
+"""What `--load-format` accepts: auto, the checkpoint's safetensors; dummy, random weights of its config."""
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """What `--dtype` accepts besides "auto" (bf16 on CUDA, fp32 on CPU)."""
@@ -51,6 +59,12 @@ class LoadedModel:
     max_positions: int
     eos_token_ids: tuple[int, ...]
     weight_bytes: int
+    load_format: str = "auto"  # "dummy": random weights of the config's shape
+    experts: str = PER_CANVAS  # how the decoder runs many experts (dgemma/model/runner.py, EXPERT_MODES)
+
+    @property
+    def random_weights(self) -> bool:
+        return self.load_format == "dummy"
 
     @property
     def embed_weight(self) -> torch.Tensor:
@@ -86,7 +100,13 @@ class LoadedModel:
             "hidden_size": self.hidden_size,
             "softcap": getattr(self.model, "final_logit_softcapping", None),
             "chat_template": self.has_chat_template,
+            "weights": "random" if self.random_weights else "checkpoint",
+            "experts": self.experts,
+            **({"note": RANDOM_WEIGHTS_NOTE} if self.random_weights else {}),
         }
+
+
+RANDOM_WEIGHTS_NOTE = "random weights (--load-format dummy): the text is noise, not this model's"
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
@@ -231,10 +251,14 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     memory_budget: int | None = None,
     progress: DownloadProgress | None = None,
+    load_format: str = "auto",
+    experts: str = "auto",
 ) -> LoadedModel:
     """Load a DiffusionGemma checkpoint for serving; raise ModelLoadError with one sentence on failure.
 
-    A hub id's files are fetched first (`download_checkpoint`), `progress` following the bytes."""
+    A hub id's files are fetched first (`download_checkpoint`), `progress` following the bytes.
+    `load_format` "dummy": only the config and tokenizer are read, the weights are random, built on
+    the device. `experts`: per_canvas, whole_batch, or auto (the device's default, `experts_mode_for`)."""
     from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
     source, is_local = resolve_source(name)
@@ -245,6 +269,15 @@ def load_model(
     if device.type not in ("cpu", "cuda"):
         raise ModelLoadError(f"unknown device {str(device)!r}: use auto, cpu or cuda")
     dtype = parse_dtype(dtype, device)
+    if load_format not in LOAD_FORMATS:
+        raise ModelLoadError(f"unknown load format {load_format!r}: use {' or '.join(LOAD_FORMATS)}")
+    try:
+        experts = experts_mode_for(experts, device)
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from None
+    dummy = load_format == "dummy"
+    if dummy and not is_local:
+        raise ModelLoadError(f"--load-format dummy needs a directory with config.json and a tokenizer, not {source}")
 
     config = load_config(source, is_local)
     if config.model_type != "diffusion_gemma":
@@ -260,11 +293,17 @@ def load_model(
     kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=True, **where)
     try:
         files = source if is_local else download_checkpoint(source, progress)
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(files, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(files, local_files_only=True, trust_remote_code=False)
+        if dummy:
+            model = build_random_model(config, dummy_device(device, where), dtype)
+        else:
+            model = DiffusionGemmaForBlockDiffusion.from_pretrained(files, **kwargs)
+    except torch.OutOfMemoryError as err:
+        raise ModelLoadError(f"random weights of {source} do not fit on {device.type}: {first_line(err, 200)}") from None
     except Exception as err:  # noqa: BLE001 - surface any loader failure as one sentence
         raise ModelLoadError(hub_error_sentence(source, err) or f"cannot load {source}: {first_line(err, 300)}") from None
     model.eval().requires_grad_(False)
+    set_experts_mode(model, experts)
 
     text = config.text_config
     eos = text.eos_token_id if text.eos_token_id is not None else tokenizer.eos_token_id
@@ -281,7 +320,19 @@ def load_model(
         max_positions=int(text.max_position_embeddings),
         eos_token_ids=eos_ids,
         weight_bytes=weight_bytes,
+        load_format=load_format,
+        experts=experts,
     )
+
+
+def dummy_device(device: torch.device, where: dict) -> torch.device:
+    """Where random weights are built: the one device `placement` chose (a dummy model is not sharded)."""
+    mapping = where.get("device_map")
+    if isinstance(mapping, dict):
+        return torch.device("cuda", mapping[""])
+    if mapping == "auto":  # several GPUs: the current one
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def encode_prompt(tokenizer, prompt: str) -> list[int]:

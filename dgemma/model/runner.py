@@ -13,8 +13,11 @@ The decoder runs all denoising canvases as ONE batch. Projections, norms, routin
   matmul whose shape (and so rounding) depends on the batch-mates. With few experts (<= 8, the
   embedded model has 2) every expert runs densely over all tokens and the router's weights pick
   the results — plain row-wise matmuls, so exact, and cheaper on a CPU than 2 grouped matmuls per
-  canvas; with many experts they run per canvas instead.
-So a request's logits do not depend on who shares its batch — on CPU they are bit-identical
+  canvas. With many experts there are two modes (`EXPERT_MODES`): per canvas, the model's own
+  experts called once per canvas, so a canvas's products never see its batch-mates (but every
+  expert's weights are read once per canvas); or whole batch, one call over every canvas's
+  tokens, reading the weights once a step, its rounding free to depend on the batch.
+So a request's logits do not depend on who shares its batch (per canvas) — on CPU they are bit-identical
 to its solo run, which is what makes a seeded request give the same tokens alone or among 32.
 (On CUDA, cuBLAS picks kernels by matrix shape, so expect agreement to float tolerance only.)
 
@@ -93,13 +96,40 @@ def dense_experts(module, hidden_states, top_k_index, top_k_weights):
     return out
 
 
+PER_CANVAS = "per_canvas"
+WHOLE_BATCH = "whole_batch"
+EXPERT_MODES = (PER_CANVAS, WHOLE_BATCH)
+"""How the decoder runs more than DENSE_MAX_EXPERTS experts: once per canvas (batch-invariant, the
+weights read once per canvas) or once over the whole batch (the weights read once a step)."""
+
+
+def experts_mode_for(mode: str, device: torch.device) -> str:
+    """`--experts`: auto is per canvas on a CPU (invariant, and MKL's products are not bandwidth-bound
+    there) and whole batch on CUDA (a step at 32 canvases would read every expert 32 times: about
+    0.3 s at the release's size on an H200, against 9.5 ms once; docs/benchmarks.md, "Decoder")."""
+    if mode == "auto":
+        return WHOLE_BATCH if torch.device(device).type == "cuda" else PER_CANVAS
+    if mode not in EXPERT_MODES:
+        raise ValueError(f"unknown experts mode {mode!r}: use auto, {' or '.join(EXPERT_MODES)}")
+    return mode
+
+
+def set_experts_mode(model, mode: str) -> None:
+    """Choose per canvas or whole batch for every MoE layer of `model` (read at each call)."""
+    if mode not in EXPERT_MODES:
+        raise ValueError(f"unknown experts mode {mode!r}: use {' or '.join(EXPERT_MODES)}")
+    model._dgemma_experts = mode
+    for layer in [*model.model.decoder.layers, *model.model.encoder.language_model.layers]:
+        layer.experts._dgemma_experts = mode
+
+
 def rowwise_experts(module, hidden_states, top_k_index, top_k_weights):
-    """Batch-invariant experts: dense for a few experts, else the model's own per canvas."""
+    """Dense for a few experts (exact); else the model's own, per canvas or over the whole batch."""
     if module.num_experts <= DENSE_MAX_EXPERTS:
         return dense_experts(module, hidden_states, top_k_index, top_k_weights)
     base = ALL_EXPERTS_FUNCTIONS.get_interface(module._dgemma_base_impl, type(module).forward.__wrapped__)
     rows, n = module._dgemma_rows, hidden_states.shape[0]
-    if n <= rows:
+    if n <= rows or getattr(module, "_dgemma_experts", PER_CANVAS) == WHOLE_BATCH:
         return base(module, hidden_states, top_k_index, top_k_weights)
     chunks = [
         base(module, hidden_states[i : i + rows], top_k_index[i : i + rows], top_k_weights[i : i + rows])
@@ -189,8 +219,10 @@ class Runner:
         return caches
 
     def _pads_exactly(self, padded: int) -> bool:
-        # Dense experts are row-wise at any token count; rowwise ones assume canvas-sized rows.
-        return self.encoder.language_model.layers[0].experts.num_experts <= DENSE_MAX_EXPERTS
+        # Dense experts are row-wise at any token count; per canvas ones assume canvas-sized rows;
+        # whole batch ones have given up invariance, so prompts may share their calls too.
+        experts = self.encoder.language_model.layers[0].experts
+        return experts.num_experts <= DENSE_MAX_EXPERTS or getattr(experts, "_dgemma_experts", PER_CANVAS) == WHOLE_BATCH
 
     @torch.no_grad()
     def append_to_cache(self, cache: DynamicCache, token_ids: torch.Tensor) -> None:

@@ -163,7 +163,8 @@ def make_backend(args: argparse.Namespace, progress: DownloadProgress | None = N
         device = resolve_device(args.device)
         budget = parse_size(args.memory_budget) if args.memory_budget else None
         loaded = load_model(args.model, device=device, dtype=getattr(args, "dtype", None), memory_budget=budget,
-                            progress=progress)
+                            progress=progress, load_format=getattr(args, "load_format", "auto"),
+                            experts=getattr(args, "experts", "auto"))
         limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
         config = EngineConfig(
             max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,
