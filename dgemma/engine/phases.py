@@ -161,6 +161,11 @@ class ModelPhases:
                 break
             except torch.OutOfMemoryError as err:
                 message = str(err)  # retry outside the except block: the traceback holds the failed tile
+                figures = getattr(err, "figures", None)  # a TileOutOfMemory's: the tile, needed and free
+            if rows[0].options.fail_on_oom:  # the run fails with the step's sentence and numbers, as asked
+                for req in rows:
+                    self.lifecycle.finish(req, "error", error=message, extra=dict(oom=figures))
+                return [], None
             moved = [sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
             stepped += [r for r, m in zip(rows, moved) if m]
             left = [i for i, m in enumerate(moved) if not m]
