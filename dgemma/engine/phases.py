@@ -161,10 +161,10 @@ class ModelPhases:
                 break
             except torch.OutOfMemoryError as err:
                 message = str(err)  # retry outside the except block: the traceback holds the failed tile
-                figures = getattr(err, "figures", None)  # a TileOutOfMemory's: the tile, needed and free
+                failed = getattr(err, "sentence", message), getattr(err, "figures", None)  # a TileOutOfMemory's
             if rows[0].options.fail_on_oom:  # the run fails with the step's sentence and numbers, as asked
                 for req in rows:
-                    self.lifecycle.finish(req, "error", error=message, extra=dict(oom=figures))
+                    self.lifecycle.finish(req, "error", error=failed[0], extra=dict(oom=failed[1]))
                 return [], None
             moved = [sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
             stepped += [r for r, m in zip(rows, moved) if m]

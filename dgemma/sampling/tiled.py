@@ -27,10 +27,12 @@ FREE, DENOISING, COMMITTING = 0, 1, 2
 
 
 class TileOutOfMemory(torch.OutOfMemoryError):
-    """A tile ran out of memory and was not split: the one sentence a run shows, and its numbers."""
+    """A tile ran out of memory and was not split: the allocator's line, the one sentence a run that
+    fails on it shows, and its numbers."""
 
     def __init__(self, requests: int, needed_bytes: int, free_bytes: int, detail: str):
-        super().__init__(f"The sampler step of {requests} requests in one tile raised torch.OutOfMemoryError.")
+        super().__init__(detail)
+        self.sentence = f"The sampler step of {requests} requests in one tile raised torch.OutOfMemoryError."
         self.figures = dict(requests=requests, needed_bytes=int(needed_bytes), free_bytes=int(free_bytes), detail=detail)
 
 

@@ -156,18 +156,19 @@ def run_lesson(backend: Backend, sessions: Sessions, n: float, budget: str, real
     def frame() -> tuple:
         return (*cards, chart, shown_budget, gr.skip(), gr.skip())
 
-    def watched(title: str, budget: int | None, tiling: str, impl: str = "reference"):
-        """One run, its board streamed (only the view changes meanwhile); returns its outcome."""
+    def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
+        """One run, its board streamed (only the view changes meanwhile; no title: the view keeps the
+        last run's, as for the rerun behind the verdict); returns its outcome."""
         where = f"budget {format_bytes(budget)}" if budget else "no budget"
         view = live.watch(backend, sessions, session, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real),
                           where)
-        heading = live.title(title, n)
+        heading = live.title(title, n) if title else gr.skip()
         while True:
             try:
                 shown = next(view)
             except StopIteration as ended:
                 return ended.value
-            yield (*[gr.skip()] * 6, heading, shown)
+            yield (*[gr.skip()] * 6, heading, shown if title else gr.skip())
             heading = gr.skip()
 
     try:
@@ -192,7 +193,7 @@ def run_lesson(backend: Backend, sessions: Sessions, n: float, budget: str, real
             runs.outcomes["chunked"] = chunked
         cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
         yield frame()
-        reference = untiled if untiled.ok else (yield from watched("Untiled rerun with room (no budget)", None, "off"))
+        reference = untiled if untiled.ok else (yield from watched(None, None, "off"))
         cards[3] = render_verdict(tiled, reference, chunked)
     except (ValueError, TypeError, gr.Error) as err:  # bad input, a run refused, or the GPU call failed
         sentence = err.message if isinstance(err, gr.Error) else str(err)
