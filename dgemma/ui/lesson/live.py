@@ -60,8 +60,9 @@ def watch(backend: Backend, sessions: Sessions, session: str, prompts: list[str]
     try:
         for board in boards:
             # An unchanged board (the keep-alive, where Gradio notices a closed page) sends nothing, and
-            # nor does an empty one: the last run's board stays until this run's first step arrives.
-            if board.events == shown or not board.requests:
+            # nor does one with no canvas yet (queued): the last run's board stays until this run's
+            # first step arrives, or until it has ended without one.
+            if board.events == shown or not board.requests or not (board.canvas_length or board.finished):
                 yield gr.skip()
                 continue
             shown = board.events
