@@ -24,7 +24,7 @@ from dgemma.sampling import MAX_SEED, Bound, RunOptions, SamplingParams, check_n
 from dgemma.sampling.start import pin_position, resolve_start
 
 PARAM_NAMES = tuple(f.name for f in fields(SamplingParams))
-OPTION_NAMES = tuple(f.name for f in fields(RunOptions))
+OPTION_NAMES = tuple(f.name for f in fields(RunOptions) if not f.metadata.get("internal"))  # the lesson's are no setting
 CANVAS_NAMES = ("start", "pins")
 NAMES = ("max_new_tokens", *PARAM_NAMES, *OPTION_NAMES, *CANVAS_NAMES)
 

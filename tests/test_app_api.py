@@ -121,7 +121,7 @@ def test_server_still_serves_after_bad_input(client):
 
 @pytest.mark.parametrize(
     "budget, words",
-    [("lots", "is not a size such as 512MiB"), ("1KiB", "cannot even hold the model's weights")],
+    [("lots", "is not a size such as 512MiB"), ("1KiB", "is too small for the model weights")],
 )
 def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, words):
     untiled, tiled, chunked, verdict, _chart, _budget, *_board = client.predict(4, budget, False, 2, api_name="/lesson")
@@ -132,10 +132,10 @@ def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, w
 def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
     """Run pressed right after ticking real scale: the box still holds the small scale's budget."""
     from dgemma.model.loading import load_model
-    from dgemma.serving import lesson_run
+    from dgemma.serving.lesson_budget import lesson_model, suggest_budget
 
-    model = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
-    small, real = lesson_run.suggest_budget(model, 4, False), lesson_run.suggest_budget(model, 4, True)
+    model = lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32)  # app.py's --max-num-seqs
+    small, real = suggest_budget(model, 4, False), suggest_budget(model, 4, True)
     untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, api_name="/lesson")
     assert ran == real != small
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)

@@ -1,4 +1,4 @@
-"""The app's backend keeps one engine per loaded model: Generate (any tiling, either step) and the lesson share it."""
+"""The app's backend keeps one engine per loaded model: Generate (any tiling, either step) and the lesson's runs share it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ def backend():
 
 def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(backend):
     from dgemma.sampling import RunOptions, SamplingParams
+    from dgemma.serving.sessions import Sessions
     from dgemma.settings import Settings
+    from dgemma.ui.lesson.steps import LessonRuns
+    from dgemma.ui.lesson.tab import run_lesson
 
     prompts = ["add 12+34", "count 3 to 9"]
     texts = {}
@@ -47,23 +50,12 @@ def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(back
             assert not any(o.error for o in outputs) and plans
             assert {p.impl for p in plans} == {sampler}
             texts[tiling, sampler] = [o.text for o in outputs]
-    settings = Settings(SamplingParams(max_denoising_steps=4))
-    for tiling in ("off", "auto"):
-        outcome = backend.lesson(4, None, False, tiling, settings)
-        assert outcome.ok and len(outcome.tokens) == 4
+    runs = LessonRuns()
+    for _ in run_lesson(backend, Sessions(64), 4, backend.suggest_budget(4, False), False, 4, runs):
+        pass
+    assert not runs.outcomes["untiled"].ok and runs.outcomes["tiled"].ok and len(runs.outcomes["tiled"].tokens) == 4
     assert len(set(map(tuple, texts.values()))) == 1  # the layout never changes the tokens
     assert len(engine_threads() - OTHERS) == 1
-
-
-def test_the_lesson_still_shows_the_untiled_out_of_memory_under_its_budget(backend):
-    from dgemma.sampling import RunOptions, SamplingParams
-    from dgemma.settings import Settings
-
-    budget = backend.suggest_budget(8, False)
-    untiled = backend.lesson(8, budget, False, "off", Settings(SamplingParams(max_denoising_steps=4)))
-    tiled = backend.lesson(8, budget, False, "auto", Settings(SamplingParams(max_denoising_steps=4)))
-    assert not untiled.ok and "OutOfMemoryError" in untiled.message
-    assert tiled.ok and len(tiled.tokens) == 8
 
 
 def test_a_run_with_its_own_memory_budget_plans_against_it(backend):

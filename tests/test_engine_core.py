@@ -121,14 +121,3 @@ def test_a_runs_own_memory_budget_caps_its_sampler_step_and_the_tokens_stay(embe
     assert plans and all(p.budget_bytes == tight.memory_budget for p in plans)
 
 
-def test_inside_exclusive_the_engine_thread_takes_no_step(tiny_model):
-    import time
-
-    with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
-        with eng.core.exclusive():  # what the lesson does while it runs its batch on the same weights
-            handle = eng.submit("add 1+1", params(1), max_new_tokens=16)
-            time.sleep(0.5)
-            assert eng.stats["steps"] == 0
-            assert not any(isinstance(e, StepEvent) for e in handle.poll(0))
-        assert handle.result(30).status == "done"
-

@@ -1,94 +1,69 @@
-"""The lesson's runs, live: each run tells its steps as events, which fold into the same board and
-compact frames as a Generate run's (one row per request, one cell per canvas position)."""
+"""The lesson's runs, live: each is an ordinary run of the backend (`Backend.start`), streamed as a
+Generate run is, folding into the same board and compact frames (one row per request, one cell
+per canvas position); its outcome is read from its events."""
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
-from dgemma.events import RequestEvent, StepEvent
-from dgemma.sampling import SamplingParams
-from dgemma.settings import Settings
-from dgemma.ui.board import fold
-from dgemma.ui.compact import frame
+from dgemma.serving.sessions import Sessions
+from dgemma.ui.lesson import live, tab
 
 N, STEPS = 6, 3
-SETTINGS = Settings(SamplingParams(max_denoising_steps=STEPS, seed=5))
 
 
 @pytest.fixture(scope="module")
-def core(tiny_model):
-    from dgemma.engine import EngineCore
-
-    return EngineCore(tiny_model)
-
-
-def told(core, tiling: str, budget: str | None) -> tuple[list, object]:
-    from dgemma.serving import lesson_run
-
-    events: list = []
-    outcome = lesson_run.run(core, N, budget, False, tiling, SETTINGS, on_events=events.extend)
-    return events, outcome
-
-
-def test_a_tiled_run_folds_into_one_row_per_request_and_commits_its_tokens(core, tiny_model):
-    from dgemma.serving import lesson_run
-
-    events, outcome = told(core, "auto", lesson_run.suggest_budget(tiny_model, N, False))
-    board = fold(events)
-    shown = frame(board, board.canvas_length)
-    assert outcome.ok and len(shown["rows"]) == N
-    assert all(len(row["c"]) == tiny_model.canvas_length for row in shown["rows"])
-    assert all(row["st"] == "done" for row in shown["rows"])
-    done = {e.request_id: e.token_ids for e in events if isinstance(e, RequestEvent) and e.status == "done"}
-    assert done == outcome.tokens  # what the cards commit is what the run committed
-    starts = [e for e in events if isinstance(e, StepEvent) and e.step == 0]
-    assert len(starts) == N and not any(any(e.accepted) for e in starts)  # every canvas shown from its random start
-    assert board.plan_count == len(outcome.plans)
-
-
-def test_events_never_change_the_runs_tokens(core, tiny_model):
-    from dgemma.serving import lesson_run
-
-    budget = lesson_run.suggest_budget(tiny_model, N, False)
-    _, watched = told(core, "auto", budget)
-    assert lesson_run.run(core, N, budget, False, "auto", SETTINGS).tokens == watched.tokens
-
-
-def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(core, tiny_model):
-    from dgemma.serving import lesson_run
-
-    events, outcome = told(core, "off", lesson_run.suggest_budget(tiny_model, N, False))
-    board = fold(events)
-    assert not outcome.ok and board.finished
-    assert {v.status for v in board.requests.values()} == {"error"}
-    assert all(v.error == outcome.message for v in board.requests.values())
-
-
-def test_the_page_watches_a_run_on_its_thread_and_gets_its_outcome(tiny_model):
+def backend(tiny_model):
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.serving.inputs import Limits
-    from dgemma.serving.lesson_live import LiveLesson
-    from dgemma.ui.lesson.live import watch
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
-    try:
-        budget = backend.suggest_budget(N, False)
-        view = watch(LiveLesson(backend, N, budget, False, "auto", SETTINGS))
-        frames = []
-        while True:
-            try:
-                frames.append(next(view))
-            except StopIteration as ended:
-                outcome = ended.value
-                break
-        drawn = [f for f in frames if "rows" in f]  # the rest are gr.skip(): nothing new to draw
-        assert outcome.ok and drawn and len(drawn[-1]["rows"]) == N
-        assert all(row["st"] == "done" for row in drawn[-1]["rows"])
-        # No Refine on the lesson's cards (it would run a Generate request), nor its data in a frame.
-        assert not any({"pf", "f", "rs"} & set(row) for f in drawn for row in f["rows"])
-        assert outcome.tokens == backend.lesson(N, budget, False, "auto", SETTINGS).tokens
-        with pytest.raises(ValueError, match="not a size"):  # a bad budget: its one sentence, from the thread
-            list(watch(LiveLesson(backend, N, "lots", False, "auto", SETTINGS)))
-    finally:
-        backend.close()
+    yield backend
+    backend.close()
+
+
+def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
+    """One lesson run's frames and outcome, as the tab streams it."""
+    n, settings = tab._checked(backend, N, STEPS)
+    budget_bytes = tab._budget_bytes(budget)
+    view = live.watch(backend, Sessions(64), "test", tab.lesson_prompts(n),
+                      tab._run_settings(settings, budget_bytes, tiling, "reference", False), "a budget")
+    frames = []
+    while True:
+        try:
+            frames.append(next(view))
+        except StopIteration as ended:
+            return [f for f in frames if "rows" in f], ended.value  # the rest are gr.skip(): nothing new
+
+
+def test_a_tiled_run_draws_one_row_per_request_and_commits_its_tokens(backend, tiny_model):
+    drawn, outcome = watched(backend, "auto", backend.suggest_budget(N, False))
+    assert outcome.ok and drawn and len(drawn[-1]["rows"]) == N
+    assert all(row["st"] == "done" for row in drawn[-1]["rows"])
+    assert sorted(outcome.tokens) == list(range(N)) and len(outcome.calls) == len(outcome.plans)
+    # Each card shows the canvas its request committed (up to its end of text).
+    assert [len(row["c"]) for row in drawn[-1]["rows"]] == [len(outcome.tokens[i]) for i in range(N)]
+    assert all(0 < len(t) <= tiny_model.canvas_length for t in outcome.tokens.values())
+    # No Refine on the lesson's cards (it would run a Generate request), nor its data in a frame.
+    assert not any({"pf", "f", "rs"} & set(row) for f in drawn for row in f["rows"])
+
+
+def test_the_same_run_twice_commits_the_same_tokens(backend):
+    budget = backend.suggest_budget(N, False)
+    assert watched(backend, "auto", budget)[1].tokens == watched(backend, "auto", budget)[1].tokens
+
+
+def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(backend):
+    drawn, outcome = watched(backend, "off", backend.suggest_budget(N, False))
+    assert not outcome.ok and outcome.message == f"The sampler step of {N} requests in one tile raised torch.OutOfMemoryError."
+    assert outcome.needed_bytes > outcome.free_bytes > 0 and outcome.calls == [tuple(range(N))] and not outcome.plans
+    assert {row["st"] for row in drawn[-1]["rows"]} == {"error"}
+
+
+def test_a_bad_budget_is_one_sentence_on_the_untiled_card(backend):
+    untiled, tiled, *_ = list(tab.run_lesson(backend, Sessions(64), N, "lots", False, STEPS))[-1]
+    assert 'data-outcome="error"' in untiled and "is not a size such as 512MiB" in html.unescape(untiled)
+    assert "not run yet" in tiled

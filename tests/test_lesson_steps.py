@@ -7,22 +7,27 @@ import re
 import pytest
 
 from dgemma.memory import format_bytes
-from dgemma.sampling import SamplingParams
-from dgemma.settings import Settings
-from dgemma.ui.lesson.steps import render_call
+from dgemma.serving.sessions import Sessions
+from dgemma.ui.lesson.steps import LessonRuns, render_call
 
 N = 8
 
 
 @pytest.fixture(scope="module")
 def lesson(tiny_model):
-    from dgemma.engine import EngineCore
-    from dgemma.serving import lesson_run
+    from dgemma.engine import EngineConfig
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.serving.inputs import Limits
+    from dgemma.ui.lesson.tab import run_lesson
 
-    budget = lesson_run.suggest_budget(tiny_model, N, real_scale=False)
-    settings = Settings(SamplingParams(max_denoising_steps=3, seed=5))
-    core = EngineCore(tiny_model)  # the lesson runs on the engine's runner, under its lock
-    return lesson_run.run(core, N, budget, False, "off", settings), lesson_run.run(core, N, budget, False, "auto", settings)
+    backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
+    try:
+        runs = LessonRuns()
+        for _ in run_lesson(backend, Sessions(64), N, backend.suggest_budget(N, False), False, 3, runs):
+            pass
+    finally:
+        backend.close()
+    return runs.outcomes["untiled"], runs.outcomes["tiled"]
 
 
 def test_the_untiled_runs_last_call_is_one_tile_of_every_request_out_of_memory(lesson):

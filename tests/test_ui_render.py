@@ -332,37 +332,38 @@ def test_special_and_invisible_pieces_take_one_visible_cell():
     assert [_piece(p) for p in (" ", "\n", "", "<", "&")] == [" ", "↵", "∅", "&lt;", "&amp;"]
 
 
-@pytest.mark.parametrize("real_scale", [False, True])
-def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model, real_scale):
-    """The suggested budget's arithmetic, measured on meta tensors (real scale costs no RAM here)."""
-    from dgemma.memory import parse_size, plan_tiles
-    from dgemma.serving import lesson_run
+def lesson_runs(tiny_model, n: int, real_scale: bool, steps: int) -> dict:
+    """The lesson's runs under its suggested budget, on an engine of the tiny model."""
+    from dgemma.engine import EngineConfig
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.serving.inputs import Limits
+    from dgemma.serving.sessions import Sessions
+    from dgemma.ui.lesson.steps import LessonRuns
+    from dgemma.ui.lesson.tab import run_lesson
 
+    backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=n), Limits(), None)
+    try:
+        runs = LessonRuns()
+        for _ in run_lesson(backend, Sessions(64), n, backend.suggest_budget(n, real_scale), real_scale, steps, runs):
+            pass
+        return runs.outcomes
+    finally:
+        backend.close()
+
+
+def test_lesson_budget_makes_untiled_fail_and_tiles_fit(tiny_model):
     n = 16
-    budget = parse_size(lesson_run.suggest_budget(tiny_model, n, real_scale))
-    vocab = lesson_run.REAL_VOCAB if real_scale else tiny_model.vocab_size
-    sampler = lesson_run._sampler_meta(tiny_model, n, vocab)
-    free = budget - tiny_model.weight_bytes - lesson_run._state_bytes(sampler)
-    calibration = sampler.calibration()
-    assert calibration.tile_bytes(n) > free  # one tile of all 16 cannot fit: the OOM
-    group = plan_tiles(n, free, calibration)
-    assert 2 <= group < n and calibration.tile_bytes(group) <= free / 2  # tiles do
-    if real_scale:  # the reference step's 2 fp32 copies, 1 on a CPU (its weights written over the logits)
-        assert calibration.copies_per_request == pytest.approx(1.0 if tiny_model.device.type == "cpu" else 2.0, abs=0.05)
+    runs = lesson_runs(tiny_model, n, False, 2)
+    untiled, tiled = runs["untiled"], runs["tiled"]
+    assert not untiled.ok and untiled.needed_bytes > untiled.free_bytes  # one tile of all 16 cannot fit: the OOM
+    plan = tiled.plans[0]
+    assert tiled.ok and 2 <= plan.group < n and plan.group * plan.bytes_per_request <= plan.free_bytes / 2  # tiles do
 
 
 def test_lesson_chunked_sampler_untiled_completes_where_the_reference_runs_out(tiny_model):
     """The lesson's third run (real scale): same batch, same budget, one tile, the chunked step fits."""
-    from dgemma.engine import EngineCore
-    from dgemma.serving import lesson_run
-
-    n = 4
-    budget = lesson_run.suggest_budget(tiny_model, n, real_scale=True)
-    settings = Settings(SamplingParams(max_denoising_steps=1, seed=5))
-    core = EngineCore(tiny_model)  # the lesson runs on the engine's runner, under its lock
-    reference = lesson_run.run(core, n, budget, True, "off", settings)
-    chunked = lesson_run.run(core, n, budget, True, "off", settings, impl="chunked")
-    roomy = lesson_run.run(core, n, None, True, "off", settings)
+    runs = lesson_runs(tiny_model, 4, True, 1)
+    reference, chunked, tiled = runs["untiled"], runs["chunked"], runs["tiled"]
     assert not reference.ok
     assert chunked.ok and all(len(p.tiles) == 1 for p in chunked.plans)
-    assert chunked.tokens == roomy.tokens
+    assert chunked.tokens == tiled.tokens

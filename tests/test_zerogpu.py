@@ -227,7 +227,7 @@ def gpu_backend():
 def test_every_snapshot_pickles_and_is_plain(gpu_backend):
     from dgemma.serving import gpu_worker
 
-    job = gpu_backend._job("generate", gpu_backend.defaults, prompts=tuple(PROMPTS))
+    job = gpu_backend._job(gpu_backend.defaults, prompts=tuple(PROMPTS))
     snapshots = list(gpu_worker.run_on_gpu(job))
     assert snapshots[-1].done and any(s.events for s in snapshots)
     for snapshot in snapshots:
@@ -235,26 +235,30 @@ def test_every_snapshot_pickles_and_is_plain(gpu_backend):
         assert pickle.loads(pickle.dumps(snapshot)) == snapshot
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_lessons_snapshots_pickle_and_are_plain_its_steps_too_when_the_page_draws_them(gpu_backend, stream):
+def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(gpu_backend):
     from dgemma.serving import gpu_worker
+    from dgemma.ui.lesson import tab
 
-    job = gpu_backend._job("lesson", gpu_backend.defaults, lesson=(4, None, False, "auto", "reference"), stream=stream)
-    *steps, last = list(gpu_worker.run_on_gpu(job))
-    assert last.lesson is not None and last.lesson.ok
-    assert all(s.events and s.lesson is None for s in steps) and bool(steps) == stream
-    for snapshot in (*steps, last):
+    n, settings = tab._checked(gpu_backend, 4, 2)
+    budget = tab._budget_bytes(gpu_backend.suggest_budget(n, False))
+    job = gpu_backend._job(tab._run_settings(settings, budget, "off", "reference", False), prompts=tuple(tab.lesson_prompts(n)))
+    snapshots = list(gpu_worker.run_on_gpu(job))
+    errors = [e for s in snapshots for e in s.events if getattr(e, "status", "") == "error"]
+    assert len(errors) == n and all(e.extra["oom"]["needed_bytes"] > e.extra["oom"]["free_bytes"] for e in errors)
+    for snapshot in snapshots:
         assert _plain(snapshot) and pickle.loads(pickle.dumps(snapshot)) == snapshot
 
 
-def test_the_lesson_through_the_gpu_call_hands_each_step_to_the_page(gpu_backend):
-    from dgemma.ui.board import fold
+def test_the_lesson_through_the_gpu_call_runs_out_of_memory_untiled_and_completes_tiled(gpu_backend):
+    from dgemma.serving.sessions import Sessions
+    from dgemma.ui.lesson.steps import LessonRuns
+    from dgemma.ui.lesson.tab import run_lesson
 
-    events: list = []
-    outcome = gpu_backend.lesson(4, None, False, "auto", gpu_backend.defaults, on_events=events.extend)
-    board = fold(events)
-    assert outcome.ok and len(board.requests) == 4 and board.finished
-    assert {v.status for v in board.requests.values()} == {"done"} and board.plan_count == len(outcome.plans)
+    runs = LessonRuns()
+    *_, last = run_lesson(gpu_backend, Sessions(64), 4, gpu_backend.suggest_budget(4, False), False, 2, runs)
+    untiled, tiled = runs.outcomes["untiled"], runs.outcomes["tiled"]
+    assert not untiled.ok and "OutOfMemoryError" in untiled.message and untiled.needed_bytes > untiled.free_bytes
+    assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last[3]
 
 
 def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
@@ -297,8 +301,8 @@ def test_the_workload_size_is_large_for_a_small_model_and_a_sentence_beyond_xlar
 def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
     from dgemma.serving import gpu_worker
 
-    small = gpu_backend._job("generate", gpu_backend.defaults, prompts=("a",))
-    big = gpu_backend._job("generate", dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), prompts=("a",) * 64)
+    small = gpu_backend._job(gpu_backend.defaults, prompts=("a",))
+    big = gpu_backend._job(dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), prompts=("a",) * 64)
     huge = dataclasses.replace(big, settings=dataclasses.replace(
         big.settings, params=dataclasses.replace(big.settings.params, max_denoising_steps=512)))
     assert gpu_worker.duration(small) < gpu_worker.duration(big) <= gpu_worker.MAX_DURATION_S
@@ -312,7 +316,7 @@ def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
 
     settings = dataclasses.replace(  # 1 KiB: less than the weights
         gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))
-    job = gpu_backend._job("generate", settings, prompts=("add 1+2",))
+    job = gpu_backend._job(settings, prompts=("add 1+2",))
     with pytest.raises(Error) as err:
         list(gpu_worker.run_on_gpu(job))
     message = err.value.message

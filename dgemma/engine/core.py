@@ -3,18 +3,20 @@
 Any thread may `submit`, `cancel` and `subscribe`; whoever drives the core calls `step()` until
 `has_unfinished()` is False (the `Engine` thread does, or a caller of its own, e.g. a forked GPU
 worker). `step()` takes what was submitted and cancelled, then runs schedule -> encode -> decode
--> sample -> emit once under `lock`; run other work on the same weights inside `exclusive()`.
+-> sample -> emit once under `lock`. Every use of the weights is a request (the lesson's runs too,
+with their own `RunOptions`), so nothing else runs on them between two steps.
 The algorithm and its memory handling: docs/design.md, "The engine".
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import threading
 from collections import deque
 from collections.abc import Mapping
+
+import torch
 
 from dgemma.engine.config import EngineConfig, EngineError
 from dgemma.engine.lifecycle import Lifecycle
@@ -46,7 +48,7 @@ class EngineCore:
             raise EngineError(str(err)) from None
         self.loaded = loaded
         self.config = config
-        self.lock = threading.RLock()  # held by step(); other work on these weights enters via exclusive()
+        self.lock = threading.RLock()  # held by step() and by what must see no step (a failure, shutdown)
         self.runner = Runner(loaded.model)
         self.default_params = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.resident = Resident(self.memory)
@@ -59,7 +61,13 @@ class EngineCore:
         self.detok = Detokenizer(loaded.tokenizer)
         self.subscribers = Subscribers()
         self.scheduler = Scheduler(config.max_num_seqs)
-        self.samplers = SamplerPool(loaded, config.max_num_seqs, self.memory, self.resident)
+        self.samplers = SamplerPool(loaded, config.max_num_seqs, self.memory, self.resident, self.default_options)
+        try:  # built now, so that what the engine holds between runs is the same before and after the first
+            self.samplers.get(self.default_options)
+        except torch.OutOfMemoryError:
+            cap = format_bytes(self.memory.capacity_bytes() or 0)
+            raise EngineError(f"the memory budget of {cap} is too small for the sampler's per-slot state beside "
+                              "the model weights") from None
         self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
                                    set(loaded.eos_token_ids), self.stats, self._forget_session,
                                    loaded.tokenizer.pad_token_id)
@@ -72,7 +80,6 @@ class EngineCore:
         self._cancels: dict[int, str] = {}  # request id -> reason
         self._sessions: dict[int, str | None] = {}  # request id -> session, for cancel_session
         self.refusal = ""  # set: submit fails every request with this sentence (a stopped engine)
-        self._outsiders = 0  # threads waiting in or holding exclusive(): no step may start meanwhile
 
     # ------------------------------------------------------------------ the thread-safe API
 
@@ -169,35 +176,6 @@ class EngineCore:
         """Anything submitted, queued, running or waiting to be cancelled."""
         with self.intake:
             return bool(self._inbox or self._cancels or self.scheduler.running or self.scheduler.waiting)
-
-    @contextlib.contextmanager
-    def exclusive(self):
-        """Hold the weights between two steps (a lesson batch, a test that must see no step).
-
-        Taking `lock` alone is not enough: Python's locks are not fair, so a busy stepping thread
-        re-takes it before a waiting thread wakes, and the waiter starves until every request has
-        finished. Here the waiter first says it is waiting; a driver that checks `may_step()`
-        starts no further step until it has been in and out.
-        """
-        with self.intake:
-            self._outsiders += 1
-        try:
-            with self.lock:
-                yield
-        finally:
-            with self.intake:
-                self._outsiders -= 1
-                self.intake.notify_all()
-
-    def may_step(self) -> bool:
-        """There is work and no thread is waiting in `exclusive()` (a driver waits on `intake` until so)."""
-        with self.intake:
-            return self._outsiders == 0 and self.has_unfinished()
-
-    @property
-    def waiting_outsiders(self) -> int:
-        """Threads waiting in or holding `exclusive()`."""
-        return self._outsiders
 
     def counts(self) -> tuple[int, int]:
         """(running, waiting) requests."""

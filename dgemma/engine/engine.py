@@ -130,7 +130,7 @@ class Engine:
         try:
             while True:
                 with core.intake:
-                    while not (self._stopping or core.may_step()):
+                    while not (self._stopping or core.has_unfinished()):
                         core.intake.wait()
                     if self._stopping:
                         return

@@ -50,9 +50,8 @@ class Lifecycle:
         for req in self.scheduler.admit():
             req.started = time.monotonic()
             req.pending_commit = req.prompt_ids
-            in_use = {r.options for r in self.scheduler.running.values()}
             try:
-                self.pool.get(req.options, in_use)
+                self.pool.get(req.options, req.slot)
             except torch.OutOfMemoryError as err:
                 self.finish(req, "error", error=oom_sentence(err, "its sampler's per-slot state does not fit"))
                 continue
@@ -79,8 +78,9 @@ class Lifecycle:
         # The page shows each committed token's logprob on hover.
         self.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
 
-    def finish(self, req: Request, status: str, error: str = "") -> None:
-        """Final event for `req` (a cancel's reason goes in `error`); frees its slot and cache at once."""
+    def finish(self, req: Request, status: str, error: str = "", extra: dict | None = None) -> None:
+        """Final event for `req` (a cancel's reason goes in `error`, more about it in `extra`); frees
+        its slot and cache at once."""
         if req.status in FINAL:
             return
         req.status = status
@@ -90,7 +90,7 @@ class Lifecycle:
             self.stats["requests_done"] += 1
         self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
-            queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished))))
+            queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished), **(extra or {}))))
         self._forget_session(req.id)
 
     def release(self, req: Request, ended: bool) -> None:

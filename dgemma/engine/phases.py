@@ -158,6 +158,11 @@ class ModelPhases:
                 break
             except torch.OutOfMemoryError as err:
                 message = str(err)  # retry outside the except block: the traceback holds the failed tile
+                failed = getattr(err, "sentence", message), getattr(err, "figures", None)  # a TileOutOfMemory's
+            if rows[0].options.fail_on_oom:  # the run fails with the step's sentence and numbers, as asked
+                for req in rows:
+                    self.lifecycle.finish(req, "error", error=failed[0], extra=dict(oom=failed[1]))
+                return [], None
             moved = [sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
             stepped += [r for r, m in zip(rows, moved) if m]
             left = [i for i, m in enumerate(moved) if not m]

@@ -7,9 +7,10 @@ A run's `RunOptions.memory_budget` caps its sampler step, counted as an engine s
 that `--memory-budget` would count it: `RunBudget` reports as free the budget minus everything
 resident (and never more than the engine's own device has free). The run's sampler plans its
 tiles against that, and on a CPU a tile that allocates beyond it raises a real
-`torch.OutOfMemoryError`, handled like any other (split the tile, then preempt). The shared
-decoder batch is measured against the engine's own device, not a run's budget. On CUDA the
-allocator cap is per process, so a run budget shapes only the plan.
+`torch.OutOfMemoryError`, handled like any other (split the tile, then preempt; or fail the run,
+`RunOptions.fail_on_oom`). On CUDA the budget is the allocator's cap while the run's sampler
+step runs (a real out-of-memory), and the cap the process had comes back after it. The shared
+decoder batch is measured against the engine's own device, not a run's budget.
 """
 
 from __future__ import annotations
@@ -90,8 +91,24 @@ class RunBudget(MemoryDevice):
             with self._measure_on_cpu() as m:
                 yield m
         else:
-            with self.device.measure() as m:
+            with self._capped_on_cuda(), self.device.measure() as m:
                 yield m
+
+    @contextlib.contextmanager
+    def _capped_on_cuda(self) -> Iterator[None]:
+        # Only the engine's thread allocates on its device, and only inside a step: a cap set for
+        # this run's sampler call holds back no other work, so no exclusive mode is needed.
+        device = self.device.device
+        torch.cuda.empty_cache()  # blocks cached by other work would let the step past its cap unseen
+        total = torch.cuda.get_device_properties(device).total_memory
+        before = torch.cuda.get_per_process_memory_fraction(device)
+        limit = torch.cuda.memory_reserved(device) + self.free_bytes()
+        torch.cuda.set_per_process_memory_fraction(min(before, limit / total), device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(before, device)
+            torch.cuda.empty_cache()
 
     @contextlib.contextmanager
     def _measure_on_cpu(self) -> Iterator:

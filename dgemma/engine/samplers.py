@@ -1,9 +1,12 @@
 """One tiled sampler per distinct `RunOptions` among the engine's requests, built when first needed.
 
 The decoder runs every denoising canvas as one batch; the sampler step then runs once per
-distinct RunOptions over that option's rows (tiling, step implementation and memory budget are
-properties of a sampler call, never of the tokens). Each sampler keeps the per-slot state of the
-slots whose requests use its options; slot numbers are the scheduler's, shared by all samplers.
+distinct RunOptions over that option's rows (tiling, step implementation, memory budget, whether
+an out-of-memory tile fails, and a padded vocabulary are properties of a sampler call, never of
+the tokens). Each sampler keeps the per-slot state of the slots whose requests use its options;
+slot numbers are the scheduler's, shared by all samplers. The engine's default options' sampler
+is built at start and kept; any other is dropped when its last request ends, so what the engine
+holds between runs (and a run's budget counts) is the weights and that one sampler.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from dgemma.model.loading import LoadedModel
 from dgemma.sampling import LMHead, RunOptions, TiledSampler, build_sampler
 from dgemma.sampling.primitives import TileFn
 
-MAX_SAMPLERS = 8  # beyond this, samplers with no running request are dropped before building one
 COMPILE_ENV = "DGEMMA_COMPILE_SAMPLER"  # on | off | auto (default): compile the sampler's tile step
 
 
@@ -51,31 +53,38 @@ def compiled_tile(tile_fn: TileFn) -> TileFn:
 
 
 class SamplerPool:
-    def __init__(self, loaded: LoadedModel, max_num_seqs: int, memory: MemoryDevice, resident: Resident):
+    def __init__(self, loaded: LoadedModel, max_num_seqs: int, memory: MemoryDevice, resident: Resident,
+                 default: RunOptions):
         self.loaded = loaded
         self.max_num_seqs = max_num_seqs
         self.memory = memory
         self.resident = resident
+        self.default = default
         # The sampler applies the LM head per tile: the decoder hands it hidden states, so the
         # [n, CL, vocab] logits exist one tile at a time (the point of tiling at a 262k vocab).
         self.head = LMHead(loaded.model.lm_head.weight, loaded.model.final_logit_softcapping)
         self._samplers: dict[RunOptions, TiledSampler] = {}
         self._state_bytes: dict[RunOptions, int] = {}
+        self._slots: dict[RunOptions, set[int]] = {}
 
-    def get(self, options: RunOptions, in_use: set[RunOptions]) -> TiledSampler:
-        """The sampler for `options`; builds it (raises torch.OutOfMemoryError when its state does not fit)."""
+    def get(self, options: RunOptions, slot: int | None = None) -> TiledSampler:
+        """The sampler for `options` (builds it: torch.OutOfMemoryError when its state does not fit),
+        `slot` now one of its requests'."""
         sampler = self._samplers.get(options)
-        if sampler is not None:
-            return sampler
-        if len(self._samplers) >= MAX_SAMPLERS:
-            for idle in [o for o in self._samplers if o not in in_use]:
-                self.drop(idle)
+        if sampler is None:
+            sampler = self._build(options)
+        if slot is not None:
+            self._slots.setdefault(options, set()).add(slot)
+        return sampler
+
+    def _build(self, options: RunOptions) -> TiledSampler:
         loaded = self.loaded
         memory = self.memory if options.memory_budget is None else RunBudget(self.memory, options.memory_budget, self.resident)
         sampler = build_sampler(
-            options.sampler, self.max_num_seqs, loaded.canvas_length, loaded.vocab_size, loaded.embed_weight,
-            loaded.embed_scale, memory=memory, tiling=options.tiling, lm_head=self.head,
-        )
+            options.sampler, self.max_num_seqs, loaded.canvas_length, max(loaded.vocab_size, options.pad_vocab or 0),
+            loaded.embed_weight, loaded.embed_scale, memory=memory, tiling=options.tiling, lm_head=self.head,
+            split=not options.fail_on_oom,
+        )  # fmt: skip
         if compiles_sampler(loaded.device):
             sampler.tile_fn = compiled_tile(sampler.tile_fn)
         nbytes = tensor_bytes(sampler)
@@ -85,6 +94,7 @@ class SamplerPool:
 
     def drop(self, options: RunOptions) -> None:
         del self._samplers[options]
+        self._slots.pop(options, None)
         self.resident.give_back(self._state_bytes.pop(options))
 
     def drop_all(self) -> None:
@@ -93,16 +103,24 @@ class SamplerPool:
 
     def free(self, options: RunOptions, slot: int) -> None:
         sampler = self._samplers.get(options)
-        if sampler is not None:
-            sampler.free(slot)
+        if sampler is None:
+            return
+        sampler.free(slot)
+        users = self._slots.get(options, set())
+        users.discard(slot)
+        if not users and options != self.default:
+            self.drop(options)
 
     def __getitem__(self, options: RunOptions) -> TiledSampler:
         return self._samplers[options]
 
 
 def canvases(pool: SamplerPool, rows: list) -> torch.Tensor:
-    """[n, CL] the canvases `rows` (requests) denoise next, each from its own sampler, in row order."""
-    return _gather(pool, rows, lambda sampler, slots: sampler.canvas[slots])
+    """[n, CL] the canvases `rows` (requests) denoise next, each from its own sampler, in row order:
+    an id of a padded vocabulary (re-noised there) folded back into the model's, as the decoder reads it."""
+    vocab = pool.loaded.vocab_size
+    return _gather(pool, rows, lambda sampler, slots: sampler.canvas[slots] if sampler.vocab_size == vocab
+                   else sampler.canvas[slots] % vocab)
 
 
 def soft_embeds(pool: SamplerPool, rows: list) -> torch.Tensor:

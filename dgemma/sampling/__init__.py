@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult
     from dgemma.sampling.reference import reference_tile
     from dgemma.sampling.seed import seed_tile
-    from dgemma.sampling.tiled import StepOutput, TiledSampler, build_sampler
+    from dgemma.sampling.tiled import StepOutput, TiledSampler, TileOutOfMemory, build_sampler
 
 __all__ = [
     "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplingParams",
-    "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "build_sampler", "calibrate_tile",
+    "Scores", "StepOutput", "TileInputs", "TileOutOfMemory", "TileResult", "TiledSampler", "build_sampler",
+    "calibrate_tile",
     "check_number", "chunked_tile", "meta_tile_inputs", "parse_tiling", "reference_tile", "seed_tile",
 ]  # fmt: skip
 
@@ -38,7 +39,7 @@ _LAZY = {
     "calibrate_tile": "calibration", "meta_tile_inputs": "calibration", "chunked_tile": "chunked",
     "RowKey": "keyed", "LMHead": "primitives", "Scores": "primitives", "TileInputs": "primitives",
     "TileResult": "primitives", "reference_tile": "reference", "seed_tile": "seed", "StepOutput": "tiled",
-    "TiledSampler": "tiled", "build_sampler": "tiled",
+    "TiledSampler": "tiled", "TileOutOfMemory": "tiled", "build_sampler": "tiled",
 }  # fmt: skip
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

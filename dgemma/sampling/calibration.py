@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dgemma.memory import Calibration, calibrate
@@ -43,7 +45,7 @@ def calibrate_tile(
     group_bytes = group_bytes_for(embed_weight.device if device is None else device)
     meta = torch.device("meta")
     embed = torch.empty(embed_weight.shape, dtype=embed_weight.dtype, device=meta)
-    head = None if lm_head is None else LMHead(torch.empty(lm_head.weight.shape, dtype=lm_head.weight.dtype, device=meta), lm_head.softcap)
+    head = None if lm_head is None else replace(lm_head, weight=torch.empty(lm_head.weight.shape, dtype=lm_head.weight.dtype, device=meta))
 
     def prepare(n: int):
         if head is None:

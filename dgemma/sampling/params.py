@@ -10,7 +10,7 @@ refused the same way, with the same sentence (a `SettingsError`, which is a Valu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
@@ -168,17 +168,32 @@ def parse_budget(budget: Any) -> int | None:
 class RunOptions:
     """How a run is laid out in memory; never changes its tokens.
 
-    tiling: "auto" (the planner sizes tiles from free memory), "off" (one tile: the lesson's
-    out-of-memory) or N requests per tile. sampler: the step implementation. memory_budget:
-    bytes (or 512MiB-style text, stored as bytes), or None for the device's own free memory.
+    tiling: "auto" (the planner sizes tiles from free memory), "off" (one tile) or N requests per
+    tile. sampler: the step implementation. memory_budget: bytes (or 512MiB-style text, stored as
+    bytes), or None for the device's own free memory.
+
+    Two more are the lesson's, no front end's setting (metadata "internal"): fail_on_oom: a tile that
+    runs out of memory fails the run's requests with the step's numbers, instead of being split
+    (and then preempting); pad_vocab: the logits padded to this vocabulary with a large negative
+    value (the released model's, on a small model: real-size sampler memory, the small model's
+    tokens; padded entries get probability 0).
     """
 
     tiling: str | int = "auto"
     sampler: str = "reference"
     memory_budget: int | None = None
+    fail_on_oom: bool = field(default=False, metadata={"internal": True})
+    pad_vocab: int | None = field(default=None, metadata={"internal": True})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiling", parse_tiling(self.tiling))
         if self.sampler not in SAMPLER_STEPS:
             raise SettingsError(f"Setting 'sampler' must be {' or '.join(SAMPLER_STEPS)}, got {_shown(self.sampler)}.")
         object.__setattr__(self, "memory_budget", parse_budget(self.memory_budget))
+        if not isinstance(self.fail_on_oom, bool):
+            raise SettingsError(f"Option 'fail_on_oom' must be true or false, got {_shown(self.fail_on_oom)}.")
+        if self.pad_vocab is not None:
+            object.__setattr__(self, "pad_vocab", int(check_number("pad_vocab", self.pad_vocab, PAD_VOCAB)))
+
+
+PAD_VOCAB = Bound(int, 2, 2**20)  # a padded vocabulary: the released model's 262,144 fits with room

@@ -14,12 +14,24 @@ from dgemma.sampling.params import MAX_STABILITY
 
 
 
+PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
+
+
 @dataclass(frozen=True)
 class LMHead:
-    """The model's output projection: logits = softcap(hidden @ weight.T) in fp32 (as transformers)."""
+    """The model's output projection: logits = softcap(hidden @ weight.T) in fp32 (as transformers).
+
+    With `vocab_size` above the weight's rows the logits are padded to it with PAD_LOGIT (the
+    lesson's real scale): a tile's [n, CL, vocab] tensors have that size, and padded entries get
+    probability 0, so no token, entropy or soft-embedding weight comes from them."""
 
     weight: torch.Tensor  # [vocab, hidden]
     softcap: float | None = None
+    vocab_size: int | None = None  # padded to this many entries; None: the weight's rows
+
+    @property
+    def vocab(self) -> int:
+        return self.vocab_size or self.weight.shape[0]
 
     def project(
         self, hidden: torch.Tensor, start: int = 0, stop: int | None = None, temperature: torch.Tensor | None = None
@@ -29,20 +41,33 @@ class LMHead:
         last multiply (one pass fewer)."""
         logits = self.products(hidden, start, stop)
         temp = None if temperature is None else temperature.view(-1, *([1] * (logits.dim() - 1)))
-        return self.cap_(logits, temp)
+        return self.cap_(logits, temp, start)
 
     def products(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """hidden @ weight[start:stop].T as a fresh fp32 tensor, not yet capped (`cap_`)."""
-        weight = self.weight if start == 0 and stop in (None, self.weight.shape[0]) else self.weight[start:stop]
-        return torch.nn.functional.linear(hidden, weight).float()
+        """hidden @ weight[start:stop].T as a fresh fp32 tensor, not yet capped (`cap_`); padded
+        entries are PAD_LOGIT."""
+        rows = self.weight.shape[0]
+        stop = self.vocab if stop is None else stop
+        if stop <= rows:
+            weight = self.weight if start == 0 and stop == rows else self.weight[start:stop]
+            return torch.nn.functional.linear(hidden, weight).float()
+        out = torch.full((*hidden.shape[:-1], stop - start), PAD_LOGIT, dtype=torch.float32, device=hidden.device)
+        if start < rows:
+            out[..., : rows - start] = torch.nn.functional.linear(hidden, self.weight[start:])
+        return out
 
-    def cap_(self, products: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
-        """The softcap on fp32 `products` in place, divided by `temperature` (broadcastable to
-        them) in the cap's last multiply; returns `products`."""
+    def cap_(self, products: torch.Tensor, temperature: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        """The softcap on fp32 `products` (vocab entries from `start`) in place, divided by
+        `temperature` (broadcastable to them) in the cap's last multiply; returns `products`.
+        Padded entries stay PAD_LOGIT (a softcap would lift them to -softcap)."""
+        real = self.weight.shape[0] - start
+        view = products if real >= products.shape[-1] else products[..., : max(0, real)]
         if self.softcap is not None:
-            products.div_(self.softcap).tanh_()
-            return products.mul_(self.softcap if temperature is None else self.softcap / temperature)
-        return products if temperature is None else products.div_(temperature)
+            view.div_(self.softcap).tanh_()
+            view.mul_(self.softcap if temperature is None else self.softcap / temperature)
+        elif temperature is not None:
+            view.div_(temperature)
+        return products
 
 
 @dataclass(frozen=True)
@@ -60,7 +85,7 @@ class Scores:
 
     @property
     def vocab_size(self) -> int:
-        return self.logits.shape[-1] if self.logits is not None else self.head.weight.shape[0]
+        return self.logits.shape[-1] if self.logits is not None else self.head.vocab
 
     def tile(self, start: int, stop: int) -> Scores:
         if self.logits is not None:
@@ -89,7 +114,7 @@ class Scores:
         if self.logits is None:  # the projection's fresh output, capped and tempered in place
             buffer = self.head.products(self.hidden if index is None else self.hidden[index], start, stop)
             flat = buffer.view(-1, buffer.shape[-1])
-            return buffer, lambda lo, hi: self.head.cap_(flat[lo:hi], per_row[lo:hi])
+            return buffer, lambda lo, hi: self.head.cap_(flat[lo:hi], per_row[lo:hi], start)
         logits = self.logits if start == 0 and stop in (None, self.vocab_size) else self.logits[..., start:stop]
         if index is not None:  # the rows' copy is the buffer: one [rows, CL, width] tensor, not two
             buffer = logits.index_select(0, index).float()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -24,6 +24,16 @@ from dgemma.sampling.steps import StepLayout, step_for
 
 # Slot phases.
 FREE, DENOISING, COMMITTING = 0, 1, 2
+
+
+class TileOutOfMemory(torch.OutOfMemoryError):
+    """A tile ran out of memory and was not split: the allocator's line, the one sentence a run that
+    fails on it shows, and its numbers."""
+
+    def __init__(self, requests: int, needed_bytes: int, free_bytes: int, detail: str):
+        super().__init__(detail)
+        self.sentence = f"The sampler step of {requests} requests in one tile raised torch.OutOfMemoryError."
+        self.figures = dict(requests=requests, needed_bytes=int(needed_bytes), free_bytes=int(free_bytes), detail=detail)
 
 
 @dataclass
@@ -57,8 +67,8 @@ class _HostSlot:
 class TiledSampler:
     """Per-slot state for `max_num_seqs` requests and the tiled step over them.
 
-    tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory),
-    "off" (one tile, no retry: the untiled run of the lesson), or an int (fixed tile size).
+    tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory), "off"
+    (one tile) or an int (fixed size); split=False splits none. An unsplit tile raises TileOutOfMemory.
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class TiledSampler:
         impl: str = "reference",
         calibration: Calibration | None = None,
         lm_head: LMHead | None = None,
+        split: bool = True,  # False: an out-of-memory tile is the error (RunOptions.fail_on_oom)
     ):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
@@ -82,7 +93,7 @@ class TiledSampler:
             raise ValueError(f"canvas_length must be >= 1, got {canvas_length}")
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
-        self.tiling = parse_tiling(tiling)
+        self.tiling, self.split = parse_tiling(tiling), split
         self.max_num_seqs = max_num_seqs
         self.canvas_length = canvas_length
         self.vocab_size = vocab_size
@@ -91,8 +102,7 @@ class TiledSampler:
         self.device = embed_weight.device
         self.memory = memory if memory is not None else HostMemory()
         self.fraction = fraction
-        self.tile_fn = tile_fn
-        self.impl = impl
+        self.tile_fn, self.impl = tile_fn, impl
         self._calibration = calibration  # None: measured on first use
         self.lm_head = lm_head  # set: step() may take hidden states and project them per tile
 
@@ -232,9 +242,8 @@ class TiledSampler:
             raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {self.vocab_size}")
         return Scores(logits=logits)
 
-    def _run_tiles(self, scores: Scores, slots: list[int], group: int) -> tuple[list[int], list[TileSplit]]:
-        """Run the tiles of `group` requests; an out-of-memory tile is split in half and retried,
-        down to one request (not when tiling is off: then the lesson wants the error)."""
+    def _run_tiles(self, scores: Scores, slots: list[int], group: int, free: int) -> tuple[list[int], list[TileSplit]]:
+        """Run the tiles of `group` requests; an out-of-memory tile is split in half and retried down to one request."""
         pending = split_tiles(len(slots), group, even=self.tiling == "auto")  # a fixed size is kept as asked
         ran: list[int] = []
         splits: list[TileSplit] = []
@@ -244,8 +253,9 @@ class TiledSampler:
                 self._run_tile(scores.tile(start, end), slots[start:end])
                 ran.append(end - start)
             except torch.OutOfMemoryError as err:
-                if self.tiling == "off" or end - start == 1:
-                    raise
+                if self.tiling == "off" or not self.split or end - start == 1:
+                    raise TileOutOfMemory(end - start, self.calibration().tile_bytes(end - start), free,
+                                          first_line(err, 300)) from None
                 splits.append(TileSplit(start, end - start, first_line(err, 300)))
                 mid = start + (end - start) // 2
                 pending[:0] = [(start, mid), (mid, end)]
@@ -267,7 +277,7 @@ class TiledSampler:
         for out in (self.out_entropy, self.out_accepted, self.out_mean_entropy, self.out_converged):
             out[idx] = 0  # (False, for the boolean ones)
         with self.memory.measure() as measured:
-            ran, splits = self._run_tiles(scores, slots, group)
+            ran, splits = self._run_tiles(scores, slots, group, free)
 
         plan = TilePlan(
             time=started,
@@ -343,13 +353,26 @@ def build_sampler(
     lm_head: LMHead | None = None,
     chunk_size: int | None = None,
     fraction: float = 0.5,
+    split: bool = True,
 ) -> TiledSampler:
     """A tiled sampler running step implementation `impl` (steps.STEPS): "reference" (eager, the
     one that runs out of memory) or "chunked" (streams the vocabulary; chunk size from free memory
-    unless given)."""
+    unless given). A `vocab_size` above the LM head's rows pads the logits to it (`pad_vocabulary`)."""
     memory = memory if memory is not None else HostMemory()
+    if lm_head is not None and vocab_size > lm_head.weight.shape[0]:
+        embed_weight, lm_head = pad_vocabulary(embed_weight, lm_head, vocab_size)
     layout = StepLayout(max_num_seqs, canvas_length, vocab_size, memory.free_bytes(), embed_weight, lm_head, fraction, chunk_size)
     return TiledSampler(
         max_num_seqs, canvas_length, vocab_size, embed_weight, normalizer,
         memory=memory, tiling=tiling, tile_fn=step_for(impl, layout), impl=impl, lm_head=lm_head, fraction=fraction,
+        split=split,
     )  # fmt: skip
+
+
+def pad_vocabulary(embed_weight: torch.Tensor, lm_head: LMHead, vocab_size: int) -> tuple[torch.Tensor, LMHead]:
+    """The embedding and LM head of a vocabulary padded to `vocab_size`: padded rows of the
+    embedding are zeros (a padded entry's probability is 0, so it adds no soft-embedding weight),
+    the head's padded logits PAD_LOGIT. The embedding is the real size: so is the step's memory."""
+    padded = torch.zeros(vocab_size, embed_weight.shape[1], dtype=embed_weight.dtype, device=embed_weight.device)
+    padded[: embed_weight.shape[0]] = embed_weight.detach()
+    return padded, replace(lm_head, vocab_size=vocab_size)

@@ -7,8 +7,7 @@ keeping the interface this small is what lets the views and the API be tested an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dgemma.events import Event, TilePlan
@@ -48,24 +47,6 @@ class Run(Protocol):
         """Block until every request finished; outputs in submission order, the run's tile plans."""
 
 
-@dataclass
-class LessonOutcome:
-    """One run of the lesson's batch: finished, or out of memory with the numbers."""
-
-    tiling: str  # "off" | "auto"
-    ok: bool
-    message: str  # one sentence: what happened, with the numbers
-    needed_bytes: int = 0
-    free_bytes: int = 0
-    plans: list[TilePlan] = field(default_factory=list)
-    tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # request index -> committed ids
-    seconds: float = 0.0
-    detail: str = ""  # the allocator's own line, for the curious
-    # The requests (0-based) of every sampler call in order, the one that ran out of memory last
-    # (it has no plan): tile j of call k held calls[k][sum(tiles[:j]) : sum(tiles[:j + 1])].
-    calls: list[tuple[int, ...]] = field(default_factory=list)
-
-
 class Backend(Protocol):
     defaults: Settings
     limits: Limits
@@ -74,14 +55,9 @@ class Backend(Protocol):
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
-    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
-        """Run the lesson's batch once under `budget` (None: no budget) with tiling "off" or "auto",
-        with the `impl` sampler step ("reference" or "chunked"); `on_events`, when given, gets each
-        step's events as the run goes (dgemma/serving/lesson_events.py), from the thread running it."""
-
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
-        """A budget where one tile of `requests` runs out of memory but tiles of a few fit."""
+        """The lesson's budget: one tile of its `requests` runs out of memory, tiles of a few fit
+        (dgemma/serving/lesson_budget.py)."""
 
     def info(self) -> dict[str, Any]: ...
 

@@ -2,7 +2,7 @@
 
 One engine per loaded model. A run's tiling, memory budget and sampler step travel with its
 requests as `RunOptions` (the engine runs one sampler step per distinct options over one shared
-decoder batch); the lesson's fixed batch runs on the engine's own runner under its lock. Each run
+decoder batch); the lesson's three runs are such runs too. Each run
 subscribes under a key of its own, so it sees exactly its requests' events and the tile plans of
 the steps they took part in, and cancelling it touches nobody else's requests.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -25,8 +24,8 @@ from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.recording import Recording
 from dgemma.sampling import RunOptions
-from dgemma.serving import lesson_run
-from dgemma.serving.backend import LessonOutcome, Output
+from dgemma.serving.backend import Output
+from dgemma.serving.lesson_budget import lesson_model, suggest_budget
 from dgemma.serving.inputs import Limits
 from dgemma.settings import Settings, run_options
 
@@ -96,7 +95,7 @@ class EngineRun:
 
 
 class EngineBackend:
-    """One engine over the loaded weights; every run, with any tiling, budget or step, and the lesson share it."""
+    """One engine over the loaded weights; every run, with any tiling, budget or step (the lesson's too), shares it."""
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig, limits: Limits, budget_text: str | None):
         self.loaded = loaded
@@ -104,6 +103,7 @@ class EngineBackend:
         self.limits = limits
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
+        self.lesson_model = lesson_model(loaded, config.max_num_seqs)
         try:
             self.engine = Engine(loaded, config).start()
         except EngineError as err:
@@ -118,11 +118,7 @@ class EngineBackend:
 
     def run_options(self, settings: Settings) -> RunOptions:
         """How a run's requests are laid out: its tiling, sampler step and memory budget (None: the server's)."""
-        options = run_options(settings, self.config.memory_budget)
-        if options.memory_budget is not None and self.loaded.device.type == "cuda":
-            # On CUDA a budget is the process's allocator cap: one per server, set at start-up.
-            raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")
-        return options
+        return run_options(settings, self.config.memory_budget)
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
         options = self.run_options(settings)
@@ -147,11 +143,7 @@ class EngineBackend:
         }
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
-        return lesson_run.suggest_budget(self.loaded, requests, real_scale)
-
-    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
-        return lesson_run.run(self.engine.core, requests, budget, real_scale, tiling, settings, impl, on_events)
+        return suggest_budget(self.lesson_model, requests, real_scale)
 
     def close(self) -> None:
         self.engine.shutdown(timeout=5)

@@ -1,7 +1,7 @@
 """The main process's backend on ZeroGPU: every run is one call of `gpu_worker.run_on_gpu`.
 
 The main process never runs the engine (it has no GPU, and `spaces` emulates CUDA there only on
-the main thread): it turns a click, an API call or a lesson into a `Job`, iterates the GPU call's
+the main thread): it turns a click, an API call or one of the lesson's runs into a `Job`, iterates the GPU call's
 snapshots and hands their events to the page exactly as the threaded engine's mailbox does, so
 cards and charts are rendered here as everywhere else. Stop sets a flag; the thread reading the
 stream then closes the GPU generator, which ends the worker's loop at its next yield.
@@ -13,14 +13,14 @@ import argparse
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from types import SimpleNamespace
 
 from dgemma.events import Event, RequestEvent, TilePlan
 from dgemma.recording import Recording
 from dgemma.serving import gpu_worker
-from dgemma.serving.backend import LessonOutcome, Output
+from dgemma.serving.backend import Output
 from dgemma.serving.gpu_worker import Job, Snapshot
 from dgemma.serving.inputs import Limits
+from dgemma.serving.lesson_budget import lesson_model, suggest_budget
 from dgemma.settings import Settings
 
 STOPPED = "stopped"
@@ -118,7 +118,9 @@ class ZeroGpuBackend:
         self.max_num_seqs = config.max_num_seqs
         self.budget_text = budget_text
         self._call = call
-        self._budget_model = _budget_model(loaded)
+        # Plain values, read before launch: after it spaces moves this process's weights to disk.
+        # The device is the CPU's, as the simulation's worker runs there too (tests/test_zerogpu.py).
+        self.lesson_model = lesson_model(loaded, config.max_num_seqs, device="cpu")
         p = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.defaults = Settings(
             params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),
@@ -126,35 +128,17 @@ class ZeroGpuBackend:
         )  # the engine's own defaults (dgemma/serving/engine_backend.py), read from the same config
         self._facts = {**loaded.facts(), "device": "cuda (ZeroGPU)"}  # plain values, read before launch
 
-    def _job(self, kind: str, settings: Settings, **fields) -> Job:
-        return Job(kind, settings, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs, **fields)
+    def _job(self, settings: Settings, **fields) -> Job:
+        return Job(settings, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs, **fields)
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> GpuRun:
-        if settings.options.memory_budget not in (None, self.config.memory_budget):
-            raise ValueError("On a GPU the memory budget is fixed when the app starts (--memory-budget); leave it empty.")
         problem = settings.canvas_problem(len(prompts), self.loaded.canvas_length, self.loaded.encode_text)
         if problem:
             raise ValueError(f"{problem[:1].upper()}{problem[1:]}.")
-        return GpuRun(self._job("generate", settings, prompts=tuple(prompts), stream=stream), self._call)
-
-    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
-        job = self._job("lesson", settings, lesson=(requests, budget, real_scale, tiling, impl), stream=on_events is not None)
-        stream = self._call(job)
-        try:
-            for snapshot in stream:
-                if snapshot.events and on_events is not None:
-                    on_events(list(snapshot.events))
-                if snapshot.lesson is not None:
-                    return snapshot.lesson
-        finally:
-            stream.close()
-        raise ValueError("The GPU call ended without the lesson's result.")
+        return GpuRun(self._job(settings, prompts=tuple(prompts), stream=stream), self._call)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
-        from dgemma.serving import lesson_run
-
-        return lesson_run.suggest_budget(self._budget_model, requests, real_scale)
+        return suggest_budget(self.lesson_model, requests, real_scale)
 
     def info(self) -> dict:
         return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
@@ -169,18 +153,6 @@ class ZeroGpuBackend:
 def _workload() -> str:
     size = gpu_worker.workload_size
     return f"a ZeroGPU {size} workload, " if size else ""
-
-
-def _budget_model(loaded):
-    """What the lesson's budget suggestion reads of the model, kept as plain values: after launch
-    spaces moves the main process's copy of the weights to disk (only the worker has them)."""
-    import torch
-
-    return SimpleNamespace(
-        device=torch.device("cpu"), weight_bytes=loaded.weight_bytes, canvas_length=loaded.canvas_length,
-        vocab_size=loaded.vocab_size, hidden_size=loaded.hidden_size, embed_scale=loaded.embed_scale,
-        embed_weight=torch.empty(0, dtype=loaded.embed_weight.dtype, device="meta"),
-    )
 
 
 def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:

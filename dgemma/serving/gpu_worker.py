@@ -1,4 +1,4 @@
-"""The one `spaces.GPU` call: Run, the API and the lesson all go through `run_on_gpu`.
+"""The one `spaces.GPU` call: Run, the API and the lesson's runs all go through `run_on_gpu`.
 
 On ZeroGPU each decorated function gets its own forked worker holding its own copy of the
 weights, so there is exactly one, made once by `install()` before launch with the workload size
@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 
 from dgemma.errors import first_line
 from dgemma.events import Event, RequestEvent
-from dgemma.serving.backend import LessonOutcome
 from dgemma.serving.zerogpu import enabled
 from dgemma.settings import Settings, run_options
 
@@ -44,34 +43,27 @@ START_S = 20.0
 class Job:
     """Everything one GPU call needs; pickled into the worker, so plain values only."""
 
-    kind: str  # "generate" | "lesson"
     settings: Settings
     prompts: tuple[str, ...] = ()
     stream: bool = True  # per-step events (cards, the lesson's overview) or only the results
-    # lesson: (requests, budget, real_scale, tiling, impl)
-    lesson: tuple[int, str | None, bool, str, str] | None = None
     canvas_length: int = 32  # the model's, for the duration estimate
     max_num_seqs: int = 32
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the worker sends back: the events since the last snapshot, or the lesson's outcome."""
+    """What the worker sends back: the events since the last snapshot."""
 
     pid: int  # the process that did the work
     events: tuple[Event, ...] = ()
     done: bool = False
-    lesson: LessonOutcome | None = None
 
 
 def duration(job: Job) -> int:
     """Seconds to ask ZeroGPU for: from the call's prompts and settings, capped at MAX_DURATION_S."""
     settings = job.settings
     canvases = math.ceil(settings.max_new_tokens / max(1, job.canvas_length))
-    if job.kind == "lesson":
-        batches, canvases = 4, 1  # untiled, tiled, chunked and a rerun: one canvas each
-    else:
-        batches = math.ceil(len(job.prompts) / max(1, job.max_num_seqs))
+    batches = math.ceil(len(job.prompts) / max(1, job.max_num_seqs))
     steps = batches * canvases * settings.params.max_denoising_steps
     return int(min(MAX_DURATION_S, START_S + steps * STEP_S))
 
@@ -171,22 +163,12 @@ def _generate(job: Job) -> Iterator[Snapshot]:
         core.unsubscribe(mailbox)
 
 
-def _lesson(job: Job) -> Iterator[Snapshot]:
-    from dgemma.serving import lesson_run
-
-    requests, budget, real_scale, tiling, impl = job.lesson
-    pid = os.getpid()
-    for item in lesson_run.stream(_core(), requests, budget, real_scale, tiling, job.settings, impl, events=job.stream):
-        # each step's events as they come (job.stream: the page draws the run), the outcome last
-        yield Snapshot(pid, done=True, lesson=item) if isinstance(item, LessonOutcome) else Snapshot(pid, tuple(item))
-
-
 def _run(job: Job) -> Iterator[Snapshot]:
     """The GPU call's body; any failure becomes one sentence (spaces would show only its class name)."""
     from gradio.exceptions import Error
 
     try:
-        yield from (_lesson(job) if job.kind == "lesson" else _generate(job))
+        yield from _generate(job)
     except Error:
         raise
     except Exception as err:  # noqa: BLE001 - the page gets a sentence, the log the traceback

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dgemma.errors import first_line
-from dgemma.events import Event
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
-from dgemma.serving.backend import Backend, LessonOutcome, LoadState, Run
+from dgemma.serving.backend import Backend, LoadState, Run
 from dgemma.serving.inputs import Limits
 from dgemma.settings import Settings
 
@@ -85,10 +84,6 @@ class LoadingBackend:
 
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
         return self._backend().start(prompts, settings, stream)
-
-    def lesson(self, requests: int, budget: str | None, real_scale: bool, tiling: str, settings: Settings,
-               impl: str = "reference", on_events: Callable[[list[Event]], None] | None = None) -> LessonOutcome:
-        return self._backend().lesson(requests, budget, real_scale, tiling, settings, impl, on_events)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         if self._real is None:

@@ -39,7 +39,7 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
         # ---------------------------------------------------------------- events
         embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
         generate.wire(backend, sessions, gen, embedded, keeping)
-        lesson.wire(backend, lesson_parts)
+        lesson.wire(backend, sessions, lesson_parts)
         api.register(backend, sessions, embedded, keeping.held)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.

@@ -1,25 +1,30 @@
 """The lesson's runs, live: the same overview of the batch as the Generate tab's (dgemma/ui/board_view.py),
-fed the same compact frames (dgemma/ui/compact.py) a few times a second (dgemma/ui/stream.py).
+fed the same compact frames (dgemma/ui/compact.py) by the same stream as a Generate run's
+(`run_boards`, dgemma/ui/stream.py).
 
-The backend tells each run as events (dgemma/serving/lesson_events.py); `watch` folds them into a
-board and hands out one frame at a time while the run goes on its thread
-(dgemma/serving/lesson_live.py), then returns the run's outcome. A run that runs out of memory
-ends with every open card saying so.
+Each run is an ordinary `Backend.start`; `watch` hands out its frames while it goes, then returns
+its outcome, read from the run's recording (dgemma/ui/lesson/outcomes.py). A run that runs out of
+memory ends with every open card saying so.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Generator
 
 import gradio as gr
 
-from dgemma.serving.backend import LessonOutcome
-from dgemma.serving.lesson_live import LiveLesson
+from dgemma.recording import Recording
+from dgemma.serving.backend import Backend
+from dgemma.serving.backlog import Visitor
+from dgemma.serving.sessions import Sessions
+from dgemma.settings import Settings
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.compact import frame
-from dgemma.ui.stream import frames
+from dgemma.ui.lesson.outcomes import LessonOutcome, summarize
+from dgemma.ui.stream import run_boards
 
 IDLE = '<div class="lesson-board-title">Press <b>Run</b>: each run\'s canvases denoise here, one row per request.</div>'
 
@@ -36,17 +41,35 @@ def title(run: str, requests: int) -> str:
             "one cell per canvas position.</div>")
 
 
-def watch(lesson: LiveLesson) -> Generator[dict, None, LessonOutcome]:
-    """The run's board as compact frames while it runs (at most 6 a second, the last when it has
-    ended); returns its outcome (its error raised again: one sentence)."""
+def watch(backend: Backend, sessions: Sessions, session: str, prompts: list[str], settings: Settings,
+          where: str) -> Generator[dict, None, LessonOutcome]:
+    """One run of `prompts` under `settings`: its board as compact frames while it runs (a few a
+    second, the last when it has ended); returns its outcome. A run that cannot start or whose
+    stream fails raises ValueError with one sentence."""
+    handle = backend.start(prompts, settings)
+    try:
+        sessions.add(session, handle)  # the session's cap on waiting requests holds here too
+    except ValueError:
+        handle.close()
+        raise
+    handle.recording = Recording()  # every event, for the outcome and the step-through
+    started = time.monotonic()
     board, shown = Board(), -1
-    for board in frames(lesson.poll, lambda _: lesson.finished(), board):
-        # An unchanged board (frames' keep-alive, where Gradio notices a closed page) sends nothing, and
-        # nor does an empty one: the last run's board stays until this run's first step arrives.
-        if board.events == shown or not board.requests:
-            yield gr.skip()
-            continue
-        shown = board.events
-        # No Refine on the lesson's cards (a Generate run's); nor its data, the heaviest part of a last frame.
-        yield frame(board, board.canvas_length, refine=False)
-    return lesson.outcome()
+    visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
+    boards = run_boards(handle, sessions, session, board, visitor)
+    try:
+        for board in boards:
+            # An unchanged board (the keep-alive, where Gradio notices a closed page) sends nothing, and
+            # nor does one with no canvas yet (queued): the last run's board stays until this run's
+            # first step arrives, or until it has ended without one.
+            if board.events == shown or not board.requests or not (board.canvas_length or board.finished):
+                yield gr.skip()
+                continue
+            shown = board.events
+            # No Refine on the lesson's cards (a Generate run's); nor its data, the heaviest part of a last frame.
+            yield visitor.stamp(frame(board, board.canvas_length, refine=False))
+    finally:
+        boards.close()  # its end frees the run's requests now, not when collected
+    if board.failure:
+        raise ValueError(board.failure)
+    return summarize(handle.recording.events(), time.monotonic() - started, where)

@@ -1,17 +1,79 @@
 """The lesson's result boxes: each run's outcome (completed with its tiles, or out of memory with
-its numbers), the chunked run's, a run that could not happen, and the verdict on the tokens. Pure:
-outcomes in, HTML out."""
+its numbers), the chunked run's, a run that could not happen, and the verdict on the tokens.
+
+`summarize` reads one run's outcome from its events (the run's recording): its tile plans, the
+requests of each sampler call, the tokens each request committed and, for a run whose tile ran
+out of memory (`RunOptions.fail_on_oom`), the numbers its requests' final events carry. The rest
+is pure: outcomes in, HTML out."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from dgemma.serving.backend import LessonOutcome
+from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 from dgemma.units import format_bytes
 
 UNTILED, TILED, CHUNKED = "Untiled (one tile)", "Tiled (auto)", "Chunked sampler, untiled (one tile)"
 PENDING = '<div class="lesson-result">running…</div>'
 COMPARING = '<div class="lesson-result">comparing tokens with an untiled rerun that has room…</div>'
+
+
+@dataclass
+class LessonOutcome:
+    """One of the lesson's runs: finished, or out of memory with the numbers."""
+
+    ok: bool
+    message: str  # one sentence: what happened, with the numbers
+    needed_bytes: int = 0  # the calibrated peak of the tile that ran out of memory
+    free_bytes: int = 0  # free before that sampler call
+    plans: list[TilePlan] = field(default_factory=list)
+    tokens: dict[int, tuple[int, ...]] = field(default_factory=dict)  # request index (0-based) -> committed ids
+    seconds: float = 0.0
+    detail: str = ""  # the allocator's own line, for the curious
+    # The requests (0-based) of every sampler call in order, the one that ran out of memory last
+    # (it has no plan): tile j of call k held calls[k][sum(tiles[:j]) : sum(tiles[:j + 1])].
+    calls: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def summarize(events: Iterable[Event], seconds: float, where: str) -> LessonOutcome:
+    """A run's outcome from its events in order (`where`: its memory, for the sentence). A call's
+    step frames follow its plan, in the call's row order; the requests a tile left out of memory end
+    with an error whose `extra["oom"]` holds the tile's figures."""
+    index: dict[int, int] = {}
+    plans: list[TilePlan] = []
+    calls: list[list[int]] = []
+    tokens: dict[int, tuple[int, ...]] = {}
+    errors: list[str] = []
+    oom: dict | None = None
+    for e in events:
+        if isinstance(e, TilePlan):
+            plans.append(e)
+            calls.append([])
+            continue
+        i = index.setdefault(e.request_id, len(index))
+        if isinstance(e, StepEvent):
+            if e.step and calls:
+                calls[-1].append(i)
+        elif isinstance(e, RequestEvent) and e.status == "done":
+            tokens[i] = tuple(e.token_ids)
+        elif isinstance(e, RequestEvent) and e.status in ("error", "cancelled"):
+            errors.append(e.error or e.status)
+            if "oom" in e.extra:
+                if oom is None:
+                    oom = e.extra["oom"] or {}
+                    calls.append([])
+                calls[-1].append(i)
+    common = dict(plans=plans, tokens=tokens, seconds=seconds, calls=[tuple(c) for c in calls])
+    if errors:
+        sentence = errors[0][:1].upper() + errors[0][1:]
+        oom = oom or {}
+        return LessonOutcome(False, sentence if sentence.endswith(".") else f"{sentence}.",
+                             needed_bytes=oom.get("needed_bytes", 0), free_bytes=oom.get("free_bytes", 0),
+                             detail=oom.get("detail", ""), **common)
+    vocab = f", vocab {plans[0].vocab_size:,}" if plans else ""
+    return LessonOutcome(True, f"{len(tokens)} requests denoised one canvas each ({where}{vocab}).", **common)
 
 def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
     """One run's result box: the OOM with its numbers, or the tiles it ran."""

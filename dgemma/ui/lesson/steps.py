@@ -10,13 +10,12 @@ memory: one tile of every request, what it needed and what was free.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 
 import gradio as gr
 
-from dgemma.serving.backend import LessonOutcome
 from dgemma.ui.charts import mark_step, plot, tile_figure
+from dgemma.ui.lesson.outcomes import LessonOutcome
 from dgemma.units import format_bytes
 
 RUNS = (("Untiled (one tile)", "untiled"), ("Tiled (auto)", "tiled"), ("Chunked, untiled", "chunked"))

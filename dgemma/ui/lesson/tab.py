@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -21,7 +21,9 @@ from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings
-from dgemma.serving.lesson_live import LiveLesson
+from dgemma.serving.lesson_budget import lesson_prompts
+from dgemma.serving.sessions import Sessions
+from dgemma.settings import Settings
 from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.lesson import explorer, live
 from dgemma.ui.lesson import steps as lesson_steps
@@ -36,6 +38,7 @@ from dgemma.ui.lesson.outcomes import (
     render_outcome,
     render_verdict,
 )  # fmt: skip
+from dgemma.units import format_bytes, parse_size
 
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
@@ -113,17 +116,34 @@ def budget_for_scale(backend: Backend, requests: int, budget: str, real_scale: b
     return budget
 
 
-def _checked(backend: Backend, n: float, steps: float):
+def _checked(backend: Backend, n: float, steps: float) -> tuple[int, Settings]:
+    """The batch size and the settings every run of the lesson shares: one canvas per request."""
     n = int(n)
     if not 1 <= n <= backend.max_num_seqs:
         raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
-    settings = parse_call_settings({"max_denoising_steps": steps}, backend.defaults, backend.limits,
-                                   backend.max_num_seqs, prompts=n)
+    length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
+    settings = parse_call_settings({"max_denoising_steps": steps, "max_new_tokens": length}, backend.defaults,
+                                   backend.limits, backend.max_num_seqs, prompts=n)
     return n, settings
 
 
-def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float,
-               runs: lesson_steps.LessonRuns | None = None) -> Iterator[tuple]:
+def _budget_bytes(budget: str | None) -> int | None:
+    text = (budget or "").strip()
+    try:
+        return parse_size(text) if text else None
+    except ValueError:
+        raise ValueError(f"The memory budget {text[:40]!r} is not a size such as 512MiB or 2GiB.") from None
+
+
+def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str, real: bool) -> Settings:
+    """One run's settings: the lesson's own options beside tiling, step and budget (a tile that runs out
+    of memory fails the run; real scale pads the logits to the released vocabulary)."""
+    return replace(settings, options=replace(settings.options, tiling=tiling, sampler=impl, memory_budget=budget,
+                                             fail_on_oom=True, pad_vocab=REAL_VOCAB if real else None))
+
+
+def run_lesson(backend: Backend, sessions: Sessions, n: float, budget: str, real: bool, steps: float,
+               runs: lesson_steps.LessonRuns | None = None, session: str = "lesson") -> Iterator[tuple]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
     each run's canvases drawn live in the overview as it goes. A failure is one sentence on the card
     of the run it stopped; the cards before it stay. `runs` keeps the outcomes for stepping through
@@ -131,48 +151,54 @@ def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float
     runs = runs if runs is not None else lesson_steps.LessonRuns()
     runs.outcomes = {}
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
-    chart, shown_budget, stage = gr.skip(), gr.skip(), 0
+    chart, shown_budget, stage, budget_bytes = gr.skip(), gr.skip(), 0, None
 
     def frame() -> tuple:
         return (*cards, chart, shown_budget, gr.skip(), gr.skip())
 
-    def watched(title: str, tiling: str, impl: str = "reference"):
-        """One run, its board streamed (only the view changes meanwhile); returns its outcome."""
-        lesson = LiveLesson(backend, n, ran, real, tiling, settings, impl)
-        heading, view = live.title(title, n), live.watch(lesson)
+    def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
+        """One run, its board streamed (only the view changes meanwhile; no title: the view keeps the
+        last run's, as for the rerun behind the verdict); returns its outcome."""
+        where = f"budget {format_bytes(budget)}" if budget else "no budget"
+        view = live.watch(backend, sessions, session, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real),
+                          where)
+        heading = live.title(title, n) if title else gr.skip()
         while True:
             try:
                 shown = next(view)
             except StopIteration as ended:
                 return ended.value
-            yield (*[gr.skip()] * 6, heading, shown)
+            yield (*[gr.skip()] * 6, heading, shown if title else gr.skip())
             heading = gr.skip()
 
     try:
         n, settings = _checked(backend, n, steps)
         ran = budget_for_scale(backend, n, budget, real)
         shown_budget = ran if ran != budget else gr.skip()
+        budget_bytes = _budget_bytes(ran)
         cards[0] = PENDING
         yield frame()
-        untiled = runs.outcomes["untiled"] = yield from watched(UNTILED, "off")
+        untiled = runs.outcomes["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
         cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
         yield frame()
-        tiled = runs.outcomes["tiled"] = yield from watched(TILED, "auto")
+        tiled = runs.outcomes["tiled"] = yield from watched(TILED, budget_bytes, "auto")
         cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
         cards[2] = PENDING if real else render_chunked(None)
         yield frame()
         # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
         # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
         # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
-        chunked = (yield from watched(CHUNKED, "off", "chunked")) if real else None
+        chunked = (yield from watched(CHUNKED, budget_bytes, "off", "chunked")) if real else None
         if chunked is not None:
             runs.outcomes["chunked"] = chunked
         cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
         yield frame()
-        reference = untiled if untiled.ok else backend.lesson(n, None, real, "off", settings)
+        reference = untiled if untiled.ok else (yield from watched(None, None, "off"))
         cards[3] = render_verdict(tiled, reference, chunked)
-    except (ValueError, TypeError, gr.Error) as err:  # bad input, or the GPU call refused or failed
+    except (ValueError, TypeError, gr.Error) as err:  # bad input, a run refused, or the GPU call failed
         sentence = err.message if isinstance(err, gr.Error) else str(err)
+        if budget_bytes and "memory budget" in sentence:
+            sentence += f" The suggested budget for {n} requests is {backend.suggest_budget(int(n), bool(real))}."
         if stage < 3:
             cards[stage] = render_failure((UNTILED, TILED, CHUNKED)[stage], sentence)
         else:
@@ -180,14 +206,15 @@ def run_lesson(backend: Backend, n: float, budget: str, real: bool, steps: float
     yield frame()
 
 
-def wire(backend: Backend, parts: LessonParts) -> None:
+def wire(backend: Backend, sessions: Sessions, parts: LessonParts) -> None:
     def suggest(n: float, real: bool) -> str:
         return backend.suggest_budget(int(n), bool(real))
 
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
-    def run(n: float, budget: str, real: bool, steps: float, runs: lesson_steps.LessonRuns) -> Iterator[tuple]:
-        yield from run_lesson(backend, n, budget, real, steps, runs)
+    def run(n: float, budget: str, real: bool, steps: float, runs: lesson_steps.LessonRuns,
+            request: gr.Request) -> Iterator[tuple]:
+        yield from run_lesson(backend, sessions, n, budget, real, steps, runs, request.session_hash or "anonymous")
 
     parts.run.click(
         run,
