@@ -36,6 +36,7 @@ from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
 
 FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
 ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler
+GZIP_LEVEL = 6  # zlib's own balance of CPU and size: every frame of every stream goes through it
 # Gradio keeps about 190 KiB for every session it has seen, and an API client's session never
 # closes; past this many the least recently used goes (Gradio's default, 10,000, is about 1.9 GiB).
 SESSION_CAPACITY = int(os.environ.get("DGEMMA_SESSION_CAPACITY", "2000"))
@@ -132,7 +133,7 @@ def _keeping(args: argparse.Namespace):
     """Where the page keeps visitors' run files (args.files) and the cap on runs held in memory."""
     from dgemma.serving.held_runs import HeldRuns
     from dgemma.memory import parse_size
-    from dgemma.ui.generate.keep import Keeping
+    from dgemma.serving.runs import Keeping
 
     return Keeping(args.files, HeldRuns(parse_size(args.max_run_memory)))
 
@@ -164,18 +165,27 @@ def _upload_limits(demo, args: argparse.Namespace) -> dict:
             "app_kwargs": {"middleware": [Middleware(UploadGuard, files=files, max_file_bytes=largest)]}}
 
 
+def compression():
+    """Every frame of the live view goes through the page's event stream, which Gradio leaves
+    uncompressed: Starlette's gzip compresses it, flushed per chunk (so per frame) once event streams
+    are no longer among the types it leaves alone."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddleware
+
+    streams = tuple(t for t in DEFAULT_EXCLUDED_CONTENT_TYPES if t != "text/event-stream")
+    return Middleware(GZipMiddleware, compresslevel=GZIP_LEVEL, exclude_content_types=streams)
+
+
 def _launch(demo, args: argparse.Namespace) -> int:
     from starlette.middleware import Middleware
 
     from dgemma.serving.acks import AckRoute
-    from dgemma.serving.compression import CompressedEventStream
 
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
     limits = _upload_limits(demo, args)
-    # Every frame of the live view goes through the page's event stream: compressed, flushed per frame
-    # (outermost, so the guard's refusals are plain and the stream is compressed as it leaves). The page
-    # says which frames it drew (serving/acks.py) behind both, as any request.
-    middleware = [Middleware(CompressedEventStream), *limits.pop("app_kwargs")["middleware"], Middleware(AckRoute)]
+    # Compression outermost, so the guard's refusals are plain; the page says which frames it drew
+    # (serving/acks.py) behind both, as any request.
+    middleware = [compression(), *limits.pop("app_kwargs")["middleware"], Middleware(AckRoute)]
     demo.launch(
         **limits,
         server_name=args.host,

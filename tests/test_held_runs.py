@@ -107,18 +107,29 @@ def test_holding_runs_of_many_sessions_costs_little(sessions):
     assert held.sessions() == 10 and time.perf_counter() - started < 2.0
 
 
-def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path):
-    """keep.finished counts the run and writes its file while the run is still live: the stream's last
+def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path, tiny_model):
+    """The service counts the run and writes its file while the run is still live: the stream's last
     frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
+    from dgemma.engine import EngineConfig
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.serving.inputs import Limits
     from dgemma.serving.runfiles import RunFiles
-    from dgemma.ui.generate.keep import Keeping, finished
+    from dgemma.serving.runs import Keeping, RunService
 
-    keeping = Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1))
-    tab = tab_with_a_run(viewed=0)
-    tab.live = True
-    button = finished(tab, tab.recording, keeping, "tab")
-    keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
-    assert tab.recording is not None and button.interactive and tab.live  # the stream's finally makes it idle
-    tab.live = False
-    keeping.held.hold("third tab", tab_with_a_run(viewed=0))
+    class Request:
+        session_hash = "tab"
+
+    backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
+    try:
+        service = RunService(backend, Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1)))
+        tab = Playback()
+        ticks = service.stream(Request(), ["add 1+2"], {"max_denoising_steps": 2, "seed": 1}, tab)
+        last = next(tick for tick in ticks if tick.finished)
+        service.keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
+        assert tab.recording is not None and last.file and tab.live  # the stream has not ended yet
+        assert list(ticks) == []  # the stream ends after its last tick
+    finally:
+        backend.close()
+    assert not tab.live
+    service.keeping.held.hold("third tab", tab_with_a_run(viewed=0))
     assert tab.recording is None and tab.evicted == EVICTED

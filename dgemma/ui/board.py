@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.events import FINAL, Event, RequestEvent, StepEvent, TilePlan
 
-FINAL = ("done", "cancelled", "error")  # a request in one of these has ended
 # Keep the tile chart readable and its JSON small: only the most recent sampler calls.
 MAX_PLANS = 240
 

@@ -1,5 +1,5 @@
 """The lesson's runs, live: the same overview of the batch as the Generate tab's (dgemma/ui/board_view.py),
-fed the same compact frames (dgemma/ui/compact.py) a few times a second (dgemma/ui/stream.py).
+fed the same compact frames (dgemma/ui/compact.py) a few times a second (dgemma/serving/runs.py `ticks`).
 
 The backend tells each run as events (dgemma/serving/lesson_events.py); `watch` folds them into a
 board and hands out one frame at a time while the run goes on its thread
@@ -17,9 +17,9 @@ import gradio as gr
 from dgemma.serving.backend import LessonOutcome
 from dgemma.serving.lesson_live import LiveLesson
 from dgemma.ui import board_view
-from dgemma.ui.board import Board
+from dgemma.serving.runs import ticks
+from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import frame
-from dgemma.ui.stream import frames
 
 IDLE = '<div class="lesson-board-title">Press <b>Run</b>: each run\'s canvases denoise here, one row per request.</div>'
 
@@ -40,7 +40,8 @@ def watch(lesson: LiveLesson) -> Generator[dict, None, LessonOutcome]:
     """The run's board as compact frames while it runs (at most 6 a second, the last when it has
     ended); returns its outcome (its error raised again: one sentence)."""
     board, shown = Board(), -1
-    for board in frames(lesson.poll, lambda _: lesson.finished(), board):
+    for tick in ticks(lesson.poll, lesson.finished):
+        fold(tick.events, board)
         # An unchanged board (frames' keep-alive, where Gradio notices a closed page) sends nothing, and
         # nor does an empty one: the last run's board stays until this run's first step arrives.
         if board.events == shown or not board.requests:
