@@ -64,6 +64,8 @@ def register(service: RunService, embedded: bool = False) -> None:
         try:
             settings, record = _record_option(settings)
             done = service.results(getattr(request, "session_hash", None) or "api", prompts, settings, record)
+        except gr.Error:  # already one sentence (ZeroGPU's quota)
+            raise
         except ValueError as err:  # SettingsError is one; the tab's cap; no room for the recording
             raise gr.Error(str(err), print_exception=False) from None
         failed = [o for o in done.outputs if o.error]

@@ -1,5 +1,5 @@
 """One lesson run on a thread of its own, its events polled as a Run's are, so the page streams the
-lesson's board with the same loop as a Generate run (dgemma/ui/stream.py): `poll`, `finished`,
+lesson's board with the same loop as a Generate run (dgemma/serving/runs.py `ticks`): `poll`, `finished`,
 then `outcome()`.
 
 The backend's `lesson` blocks until the run ends (the engine's lock held, seconds at most); its

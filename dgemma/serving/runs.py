@@ -203,11 +203,6 @@ class RunService:
             if not runs:
                 self._runs.pop(tab, None)
 
-    def pending(self, tab: str) -> int:
-        """Requests the tab has waiting or running."""
-        with self._lock:
-            return sum(r.size for r in self._runs.get(tab, []))
-
     def stop(self, tab: str) -> int:
         """Stop: cancel every run of the tab; how many requests were asked to stop."""
         with self._lock:
@@ -251,8 +246,8 @@ class RunService:
         tab = tab_of(request)
         try:
             owned, batch, settings = self._start(tab, prompts, raw)
-        except ValueError as err:  # SettingsError is one; the tab's cap; a backend that refuses
-            yield Tick([], True, failure=str(err))
+        except ValueError as err:  # SettingsError is one; the tab's cap; a backend that refuses (gr.Error is one)
+            yield Tick([], True, failure=err.message if isinstance(err, gr.Error) else str(err))
             return
         run = owned.run
         assert run is not None

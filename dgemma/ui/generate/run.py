@@ -42,7 +42,7 @@ def wire_run(service: RunService, controls: Controls, first: FirstCanvas, run: g
     """Run streams one call's cards, charts and status line, and records it for playback (the
     slider follows the run until the user takes it); a card's Refine runs its prompt and seed again
     from its text (a card of this tab's run, or of a compare side's: `compared`, one Playback a
-    side); Stop cancels the session's requests."""
+    side); Stop cancels the tab's requests."""
     limits = service.backend.limits
 
     def panel(*fields) -> tuple[list[str], dict]:
@@ -83,7 +83,7 @@ def wire_run(service: RunService, controls: Controls, first: FirstCanvas, run: g
             return
         yield from stream(batch, raw, played, request)
 
-    def stop_session(request: gr.Request) -> None:
+    def stop_runs(request: gr.Request) -> None:
         n = service.stop(tab_of(request))
         log.info("stop: cancelled %d requests", n)
         if not n:
@@ -101,7 +101,7 @@ def wire_run(service: RunService, controls: Controls, first: FirstCanvas, run: g
                            concurrency_limit=None, show_progress="minimal")
     # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
     # the stream ends by itself once the engine has freed every slot (within one step).
-    stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)
+    stop.click(stop_runs, None, None, api_visibility="private", concurrency_limit=None)
 
 
 def stream_run(service: RunService, embedded: bool, batch: list[str], raw: dict, played: playback.Playback,
