@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompts", type=positive_int, default=64, help="prompts per call, UI or API (default 64)")
     p.add_argument("--max-new-tokens", type=positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
     p.add_argument("--max-queued", type=positive_int, default=64,
-                   help="requests one session may have waiting or running at once (default 64)")
+                   help="requests one tab (a browser tab or an API client) may have waiting or running at once (default 64)")
     p.add_argument("--max-disk", type=_size, default="2GiB",
                    help="disk all visitors' run files and uploads may use together, oldest removed first (default 2GiB)")
     p.add_argument("--files-max-age", type=positive_int, default=3600,
@@ -117,7 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _log_to_stderr() -> None:
-    # Our own INFO lines (a closed session's requests cancelled, engine restarts) on stderr.
+    # Our own INFO lines (a closed tab's requests cancelled, engine restarts) on stderr.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.getLogger("dgemma").addHandler(handler)

@@ -1,6 +1,6 @@
 """Where a click becomes engine work: Run submits one call's prompts through the Backend and streams
 its cards, charts and status line (recording it for playback); a finished card's Refine runs its
-prompt and seed again from its text; Stop cancels the session's requests."""
+prompt and seed again from its text; Stop cancels the tab's requests."""
 
 from __future__ import annotations
 
