@@ -36,6 +36,7 @@ from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
 
 FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
 ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler
+GZIP_LEVEL = 6  # zlib's own balance of CPU and size: every frame of every stream goes through it
 # Gradio keeps about 190 KiB for every session it has seen, and an API client's session never
 # closes; past this many the least recently used goes (Gradio's default, 10,000, is about 1.9 GiB).
 SESSION_CAPACITY = int(os.environ.get("DGEMMA_SESSION_CAPACITY", "2000"))
@@ -103,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompts", type=positive_int, default=64, help="prompts per call, UI or API (default 64)")
     p.add_argument("--max-new-tokens", type=positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
     p.add_argument("--max-queued", type=positive_int, default=64,
-                   help="requests one session may have waiting or running at once (default 64)")
+                   help="requests one tab (a browser tab or an API client) may have waiting or running at once (default 64)")
     p.add_argument("--max-disk", type=_size, default="2GiB",
                    help="disk all visitors' run files and uploads may use together, oldest removed first (default 2GiB)")
     p.add_argument("--files-max-age", type=positive_int, default=3600,
@@ -121,7 +122,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _log_to_stderr() -> None:
-    # Our own INFO lines (a closed session's requests cancelled, engine restarts) on stderr.
+    # Our own INFO lines (a closed tab's requests cancelled, engine restarts) on stderr.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.getLogger("dgemma").addHandler(handler)
@@ -137,7 +138,7 @@ def _keeping(args: argparse.Namespace):
     """Where the page keeps visitors' run files (args.files) and the cap on runs held in memory."""
     from dgemma.serving.held_runs import HeldRuns
     from dgemma.memory import parse_size
-    from dgemma.ui.generate.keep import Keeping
+    from dgemma.serving.runs import Keeping
 
     return Keeping(args.files, HeldRuns(parse_size(args.max_run_memory)))
 
@@ -169,18 +170,27 @@ def _upload_limits(demo, args: argparse.Namespace) -> dict:
             "app_kwargs": {"middleware": [Middleware(UploadGuard, files=files, max_file_bytes=largest)]}}
 
 
+def compression():
+    """Every frame of the live view goes through the page's event stream, which Gradio leaves
+    uncompressed: Starlette's gzip compresses it, flushed per chunk (so per frame) once event streams
+    are no longer among the types it leaves alone."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.gzip import DEFAULT_EXCLUDED_CONTENT_TYPES, GZipMiddleware
+
+    streams = tuple(t for t in DEFAULT_EXCLUDED_CONTENT_TYPES if t != "text/event-stream")
+    return Middleware(GZipMiddleware, compresslevel=GZIP_LEVEL, exclude_content_types=streams)
+
+
 def _launch(demo, args: argparse.Namespace) -> int:
     from starlette.middleware import Middleware
 
     from dgemma.serving.acks import AckRoute
-    from dgemma.serving.compression import CompressedEventStream
 
     port = args.port or int(os.environ.get("GRADIO_SERVER_PORT", 7860))
     limits = _upload_limits(demo, args)
-    # Every frame of the live view goes through the page's event stream: compressed, flushed per frame
-    # (outermost, so the guard's refusals are plain and the stream is compressed as it leaves). The page
-    # says which frames it drew (serving/acks.py) behind both, as any request.
-    middleware = [Middleware(CompressedEventStream), *limits.pop("app_kwargs")["middleware"], Middleware(AckRoute)]
+    # Compression outermost, so the guard's refusals are plain; the page says which frames it drew
+    # (serving/acks.py) behind both, as any request.
+    middleware = [compression(), *limits.pop("app_kwargs")["middleware"], Middleware(AckRoute)]
     demo.launch(
         **limits,
         server_name=args.host,

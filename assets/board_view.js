@@ -225,10 +225,16 @@ function apply() {
 
 // A streamed frame carries its stream's token and sequence number: saying it is drawn lets the
 // server send the next (dgemma/serving/acks.py), so a slow link carries one frame at a time, the latest.
+// Posting once as the view loads sets the cookie that tells the server, before this page's first
+// stream, that its frames will be acknowledged.
 const ACK_URL = new URL("dgemma-ack", document.baseURI);
 function acknowledge(frame) {
   if (!frame.ack || !frame.seq) return;
   fetch(ACK_URL, {method: "POST", body: `${frame.ack} ${frame.seq}`, keepalive: true}).catch(() => {});
+}
+if (!window.dgvAcknowledges) {
+  window.dgvAcknowledges = true;
+  fetch(ACK_URL, {method: "POST", body: "", keepalive: true}).catch(() => {});
 }
 apply();
 watch("value", apply);

@@ -72,3 +72,4 @@ class RequestEvent:
 
 
 Event = TilePlan | StepEvent | RequestEvent
+FINAL = ("done", "cancelled", "error")  # a request whose RequestEvent has one of these has ended

@@ -2,12 +2,10 @@
 
     python scripts/measure_slow_visitor.py RUN.jsonl [--down 12500] [--latency 40] [--pace 0.25] [--json]
 
-Side by side, per mode: `queued` (before: DGEMMA_COALESCE=0 DGEMMA_SEND_BUFFER=0, every frame
-waits in Gradio's queue for the visitor, and the kernel grows the stream's send buffer as it likes),
-`coalesced+capped` (after: the app as it is, a frame due while the visitor's last message is still
-unwritten is skipped, dgemma/serving/backlog.py, and the stream's socket keeps little unsent,
-dgemma/serving/send_buffer.py), each change alone, and `acked` (now: also a frame goes only once
-the page has drawn the one before, dgemma/serving/acks.py). Each starts `python app.py`, loads RUN (a run
+Side by side, per mode: `unpaced` (the baseline: the browser drops every post to the route the page
+acknowledges on, so the server takes the page for a client that never acknowledges and sends every
+frame at the plain rate) and `acked` (the app as it is: a frame goes only while fewer than the page's
+window are in flight, dgemma/serving/acks.py). Each starts `python app.py`, loads RUN (a run
 recorded with `python -m dgemma.generate --record`; a real-scale one is the twin at canvas 256) on
 the local link, then emulates the slow link in chromium (Chrome DevTools Protocol: --down bytes/s
 down and up, 40 ms; 12,500 B/s is 0.1 Mbit/s) and plays the run at --pace s a step. Every 0.5 s it
@@ -33,13 +31,8 @@ from measure_app import free_port, start_app
 
 from dgemma.recording import load
 
-# Before: every frame queued, the kernel's send buffer; then coalesced, the stream's buffer capped;
-# each change alone; and now: paced by the page's acknowledgements too (DGEMMA_ACKS).
-MODES = {"queued": {"DGEMMA_COALESCE": "0", "DGEMMA_SEND_BUFFER": "0", "DGEMMA_ACKS": "0"},
-         "queued+capped": {"DGEMMA_COALESCE": "0", "DGEMMA_ACKS": "0"},
-         "coalesced": {"DGEMMA_COALESCE": "1", "DGEMMA_SEND_BUFFER": "0", "DGEMMA_ACKS": "0"},
-         "coalesced+capped": {"DGEMMA_COALESCE": "1", "DGEMMA_ACKS": "0"},
-         "acked": {"DGEMMA_COALESCE": "1"}}
+# The baseline is the same app whose page's acknowledgements never arrive (the browser drops them).
+MODES = ("unpaced", "acked")
 SAMPLE_S = 0.5
 # Every status line the page shows, with its time: the steps it received.
 WATCH = """() => { window.__shown = []; const s = document.querySelector('#status');
@@ -56,10 +49,12 @@ def shown_step(page) -> int:
 def measure(browser, path: str, mode: str, down: float, pace: float, limit_s: float, latency: float = 40) -> dict:
     steps = load(Path(path).read_bytes()).steps
     port = free_port()
-    proc, _, _ = start_app(port, [], env=MODES[mode])
+    proc, _, _ = start_app(port, [])
     server = psutil.Process(proc.pid)
     try:
         page = browser.new_page(viewport={"width": 1360, "height": 1000})
+        if mode == "unpaced":
+            page.route("**/dgemma-ack", lambda route: route.abort())
         cdp = page.context.new_cdp_session(page)
         cdp.send("Network.enable")
         page.goto(f"http://127.0.0.1:{port}", wait_until="load")
@@ -106,7 +101,7 @@ def measure(browser, path: str, mode: str, down: float, pace: float, limit_s: fl
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    told = re.findall(r"a visitor behind: (\d+) updates skipped, (\d+) sent, at most (\d+) messages waiting",
+    told = re.findall(r"a visitor behind: (\d+) updates skipped, (\d+) sent, at most (\d+) frames in flight",
                       "".join(proc.lines))
     lags = [due - shown for _, due, shown, _ in samples if shown >= 0]
     late = sorted(at - shown * pace for at, _, shown, _ in samples if shown >= 0)  # how old the page's view is
@@ -117,7 +112,7 @@ def measure(browser, path: str, mode: str, down: float, pace: float, limit_s: fl
         "lag_steps_median": sorted(lags)[len(lags) // 2] if lags else None, "lag_steps_max": max(lags, default=None),
         "view_age_s_median": round(late[len(late) // 2], 1) if late else None,
         "view_age_s_max": round(late[-1], 1) if late else None,
-        "server_most_waiting": int(told[-1][2]) if told else "<=1", "server_skipped": int(told[-1][0]) if told else 0,
+        "server_most_in_flight": int(told[-1][2]) if told else None, "server_skipped": int(told[-1][0]) if told else 0,
         "rss_start_mb": round(rss0 / 2**20, 1), "rss_growth_peak_mb": round((max(rss) - rss0) / 2**20, 1),
         "timeline": [(at, due, shown, round(r / 2**20, 1)) for at, due, shown, r in samples[:: max(1, len(samples) // 12)]],
     }  # fmt: skip

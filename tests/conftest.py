@@ -45,7 +45,6 @@ KIND_BY_MODULE = {
     "test_startup": "server",
     "test_gpu_check": "server",
     "test_gpu_session": "server",
-    "test_backlog": "server",
     "test_browser": "browser",
     "test_browser_canvas": "browser",
     "test_playback": "browser",

@@ -1,5 +1,6 @@
-"""The frames a page has drawn (dgemma/serving/acks.py): the registry a stream asks, and the public
-route the page posts to, through a real ASGI app (Starlette's test client)."""
+"""The one pacing (dgemma/serving/acks.py): a page that acknowledges the frames it draws has at most a
+window of them in flight; a client that never does gets the plain rate; the public route the page
+posts to, through a real ASGI app (Starlette's test client)."""
 
 from __future__ import annotations
 
@@ -9,54 +10,41 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from dgemma.serving.acks import ACK_PATH, MAX_BODY, AckRoute, Acks
-from dgemma.serving.backlog import Visitor
-from dgemma.ui.stream import coalesced
+from dgemma.events import RequestEvent
+from dgemma.serving.acks import ACK_PATH, COOKIE, MAX_BODY, AckRoute, Acks, Pace, paces_by_acks
+from dgemma.serving.runs import ticks
 from fake_clock import Clock
 
 
-def test_a_streams_frames_are_in_flight_from_the_first_until_drawn():
+def test_a_pages_frames_are_in_flight_from_the_first_until_drawn():
     acks = Acks()
-    token = acks.open()
+    token = acks.open(by_acks=True)
     acks.sent(token), acks.sent(token)
-    assert acks.in_flight(token) == 2
+    assert acks.in_flight(token) == 2 and acks.holding(token)
 
 
-def test_a_stream_whose_first_frame_is_not_drawn_within_the_grace_is_not_held_back():
+def test_a_client_that_never_acknowledges_is_never_held_back():
+    acks = Acks()
+    token = acks.open(by_acks=False)
+    for _ in range(5):
+        acks.sent(token)
+    assert acks.in_flight(token) == 0 and not acks.holding(token)
+
+
+def test_a_stream_whose_page_acknowledges_a_frame_is_paced_by_its_window_from_then_on():
     clock = Clock()
-    acks = Acks(first_ack_s=5, clock=clock)
-    token = acks.open()
+    acks = Acks(clock=clock)
+    token = acks.open(by_acks=False)  # its cookie did not arrive
     acks.sent(token)
-    clock.now += 4.9
-    assert acks.in_flight(token) == 1
-    clock.now += 0.1
-    acks.sent(token)
-    assert acks.in_flight(token) == 0
-
-
-def test_a_stream_held_back_again_once_its_page_draws_a_frame_late():
-    clock = Clock()
-    acks = Acks(first_ack_s=5, clock=clock)
-    token = acks.open()
-    acks.sent(token)
-    clock.now += 8
+    clock.now += 3
     acks.drawn(token, 1)
     acks.sent(token)
-    assert acks.in_flight(token) == 1
-
-
-def test_once_the_page_acknowledges_the_frames_sent_since_are_in_flight():
-    acks = Acks()
-    token = acks.open()
-    acks.drawn(token, acks.sent(token))
-    assert acks.in_flight(token) == 0
-    acks.sent(token)
-    assert acks.in_flight(token) == 1
+    assert acks.in_flight(token) == 1 and acks.holding(token)
 
 
 def test_an_acknowledgement_counts_up_to_the_frame_it_names():
     acks = Acks()
-    token = acks.open()
+    token = acks.open(by_acks=True)
     for _ in range(3):
         acks.sent(token)
     acks.drawn(token, 3)
@@ -64,21 +52,10 @@ def test_an_acknowledgement_counts_up_to_the_frame_it_names():
     assert acks.in_flight(token) == 0
 
 
-def test_a_page_that_draws_slowly_holds_its_stream_at_one_frame_in_flight():
-    clock = Clock()
-    acks = Acks(clock=clock)
-    token = acks.open()
-    acks.sent(token)
-    clock.now += 3
-    acks.drawn(token, 1)
-    acks.sent(token)
-    assert acks.holding(token)
-
-
 def test_a_page_that_draws_each_frame_quickly_may_have_two_in_flight():
     clock = Clock()
     acks = Acks(clock=clock)
-    token = acks.open()
+    token = acks.open(by_acks=True)
     acks.sent(token)
     clock.now += 0.2
     acks.drawn(token, 1)
@@ -90,7 +67,7 @@ def test_a_page_that_draws_each_frame_quickly_may_have_two_in_flight():
 
 def test_an_unknown_token_or_a_frame_never_sent_is_ignored():
     acks = Acks()
-    token = acks.open()
+    token = acks.open(by_acks=True)
     acks.sent(token)
     assert not acks.drawn("no-such-stream", 1) and not acks.drawn(token, 2) and not acks.drawn(token, 0)
     assert acks.in_flight(token) == 1 and len(acks) == 1
@@ -98,44 +75,69 @@ def test_an_unknown_token_or_a_frame_never_sent_is_ignored():
 
 def test_a_closed_stream_leaves_nothing_and_its_late_acknowledgement_is_ignored():
     acks = Acks()
-    token = acks.open()
+    token = acks.open(by_acks=True)
     acks.sent(token)
     acks.close(token)
     assert len(acks) == 0 and not acks.drawn(token, 1) and acks.sent(token) == 0
 
 
-def test_past_the_cap_a_stream_runs_unpaced_and_registers_nothing():
+def test_past_the_cap_a_stream_goes_at_the_plain_rate_and_registers_nothing():
     acks = Acks(max_streams=2)
-    tokens = [acks.open() for _ in range(3)]
-    assert len(acks) == 2 and len(set(tokens)) == 3 and acks.sent(tokens[2]) == 0
+    tokens = [acks.open(by_acks=True) for _ in range(3)]
+    assert len(acks) == 2 and len(set(tokens)) == 3 and acks.sent(tokens[2]) == 0 and not acks.holding(tokens[2])
 
 
-def test_each_frame_a_visitor_stamps_carries_its_stream_token_and_the_next_number():
-    acks = Acks()
-    visitor = Visitor("s", acks)
-    first, second = visitor.stamp({"rows": []}), visitor.stamp({"rows": []})
-    assert (first["ack"], first["seq"], second["seq"]) == (visitor.token, 1, 2) and first["rows"] == []
+def test_each_frame_a_pace_stamps_carries_its_stream_token_and_the_next_number():
+    pace = Pace(True, Acks())
+    first, second = pace.stamp({"rows": []}), pace.stamp({"rows": []})
+    assert (first["ack"], first["seq"], second["seq"]) == (pace.token, 1, 2) and first["rows"] == []
 
 
-def test_a_visitor_who_has_not_drawn_the_last_frame_gets_only_the_last_update():
+def test_only_a_request_carrying_the_cookie_is_paced_by_its_page():
+    class Request:
+        cookies = {COOKIE: "1"}
+
+    assert paces_by_acks(Request()) and not paces_by_acks(object()) and not paces_by_acks(None)
+
+
+def run_of_events(clock: Clock, events: list) -> tuple:
+    """poll and over for `events`, one every 10 ms of (fake) time, the last ending the run."""
+    pending = list(events)
+
+    def poll(timeout: float) -> list:
+        clock.now += 0.01
+        return [pending.pop(0)] if pending else []
+
+    return poll, lambda: not pending
+
+
+def test_while_the_page_has_not_drawn_the_last_frame_ticks_carry_events_but_no_frame_and_the_last_goes():
     clock = Clock()
     acks = Acks(clock=clock)
-    visitor = Visitor("s", acks)
-    seq = visitor.stamp({})["seq"]
-    clock.now += 3  # a slow link: one frame in flight
-    acks.drawn(visitor.token, seq)
-    visitor.stamp({})  # sent, not drawn
-    assert list(coalesced(range(5), visitor, lambda i: i == 4)) == [4]
-
-
-def test_a_visitor_who_draws_each_frame_gets_every_update_and_is_closed_at_the_end():
-    acks = Acks()
-    visitor = Visitor("s", acks)
+    pace = Pace(True, acks)
+    poll, over = run_of_events(clock, [RequestEvent(0, "running")] * 200 + [RequestEvent(0, "done")])
     got = []
-    for update in coalesced(range(5), visitor, lambda i: i == 4):
-        acks.drawn(visitor.token, visitor.stamp({})["seq"])
-        got.append(update)
-    assert got == [0, 1, 2, 3, 4] and len(acks) == 0
+    for tick in ticks(poll, over, pace, clock=clock):
+        if tick.send:
+            tick.stamp({})  # sent, and drawn by no page: it stays in flight
+        got.append(tick)
+    sent = [t for t in got if t.send]
+    assert sum(len(t.events) for t in got) == 201  # every event handed on, to fold
+    assert len(sent) == 2 and sent[-1].finished  # the first frame and the last
+    assert 3 <= len(got) - len(sent) <= 6  # a tick every 0.5 s held back, where Gradio notices a gone client
+
+
+def test_a_page_that_draws_every_frame_gets_one_a_tick():
+    clock = Clock()
+    acks = Acks(clock=clock)
+    pace = Pace(True, acks)
+    poll, over = run_of_events(clock, [RequestEvent(0, "running")] * 200 + [RequestEvent(0, "done")])
+    got = []
+    for tick in ticks(poll, over, pace, clock=clock):
+        if tick.send:
+            acks.drawn(pace.token, tick.stamp({})["seq"])
+        got.append(tick.send)
+    assert all(got) and 10 <= len(got) <= 16  # 2 s of events at 6 a second
 
 
 @pytest.fixture
@@ -148,11 +150,17 @@ def client_and_acks():
 
 def test_the_route_marks_the_frame_drawn(client_and_acks):
     client, acks = client_and_acks
-    token = acks.open()
+    token = acks.open(by_acks=True)
     acks.drawn(token, acks.sent(token))
     acks.sent(token)
     answer = client.post(ACK_PATH, content=f"{token} 2")
     assert answer.status_code == 204 and acks.in_flight(token) == 0
+
+
+def test_the_routes_answer_sets_the_cookie_that_says_this_page_acknowledges(client_and_acks):
+    client, _ = client_and_acks
+    answer = client.post(ACK_PATH, content="")
+    assert answer.status_code == 204 and answer.cookies.get(COOKIE) == "1"
 
 
 def test_the_route_answers_an_unknown_token_or_garbage_the_same_and_keeps_nothing(client_and_acks):

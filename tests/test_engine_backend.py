@@ -35,7 +35,7 @@ def backend():
 
 def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(backend):
     from dgemma.sampling import RunOptions, SamplingParams
-    from dgemma.serving.sessions import Sessions
+    from dgemma.serving.runs import RunService
     from dgemma.settings import Settings
     from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson
@@ -51,7 +51,7 @@ def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(back
             assert {p.impl for p in plans} == {sampler}
             texts[tiling, sampler] = [o.text for o in outputs]
     runs = LessonRuns()
-    for _ in run_lesson(backend, Sessions(64), 4, backend.suggest_budget(4, False), False, 4, runs):
+    for _ in run_lesson(RunService(backend), None, 4, backend.suggest_budget(4, False), False, 4, runs):
         pass
     assert not runs.outcomes["untiled"].ok and runs.outcomes["tiled"].ok and len(runs.outcomes["tiled"].tokens) == 4
     assert len(set(map(tuple, texts.values()))) == 1  # the layout never changes the tokens

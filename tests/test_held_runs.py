@@ -41,7 +41,7 @@ def test_many_sessions_stay_under_the_cap_and_the_least_recently_used_idle_runs_
         if session == "tab 6":
             assert kept() == ["tab 3", "tab 5", "tab 6"]  # tab 4 went: held after tab 3, viewed before it
     assert kept() == ["tab 7", "tab 8", "tab 9"]
-    assert held.sessions() == 3 and held.evicted == 7
+    assert held.slots() == 3 and held.evicted == 7
     assert all(tabs[s].evicted == EVICTED for s in done if s not in kept())
     assert EVICTED.count(".") == 1 and EVICTED.endswith(".")  # one sentence, said at the tab's next view
 
@@ -53,9 +53,9 @@ def test_a_live_run_is_never_evicted_and_the_one_being_held_stays():
     live.live = True
     held.hold("live", live)
     held.hold("new", tab_with_a_run(viewed=50))
-    assert live.recording is not None and held.sessions() == 2  # over the cap, but nothing idle to evict
+    assert live.recording is not None and held.slots() == 2  # over the cap, but nothing idle to evict
     held.hold("newer", tab_with_a_run(viewed=60))
-    assert held.sessions() == 2 and live.recording is not None  # "new" went: idle, and not the one held now
+    assert held.slots() == 2 and live.recording is not None  # "new" went: idle, and not the one held now
 
 
 def test_a_closed_tab_frees_its_share_at_once():
@@ -73,7 +73,7 @@ def test_a_recorded_api_call_that_cannot_fit_beside_live_runs_is_refused_and_one
     held.hold("idle tab", tab_with_a_run(viewed=0))
     assert held.admit("call 1", Reserved(most)) and held.admit("call 2", Reserved(most))
     assert held.admit("call 3", Reserved(most))  # the idle tab's run made room
-    assert held.sessions() == 3 and not held.admit("call 4", Reserved(most))  # three live calls fill the cap
+    assert held.slots() == 3 and not held.admit("call 4", Reserved(most))  # three live calls fill the cap
     held.release("call 1")
     assert held.admit("call 4", Reserved(most))
 
@@ -104,21 +104,32 @@ def test_holding_runs_of_many_sessions_costs_little(sessions):
     started = time.perf_counter()
     for i, tab in enumerate(tabs):
         held.hold(f"tab {i}", tab)
-    assert held.sessions() == 10 and time.perf_counter() - started < 2.0
+    assert held.slots() == 10 and time.perf_counter() - started < 2.0
 
 
-def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path):
-    """keep.finished counts the run and writes its file while the run is still live: the stream's last
+def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path, tiny_model):
+    """The service counts the run and writes its file while the run is still live: the stream's last
     frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
+    from dgemma.engine import EngineConfig
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.serving.inputs import Limits
     from dgemma.serving.runfiles import RunFiles
-    from dgemma.ui.generate.keep import Keeping, finished
+    from dgemma.serving.runs import Keeping, RunService
 
-    keeping = Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1))
-    tab = tab_with_a_run(viewed=0)
-    tab.live = True
-    button = finished(tab, tab.recording, keeping, "tab")
-    keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
-    assert tab.recording is not None and button.interactive and tab.live  # the stream's finally makes it idle
-    tab.live = False
-    keeping.held.hold("third tab", tab_with_a_run(viewed=0))
+    class Request:
+        session_hash = "tab"
+
+    backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
+    try:
+        service = RunService(backend, Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1)))
+        tab = Playback()
+        ticks = service.stream(Request(), ["add 1+2"], {"max_denoising_steps": 2, "seed": 1}, tab)
+        last = next(tick for tick in ticks if tick.finished)
+        service.keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
+        assert tab.recording is not None and last.file and tab.live  # the stream has not ended yet
+        assert list(ticks) == []  # the stream ends after its last tick
+    finally:
+        backend.close()
+    assert not tab.live
+    service.keeping.held.hold("third tab", tab_with_a_run(viewed=0))
     assert tab.recording is None and tab.evicted == EVICTED

@@ -8,7 +8,7 @@ import html
 
 import pytest
 
-from dgemma.serving.sessions import Sessions
+from dgemma.serving.runs import RunService
 from dgemma.ui.lesson import live, tab
 
 N, STEPS = 6, 3
@@ -29,7 +29,7 @@ def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
     n, settings = tab._checked(backend, N, STEPS)
     budget_bytes = tab._budget_bytes(budget)
-    view = live.watch(backend, Sessions(64), "test", tab.lesson_prompts(n),
+    view = live.watch(RunService(backend), None, tab.lesson_prompts(n),
                       tab._run_settings(settings, budget_bytes, tiling, "reference", False), "a budget")
     frames = []
     while True:
@@ -64,6 +64,6 @@ def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(backend)
 
 
 def test_a_bad_budget_is_one_sentence_on_the_untiled_card(backend):
-    untiled, tiled, *_ = list(tab.run_lesson(backend, Sessions(64), N, "lots", False, STEPS))[-1]
+    untiled, tiled, *_ = list(tab.run_lesson(RunService(backend), None, N, "lots", False, STEPS))[-1]
     assert 'data-outcome="error"' in untiled and "is not a size such as 512MiB" in html.unescape(untiled)
     assert "not run yet" in tiled

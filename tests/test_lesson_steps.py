@@ -7,7 +7,7 @@ import re
 import pytest
 
 from dgemma.memory import format_bytes
-from dgemma.serving.sessions import Sessions
+from dgemma.serving.runs import RunService
 from dgemma.ui.lesson.steps import LessonRuns, render_call
 
 N = 8
@@ -23,7 +23,7 @@ def lesson(tiny_model):
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
     try:
         runs = LessonRuns()
-        for _ in run_lesson(backend, Sessions(64), N, backend.suggest_budget(N, False), False, 3, runs):
+        for _ in run_lesson(RunService(backend), None, N, backend.suggest_budget(N, False), False, 3, runs):
             pass
     finally:
         backend.close()

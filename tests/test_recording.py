@@ -14,10 +14,10 @@ from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
 from dgemma.ui.generate import playback
 from dgemma.ui.seek import Seeker
-from dgemma.ui.board import fold
+from dgemma.ui.board import Board, fold
 from dgemma.ui.canvas import render_board
 from dgemma.serving.inputs import Limits
-from dgemma.ui.stream import frames
+from dgemma.serving.runs import ticks
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park", "A", "B"]
 
@@ -35,13 +35,15 @@ def recorded(tiny_model):
         settings = Settings(SamplingParams(max_denoising_steps=3, seed=7), max_new_tokens=2 * tiny_model.canvas_length)
         run = backend.start(PROMPTS, settings)
         run.recording = Recording(run_header(backend.info(), settings, PROMPTS))
-        boards = list(frames(run.poll, lambda b: b.finished and len(b.requests) >= run.size))
+        board = Board()
+        for tick in ticks(run.poll, lambda: board.finished and len(board.requests) >= run.size):
+            fold(tick.events, board)
         live = []
         while batch := spy.poll(0.2):
             live += batch
     finally:
         backend.close()
-    return run.recording, boards[-1], live
+    return run.recording, board, live
 
 
 def test_the_recording_of_a_seeded_run_equals_its_live_events(recorded):

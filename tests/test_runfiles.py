@@ -198,16 +198,16 @@ def test_an_uploaded_run_file_is_read_and_removed_and_so_is_one_that_is_not_a_ru
 
     from dgemma.serving.held_runs import HeldRuns
     from dgemma.recording import Recording
-    from dgemma.ui.generate.keep import Keeping, read_upload
+    from dgemma.serving.runs import Keeping, RunService
 
-    keeping = Keeping(files, HeldRuns(2**30))
+    service = RunService(None, Keeping(files, HeldRuns(2**30)))  # no backend: reading a file runs nothing
     folder = files.root / ("ab" * 32)  # where Gradio stores an upload
     folder.mkdir()
     run, junk = folder / "run.jsonl", files.root / ("cd" * 32) / "junk.jsonl"
     Recording().save(str(run))
     junk.parent.mkdir()
     junk.write_bytes(b"\x89PNG\r\n")
-    assert read_upload(str(run), keeping).steps == 0 and not run.exists() and not folder.exists()
+    assert service.read_upload(None, str(run)).steps == 0 and not run.exists() and not folder.exists()
     with pytest.raises(gr.Error, match="not a dgemma run: it is not text"):
-        read_upload(str(junk), keeping)
+        service.read_upload(None, str(junk))
     assert files.usage().files == 0

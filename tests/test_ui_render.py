@@ -11,7 +11,7 @@ from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
 from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
-from dgemma.ui.stream import frames
+from dgemma.serving.runs import ticks
 from fake_clock import Clock
 
 LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_chars=100)
@@ -80,7 +80,19 @@ def test_prompts_fill_the_batch_by_cycling():
 # ---------------------------------------------------------------- frame pacing
 
 
-def test_frames_coalesce_many_events_into_few_renders():
+def boards_of(poll, hz: float, clock, keepalive: float = 0.5) -> list:
+    """The boards a stream of `poll`'s events hands a view: one fold, drawn at each tick that may be."""
+    from dgemma.ui.board import Board, fold
+
+    board, drawn = Board(), []
+    for tick in ticks(poll, lambda: board.finished, hz=hz, keepalive=keepalive, clock=clock):
+        fold(tick.events, board)
+        if tick.send:
+            drawn.append((board.events, board.finished))
+    return drawn
+
+
+def test_ticks_fold_many_events_into_few_renders():
     """1000 events spread over 2 s of (fake) time give about 2 s x 6 Hz renders, not 1000."""
     from dgemma.events import RequestEvent
 
@@ -91,14 +103,12 @@ def test_frames_coalesce_many_events_into_few_renders():
         clock.now += min(timeout, 0.002) if timeout > 0 else 0.002  # 2 ms per event
         return [pending.pop(0)] if pending else []
 
-    boards = list(frames(poll, lambda b: b.finished, hz=6.0, clock=clock))
-    assert boards[-1].finished
-    assert 8 <= len(boards) <= 14, len(boards)
-    assert boards[-1].events == 1004  # every event folded, none dropped
+    drawn = boards_of(poll, 6.0, clock)
+    assert drawn[-1] == (1004, True)  # every event folded, none dropped
+    assert 8 <= len(drawn) <= 14, len(drawn)
 
 
-
-def test_frames_hand_out_an_unchanged_board_every_keepalive_so_a_gone_client_is_noticed():
+def test_ticks_hand_out_an_unchanged_board_every_keepalive_so_a_gone_client_is_noticed():
     """Requests that only wait (no events for 3 s): the board still comes out about every 0.5 s."""
     from dgemma.events import RequestEvent
 
@@ -110,9 +120,9 @@ def test_frames_hand_out_an_unchanged_board_every_keepalive_so_a_gone_client_is_
             return [RequestEvent(0, "queued")]
         return [RequestEvent(0, "done")] if clock.now >= 3.0 else []
 
-    boards = list(frames(poll, lambda b: b.finished, hz=6.0, keepalive=0.5, clock=clock))
-    assert 5 <= len(boards) <= 8, len(boards)  # 3 s / 0.5 s, plus the first and the last
-    assert boards[-1].finished
+    drawn = boards_of(poll, 6.0, clock)
+    assert 5 <= len(drawn) <= 8, len(drawn)  # 3 s / 0.5 s, plus the first and the last
+    assert drawn[-1][1]
 
 
 def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
@@ -337,14 +347,14 @@ def lesson_runs(tiny_model, n: int, real_scale: bool, steps: int) -> dict:
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.serving.inputs import Limits
-    from dgemma.serving.sessions import Sessions
+    from dgemma.serving.runs import RunService
     from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=n), Limits(), None)
     try:
         runs = LessonRuns()
-        for _ in run_lesson(backend, Sessions(64), n, backend.suggest_budget(n, real_scale), real_scale, steps, runs):
+        for _ in run_lesson(RunService(backend), None, n, backend.suggest_budget(n, real_scale), real_scale, steps, runs):
             pass
         return runs.outcomes
     finally:

@@ -250,12 +250,12 @@ def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(g
 
 
 def test_the_lesson_through_the_gpu_call_runs_out_of_memory_untiled_and_completes_tiled(gpu_backend):
-    from dgemma.serving.sessions import Sessions
+    from dgemma.serving.runs import RunService
     from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson
 
     runs = LessonRuns()
-    *_, last = run_lesson(gpu_backend, Sessions(64), 4, gpu_backend.suggest_budget(4, False), False, 2, runs)
+    *_, last = run_lesson(RunService(gpu_backend), None, 4, gpu_backend.suggest_budget(4, False), False, 2, runs)
     untiled, tiled = runs.outcomes["untiled"], runs.outcomes["tiled"]
     assert not untiled.ok and "OutOfMemoryError" in untiled.message and untiled.needed_bytes > untiled.free_bytes
     assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last[3]

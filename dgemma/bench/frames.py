@@ -29,7 +29,7 @@ from dgemma.ui.board import fold
 from dgemma.ui.canvas import render_board
 from dgemma.ui.compact import frame
 
-FRAMES_PER_S = 6.0  # the live stream's rate (dgemma/ui/stream.py)
+FRAMES_PER_S = 6.0  # the live stream's rate (dgemma/serving/runs.py HZ)
 
 
 def wire(value) -> bytes:

@@ -4,7 +4,7 @@ It launches `python app.py` (the embedded model unless --model), or drives a run
 with K clients that each call the `generate` endpoint back to back until the time is up: held-out
 prompts of every task family plus a few prompts outside them, batches of 1 to 8, 16 to 64 new
 tokens, all drawn from one seeded generator. Every few seconds it reads the serving process's
-resident memory (/proc/PID/status; the pid is the one `generate` reports, so a local app started
+resident memory (psutil; the pid is the one `generate` reports, so a local app started
 elsewhere is measured too). Reported: calls, requests, errors, p50/p99 call latency, RSS at start
 and end, and RSS growth per 10,000 requests after the warm-up (the least-squares slope of RSS
 against requests completed, over the samples after the first --warmup share of the time).
@@ -36,13 +36,12 @@ def rss_bytes(pid: int | None) -> int | None:
     """Resident memory of process `pid`, or None when it cannot be read (a remote app, a gone process)."""
     if not pid:
         return None
+    import psutil
+
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
         return None
-    return None
 
 
 def slope(points: list[tuple[int, int]]) -> float | None:

@@ -13,11 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dgemma.engine.mailbox import Mailbox
-from dgemma.events import Event, RequestEvent
+from dgemma.events import FINAL, Event, RequestEvent
 from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.sampling.start import CanvasStart
-
-FINAL = ("done", "cancelled", "error")
 
 
 @dataclass

@@ -1,53 +1,54 @@
-"""Which frames a page has drawn: the page says so, and its stream sends the next frame only then.
+"""How fast a stream sends frames: as its page draws them, or at the plain rate.
 
-On a slow link the frames a stream sends wait in the sockets and the link's own buffers (0.5-0.7 MB
-through chromium's emulated 0.1 Mbit/s) long before Gradio's queue holds one (dgemma/serving/
-backlog.py): the visitor sees what was sent half a minute ago. So a stream stamps each frame it
-sends with its token (random, made per stream) and a sequence number (`Acks.sent`); the page's
-script (assets/board_view.js), once it has drawn the frame, posts "TOKEN SEQ" to ACK_PATH; and
-while a frame it sent is not yet drawn, the stream is behind (`in_flight`) and skips frames,
-coalescing to the latest. That holds from a stream's first frame: waiting for the page to say it
-draws at all would let the link's buffers fill first. A stream whose first frame is not drawn
-within FIRST_ACK_S (an API client, a view without the script, a link slower than that) is not held
-back by it again until its page says it drew one. A page that draws a frame within
-QUICK_ROUND_TRIP_S of its sending (a fast link) may have two in flight (`holding`): the next one
-travels while it draws, as it did before, and the lag that adds is under that round trip.
+The one pacing of every stream the page gets (a live run, Compare's sides, a replay). A page that
+draws frames says so: its script (assets/board_view.js) posts "TOKEN SEQ" to ACK_PATH once it has
+drawn a frame, the frame's stream's token and number (`Pace.stamp`). Such a stream sends a frame
+only while fewer than its window are in flight: one, or two where the page drew the last within
+QUICK_ROUND_TRIP_S of its sending (on a quick link the next travels while the page draws). A slow
+link then carries one frame at a time, the state of the moment it could take it, whatever the
+sockets and the link's own buffers would take in; the frames due meanwhile are skipped (each
+frame is the state of its moment, so a skipped one loses nothing).
 
-The route is public: `AckRoute` answers every POST to ACK_PATH with 204, whatever it holds (an
-unknown token is ignored, and says nothing), reads at most MAX_BODY bytes and refuses a longer
-body unread; it changes two numbers of an entry that exists only while its stream runs
-(`close` removes it: `coalesced` closes its Visitor), and at most MAX_STREAMS entries exist (past
-that, a stream goes unpaced).
-DGEMMA_ACKS=0 turns the pacing off: the baseline of scripts/measure_slow_visitor.py.
+A client that never acknowledges (the API, gradio_client) gets frames at the stream's plain rate.
+The page is told apart before its first frame: the script posts once as it loads, and the route's
+answer sets the COOKIE that the page's later requests, its streams' included, carry
+(`paces_by_acks`). A stream of a page whose cookie did not arrive (a browser that refuses it) goes
+at the plain rate until its page acknowledges a frame, then by the window.
+
+The route is public: it answers every POST with 204 whatever it holds (an unknown token is
+ignored and told nothing), refuses a body over MAX_BODY bytes unread (413), changes two numbers of
+an entry that exists only while its stream runs, and at most MAX_STREAMS entries exist (past that,
+a stream goes at the plain rate).
 """
 
 from __future__ import annotations
 
-import os
+import logging
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
 
 ACK_PATH = "/dgemma-ack"
+COOKIE = "dgemma-acks"  # this browser's pages acknowledge the frames they draw
 MAX_BODY = 64  # "TOKEN SEQ": a 16-character token, a space, a number
 MAX_STREAMS = 10_000
 QUICK_ROUND_TRIP_S = 1.0
-# A stream's first frame is whole (30-70 KB, 2-6 s at 0.1 Mbit/s), but a client that never
-# acknowledges must not be held back long: at 10 s, a cancelled gradio_client stream left the
-# ZeroGPU worker's loop running (docs/reliability.md); 1 s costs a slow visitor a few frames.
-FIRST_ACK_S = 1.0
-PACED = os.environ.get("DGEMMA_ACKS", "1") != "0"
 
 
 class _Stream:
-    __slots__ = ("drawn", "first_sent_at", "round_trip", "sent", "sent_at")
+    __slots__ = ("by_acks", "drawn", "round_trip", "sent", "sent_at")
 
-    def __init__(self) -> None:
+    def __init__(self, by_acks: bool) -> None:
+        self.by_acks = by_acks  # paced by the window (its page acknowledges), else the plain rate
         self.sent = 0  # the last frame's sequence number (1, 2, ...)
         self.drawn = 0  # the last one the page said it drew (0: it never said)
-        self.first_sent_at = 0.0
         self.sent_at = [0.0, 0.0]  # when the last two frames were sent: [seq - 1, seq]
         self.round_trip = float("inf")  # from sending a frame to its page saying it drew it, the last measured
 
@@ -55,21 +56,20 @@ class _Stream:
 class Acks:
     """The streams that are running, and how far each one's page has drawn."""
 
-    def __init__(self, max_streams: int = MAX_STREAMS, first_ack_s: float = FIRST_ACK_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_streams, self.first_ack_s, self.clock = max_streams, first_ack_s, clock
+    def __init__(self, max_streams: int = MAX_STREAMS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_streams, self.clock = max_streams, clock
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._streams)
 
-    def open(self) -> str:
-        """A new stream's token (registered unless MAX_STREAMS are running: then it is never paced)."""
+    def open(self, by_acks: bool) -> str:
+        """A new stream's token (registered unless MAX_STREAMS are running: then it goes at the plain rate)."""
         token = secrets.token_urlsafe(12)  # 16 characters
         with self._lock:
             if len(self._streams) < self.max_streams:
-                self._streams[token] = _Stream()
+                self._streams[token] = _Stream(by_acks)
         return token
 
     def close(self, token: str) -> None:
@@ -84,15 +84,12 @@ class Acks:
             if stream is None:
                 return 0
             stream.sent += 1
-            now = self.clock()
-            if stream.sent == 1:
-                stream.first_sent_at = now
-            stream.sent_at = [stream.sent_at[1], now]
+            stream.sent_at = [stream.sent_at[1], self.clock()]
             return stream.sent
 
     def drawn(self, token: str, seq: int) -> bool:
-        """The page drew frame `seq` of the stream `token`; False (and nothing changes) for an unknown
-        token or a frame that was never sent."""
+        """The page drew frame `seq` of the stream `token` (from now on it is paced by its window); False
+        (and nothing changes) for an unknown token or a frame that was never sent."""
         with self._lock:
             stream = self._streams.get(token)
             if stream is None or not 0 < seq <= stream.sent:
@@ -100,17 +97,13 @@ class Acks:
             if seq > stream.drawn and seq >= stream.sent - 1:
                 stream.round_trip = self.clock() - stream.sent_at[seq - stream.sent + 1]
             stream.drawn = max(stream.drawn, seq)
+            stream.by_acks = True
             return True
 
     def in_flight(self, token: str) -> int:
-        """Frames sent and not yet drawn; 0 once the first frame has waited FIRST_ACK_S for its page
-        to say it drew it and it never has (a client that does not acknowledge)."""
+        """Frames sent and not yet drawn, of a stream paced by its page (0 for one at the plain rate)."""
         stream = self._streams.get(token)
-        if stream is None:
-            return 0
-        if stream.drawn == 0 and self.clock() - stream.first_sent_at >= self.first_ack_s:
-            return 0
-        return stream.sent - stream.drawn
+        return stream.sent - stream.drawn if stream is not None and stream.by_acks else 0
 
     def holding(self, token: str) -> bool:
         """A frame sent now would wait behind frames the page has not drawn: one in flight, or two
@@ -120,10 +113,45 @@ class Acks:
         return self.in_flight(token) >= window
 
 
-ACKS = Acks()  # the app's: the streams' Visitors and the route share it
+ACKS = Acks()  # the app's: the streams' paces and the route share it
 
-Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
+
+class Pace:
+    """One stream's pacing: whether a frame may go now (`ready`), and the frame sent (`stamp`)."""
+
+    def __init__(self, by_acks: bool, acks: Acks = ACKS) -> None:
+        self.acks = acks
+        self.token = acks.open(by_acks)
+        self.skipped = self.sent = self.most_in_flight = 0
+
+    def ready(self) -> bool:
+        """A frame due now may go: the page has drawn enough of those sent (or it is not paced by its page)."""
+        self.most_in_flight = max(self.most_in_flight, self.acks.in_flight(self.token))
+        if self.acks.holding(self.token):
+            self.skipped += 1
+            return False
+        return True
+
+    def stamp(self, frame: dict) -> dict:
+        """`frame` (a compact frame, dgemma/ui/compact.py), sent: with this stream's token and its number,
+        which the page posts back once it has drawn it."""
+        self.sent += 1
+        return {**frame, "ack": self.token, "seq": self.acks.sent(self.token)}
+
+    def close(self) -> None:
+        """The stream has ended: its page's acknowledgements are no longer kept; one log line if it held frames back."""
+        self.acks.close(self.token)
+        if self.skipped:
+            log.info("a visitor behind: %d updates skipped, %d sent, at most %d frames in flight",
+                     self.skipped, self.sent, self.most_in_flight)
+
+
+def paces_by_acks(request: object) -> bool:
+    """Whether the request (a gr.Request) came from a page that acknowledges the frames it draws."""
+    try:
+        return COOKIE in request.cookies  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # no HTTP request behind it (a call from Python)
+        return False
 
 
 def parse(body: bytes) -> tuple[str, int] | None:
@@ -138,44 +166,36 @@ def parse(body: bytes) -> tuple[str, int] | None:
 
 
 class AckRoute:
-    """ASGI: POST ACK_PATH "TOKEN SEQ" marks that frame drawn in `acks`; every other request passes."""
+    """ASGI middleware: POST ACK_PATH "TOKEN SEQ" marks that frame drawn in `acks` (an empty body: the
+    page says it acknowledges); every other request passes to the app."""
 
     def __init__(self, app: ASGIApp, acks: Acks = ACKS) -> None:
         self.app = app
         self.acks = acks
 
-    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].endswith(ACK_PATH):
             await self.app(scope, receive, send)
             return
-        if scope["method"] != "POST":
-            await _answer(send, 405)
-            return
-        body = await _body(scope, receive)
-        if body is None:
-            await _answer(send, 413)
-            return
+        response = await self.answer(Request(scope, receive))
+        await response(scope, receive, send)
+
+    async def answer(self, request: Request) -> Response:
+        if request.method != "POST":
+            return Response(status_code=405)
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > MAX_BODY:
+            return Response(status_code=413)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:  # a body longer than it said
+                return Response(status_code=413)
         ack = parse(body)
         if ack is not None:
             self.acks.drawn(*ack)
-        await _answer(send, 204)
-
-
-async def _body(scope: Scope, receive: Callable) -> bytes | None:
-    """The request's body, or None when it is (or says it is) longer than MAX_BODY: no more is read."""
-    for key, value in scope.get("headers", ()):
-        if key.lower() == b"content-length" and (not value.isdigit() or int(value) > MAX_BODY):
-            return None
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if len(body) > MAX_BODY:
-            return None
-        if not message.get("more_body", False):
-            return body
-
-
-async def _answer(send: Callable, status: int) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
-    await send({"type": "http.response.body", "body": b""})
+        response = Response(status_code=204)
+        https = request.url.scheme == "https"  # a Space's page is in another site's frame: only a partitioned cookie keeps
+        response.set_cookie(COOKIE, "1", path="/", httponly=True, secure=https, samesite="none" if https else "lax",
+                            partitioned=https)
+        return response

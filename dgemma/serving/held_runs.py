@@ -1,18 +1,19 @@
-"""What all sessions' recordings and kept boards hold in memory, under one cap.
+"""What all tabs' recordings and kept boards hold in memory, under one cap.
 
-Every tab keeps its last run (a `Recording`, up to 80 MB at its bound) and the board it last showed;
-an API call with `record: true` holds one while it runs. A public app cannot let visitors add these
-up without end, so each holder is registered here under its session with what it holds:
+Every tab keeps its last run (a `Recording`, up to 80 MB at its bound) and the board it last showed,
+and one for each side of its comparison; an API call with `record: true` holds one while it runs. A
+public app cannot let visitors add these up without end, so each holder is registered here under
+its slot (dgemma/serving/runs.py `slot_key`) with what it holds:
 
-- `hold(session, holder)` counts (or recounts) what the holder holds;
+- `hold(slot, holder)` counts (or recounts) what the holder holds;
 - when the total passes the cap, the least recently used idle holder goes first (its `last_used`:
   a view of its run, the slider, play): its `evict(sentence)` drops its recording and board, and its
   page says the sentence when next used; a live holder (a run still recording) is never evicted,
   nor the one being held now;
-- `admit(session, holder)` is `hold` for a recording that may be refused: an API call with
+- `admit(slot, holder)` is `hold` for a recording that may be refused: an API call with
   `record: true` counts the most its recording can hold, and is refused (False) when evicting every
   idle run cannot make room for it;
-- `release(session)` frees what a session holds and forgets it (its tab closed).
+- `release(slot)` frees what a slot holds and forgets it (its tab closed).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class HeldRuns:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.evicted = 0  # holders evicted so far
-        self._held: dict[str, tuple[Holder, int]] = {}  # session -> (holder, bytes it holds)
+        self._held: dict[str, tuple[Holder, int]] = {}  # slot -> (holder, bytes it holds)
         self._total = 0  # the sum of those bytes
         self._lock = threading.Lock()
 
@@ -52,55 +53,55 @@ class HeldRuns:
         with self._lock:
             return self._total
 
-    def sessions(self) -> int:
+    def slots(self) -> int:
         with self._lock:
             return len(self._held)
 
-    def hold(self, session: str, holder: Holder) -> list[str]:
-        """Count what `holder` holds now for `session`; evict the least recently used idle holders of
-        other sessions while the total passes the cap. The sessions evicted."""
-        return self._hold(session, holder, refuse=False)[1]
+    def hold(self, slot: str, holder: Holder) -> list[str]:
+        """Count what `holder` holds now for `slot`; evict the least recently used idle holders of
+        other slots while the total passes the cap. The slots evicted."""
+        return self._hold(slot, holder, refuse=False)[1]
 
-    def admit(self, session: str, holder: Holder) -> bool:
+    def admit(self, slot: str, holder: Holder) -> bool:
         """`hold`, unless the total would still pass the cap with every idle holder evicted: then
         nothing is held or evicted, and False."""
-        return self._hold(session, holder, refuse=True)[0]
+        return self._hold(slot, holder, refuse=True)[0]
 
-    def _hold(self, session: str, holder: Holder, refuse: bool) -> tuple[bool, list[str]]:
+    def _hold(self, slot: str, holder: Holder, refuse: bool) -> tuple[bool, list[str]]:
         holder.last_used = time.monotonic()  # held now: a run just made or loaded is in use
         size = holder.held_bytes()
         with self._lock:
             if refuse:
-                pinned = sum(n for s, (h, n) in self._held.items() if h.live and s != session)
+                pinned = sum(n for s, (h, n) in self._held.items() if h.live and s != slot)
                 if pinned + size > self.max_bytes:
                     return False, []
-            self._total += size - self._held.get(session, (None, 0))[1]
-            self._held[session] = (holder, size)
-            victims = self._over_cap(session) if self._total > self.max_bytes else []
+            self._total += size - self._held.get(slot, (None, 0))[1]
+            self._held[slot] = (holder, size)
+            victims = self._over_cap(slot) if self._total > self.max_bytes else []
         for _, victim in victims:  # outside the lock: a holder's evict takes its own
             victim.evict(EVICTED)
         return True, [s for s, _ in victims]
 
-    def release(self, session: str) -> int:
-        """Free what `session` holds and forget it (its tab closed: Gradio keeps a closed tab's state
+    def release(self, slot: str) -> int:
+        """Free what `slot` holds and forget it (its tab closed: Gradio keeps a closed tab's state
         for an hour, so the holder drops its recording now); the bytes it held."""
         with self._lock:
-            holder, size = self._held.pop(session, (None, 0))
+            holder, size = self._held.pop(slot, (None, 0))
             self._total -= size
         if holder is not None:
             holder.evict("")
         return size
 
     def _over_cap(self, keep: str) -> list[tuple[str, Holder]]:
-        idle = sorted((holder.last_used, session) for session, (holder, _) in self._held.items()
-                      if session != keep and not holder.live)
+        idle = sorted((holder.last_used, slot) for slot, (holder, _) in self._held.items()
+                      if slot != keep and not holder.live)
         victims = []
-        for _, session in idle:
+        for _, slot in idle:
             if self._total <= self.max_bytes:
                 break
-            holder, size = self._held.pop(session)
+            holder, size = self._held.pop(slot)
             self._total -= size
-            victims.append((session, holder))
+            victims.append((slot, holder))
         self.evicted += len(victims)
         return victims
 

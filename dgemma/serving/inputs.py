@@ -16,11 +16,11 @@ from dgemma.settings import Settings, parse_settings
 
 @dataclass(frozen=True)
 class Limits:
-    """What one call or one session may ask for, so that one client cannot starve the others."""
+    """What one call or one tab may ask for, so that one client cannot starve the others."""
 
     max_prompts: int = 64  # prompts in one call (after filling up to `concurrent`)
     max_new_tokens: int = 256
-    max_queued: int = 64  # requests one session may have waiting or running at once
+    max_queued: int = 64  # requests one tab (a browser tab, an API client) may have waiting or running at once
     max_prompt_chars: int = 4000
 
 

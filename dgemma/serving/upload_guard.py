@@ -1,4 +1,4 @@
-"""Uploads sized before they are stored: an ASGI layer in front of the app's routes.
+"""Uploads sized before they are stored: a layer in front of the app's routes.
 
 Gradio refuses a file over its `max_file_size` only once that many bytes have arrived, and it
 writes them to disk meanwhile; a page's browser checks the size first, a script does not. Here a
@@ -11,13 +11,12 @@ refusal is one sentence, as plain text.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dgemma.serving.runfiles import RunFiles
 
-Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
 # A multipart body is the file plus its part headers and boundaries: a few hundred bytes.
 FORM_OVERHEAD = 64 * 1024
 
@@ -28,20 +27,24 @@ class UploadGuard:
         self.files = files
         self.max_file_bytes = max_file_bytes
 
-    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not _is_multipart(scope):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        length = _content_length(scope)
+        request = Request(scope, receive)
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            await self.app(scope, receive, send)
+            return
+        length = _declared_length(request)
         if length is None:
-            await _refuse(send, 411, "A file upload must say its size (a Content-Length header).")
+            await _refuse(scope, receive, send, 411, "A file upload must say its size (a Content-Length header).")
             return
         if length > self.max_file_bytes + FORM_OVERHEAD:
-            await _refuse(send, 413, f"This file is {length / 2**20:.0f} MB, more than any run file can be "
-                                     f"({self.max_file_bytes / 2**20:.0f} MB); it was not stored.")
+            await _refuse(scope, receive, send, 413, f"This file is {length / 2**20:.0f} MB, more than any run file can "
+                                                     f"be ({self.max_file_bytes / 2**20:.0f} MB); it was not stored.")
             return
         if not self.files.reserve(length):
-            await _refuse(send, 507, "The app's disk for visitors' files is full; try again in a few minutes.")
+            await _refuse(scope, receive, send, 507, "The app's disk for visitors' files is full; try again in a few minutes.")
             return
         try:
             await self.app(scope, receive, send)
@@ -49,28 +52,13 @@ class UploadGuard:
             self.files.unreserve(length)
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value
-    return None
-
-
-def _is_multipart(scope: Scope) -> bool:
-    return (_header(scope, b"content-type") or b"").lower().startswith(b"multipart/form-data")
-
-
-def _content_length(scope: Scope) -> int | None:
-    value = _header(scope, b"content-length")
-    try:
-        return int(value) if value is not None and _header(scope, b"transfer-encoding") is None else None
-    except ValueError:
+def _declared_length(request: Request) -> int | None:
+    """The body's size as the request declares it; None when it does not (or streams it in chunks)."""
+    value = request.headers.get("content-length")
+    if value is None or "transfer-encoding" in request.headers or not value.isdigit():
         return None
+    return int(value)
 
 
-async def _refuse(send: Callable, status: int, sentence: str) -> None:
-    body = sentence.encode("utf-8")
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, sentence: str) -> None:
+    await PlainTextResponse(sentence, status_code=status, headers={"connection": "close"})(scope, receive, send)

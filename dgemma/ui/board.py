@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.events import FINAL, Event, RequestEvent, StepEvent, TilePlan
 from dgemma.sizes import object_bytes
 
-FINAL = ("done", "cancelled", "error")  # a request in one of these has ended
 # Keep the tile chart readable and its JSON small: only the most recent sampler calls.
 MAX_PLANS = 240
 

@@ -56,16 +56,18 @@ def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (
             gr.Dataset(samples=sets), gr.Timer(active=False)]
 
 
-def dom_id(component: gr.components.Component) -> str:
-    """The id of a component's element on the page: its elem_id, or the one Gradio gives it."""
-    return component.elem_id or f"component-{component._id}"
+def dom_id(component: gr.components.Component, n: int) -> str:
+    """The id of a component's element on the page: its elem_id, given one here (the `n`-th field) where it has none."""
+    if not component.elem_id:
+        component.elem_id = f"dgemma-field-{n}"
+    return component.elem_id
 
 
 def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, status: gr.Markdown, run: gr.Button,
          fields: Sequence[gr.components.Component], examples: gr.Dataset, replay_state: gr.State) -> None:
     """The timer and its fill: `fields` the settings and the prompts box, filled at ready where untouched."""
     built = [field.value for field in fields]
-    ids = [dom_id(field) for field in fields]
+    ids = [dom_id(field, n) for n, field in enumerate(fields)]
     fill = gr.JSON(None, visible=False)
     timer = gr.Timer(0.5, active=not ready)
     demo.load(None, js=MARK_TOUCHED_JS)

@@ -12,9 +12,8 @@ import gradio as gr
 from dgemma.examples import example_sets
 from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
-from dgemma.serving.sessions import Sessions, client_left
+from dgemma.serving.runs import Keeping, RunService, tab_of
 from dgemma.ui.generate import tab as generate
-from dgemma.ui.generate.keep import Keeping
 from dgemma.ui.header import header_markdown
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui import loading_tick
@@ -23,8 +22,7 @@ from dgemma.ui import loading_tick
 def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
     """The whole app for one backend (one engine, one model); `keeping`: the directory and caps for
     visitors' run files and the cap on runs held in memory (app.py's; by default a directory of its own)."""
-    keeping = keeping or Keeping.default()
-    sessions = Sessions(backend.limits.max_queued)
+    service = RunService(backend, keeping)
     loading = backend_state(backend)
     facts = backend.info()
     examples = example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
@@ -38,9 +36,9 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
 
         # ---------------------------------------------------------------- events
         embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
-        generate.wire(backend, sessions, gen, embedded, keeping)
-        lesson.wire(backend, sessions, lesson_parts)
-        api.register(backend, sessions, embedded, keeping.held)
+        generate.wire(service, gen, embedded)
+        lesson.wire(service, lesson_parts)
+        api.register(service, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.
         fields = [*gen.controls.model_defaults(), lesson_parts.budget, gen.controls.prompts]
@@ -48,11 +46,7 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
                           gen.player.state)
 
         def closed(request: gr.Request) -> None:
-            # A closed tab (or a client gone for good): its requests stop and free their slots, its
-            # run file goes and its run leaves memory (Gradio keeps a closed tab's state for an hour).
-            session = request.session_hash or "anonymous"
-            client_left(sessions.cancel(session), "page closed")
-            keeping.closed(session)
+            service.closed(tab_of(request))  # its runs stop, its files go, its runs leave memory
 
         demo.unload(closed)
     return demo

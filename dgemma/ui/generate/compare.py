@@ -13,7 +13,6 @@ sampler memory, and how many texts came out the same.
 from __future__ import annotations
 
 import html
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,19 +21,15 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
-from dgemma.recording import run_header
 from dgemma.serving.backend import Backend
-from dgemma.serving.backlog import Visitor
 from dgemma.serving.inputs import parse_call_settings
-from dgemma.serving.sessions import Sessions
+from dgemma.serving.runs import RunService
 from dgemma.ui import board_view
-from dgemma.ui.board import Board
+from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate import first_canvas, keep, playback
+from dgemma.ui.generate import first_canvas, playback
 from dgemma.ui.generate.run import read_panel
-from dgemma.ui.generate.status import board_summary
-from dgemma.ui.stream import run_boards
 from dgemma.units import format_bytes
 
 SIDES = first_canvas.COMPARE_SIDES
@@ -123,15 +118,14 @@ def table(boards: list[Board], summaries: list[dict]) -> str:
             + f'</table><div class="compare-same">same text in {same} of {len(texts[0])} requests</div>')
 
 
-def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, embedded: bool,
-         keeping: keep.Keeping) -> None:
+def wire(service: RunService, compare: Compare, inputs: list, embedded: bool) -> None:
     """Compare runs A then B on the panel's prompts and settings (`inputs`: the panel's, as run.read_panel takes them)."""
+    backend = service.backend
 
     # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
     def run(a_text, b_text, sides: list[playback.Playback], text, n, mode, fixed, budget_, sampler_, new_tokens, steps,
             tmin, tmax, bound, threshold, stable, seed_, greedy_, start, pins, template,
             request: gr.Request) -> Iterator[list]:
-        session = request.session_hash or "anonymous"
         try:
             batch, raw = read_panel(backend.limits, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin,
                                     tmax, bound, threshold, stable, seed_, greedy_, start, pins, template)
@@ -144,33 +138,26 @@ def wire(backend: Backend, sessions: Sessions, compare: Compare, inputs: list, e
         length = int(backend.info().get("canvas_length") or 0)  # a finished board no longer shows its canvas length
         shown = [frame(boards[0], length), frame(boards[1], length), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
         for i, (side, checked) in enumerate(zip(sides, settings)):
-            handle = None
+            ticks = service.stream(request, batch, checked, side, slot=f"compare-{SIDES[i]}")
             try:
-                handle = backend.start(batch, checked)
-                sessions.add(session, handle)  # the session's cap on waiting requests holds here too
-            except ValueError as err:
-                if handle is not None:
-                    handle.close()
-                yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(str(err))}</div>', *[gr.skip()] * 6]
-                return
-            handle.recording = side.start(run_header(backend.info(), checked, batch))
-            key = keep.slot_key(session, keep.COMPARE_SLOTS[i])
-            started = time.monotonic()
-            visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
-            side_boards = run_boards(handle, sessions, session, boards[i], visitor)
-            try:
-                for board in side_boards:
-                    keeping.held.hold(key, side)  # the side's recording grows: idle runs make room
-                    shown[i] = visitor.stamp(frame(board, length))
-                    if board.failure:  # one sentence, on the side's cards and above them; B does not run
-                        yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(board.failure)}</div>', *shown]
+                for tick in ticks:
+                    board = fold(tick.events, boards[i])
+                    if tick.failure:  # one sentence, on the side's cards and above them; B does not run
+                        if board.requests:
+                            shown[i] = tick.stamp(frame(fail_unfinished(board, tick.failure), length))
+                        yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(tick.failure)}</div>', *shown]
                         return
-                    if board.finished:  # the side's figures in its file's end line, as any run's
-                        summaries[i] = handle.recording.summary = board_summary(board, started)
-                        shown[2 + i], shown[4 + i] = plot(entropy_figure(board)), keep.finished(side, handle.recording, keeping, key)
+                    if not tick.send:  # the visitor has not drawn the last frame yet: nothing goes
+                        yield [gr.skip()] * 7
+                        continue
+                    shown[i] = tick.stamp(frame(board, length))
+                    if tick.finished:  # the side's figures, as its file's end line keeps them
+                        summaries[i] = tick.summary or {}
+                        shown[2 + i] = plot(entropy_figure(board))
+                        shown[4 + i] = gr.DownloadButton(value=tick.file, interactive=tick.file is not None)
                     yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
             finally:
-                side_boards.close()  # its end frees the side's requests now, not when collected
+                ticks.close()  # its end frees the side's requests now, not when collected
         yield [table(boards, summaries), *shown]
 
     compare.run.click(run, inputs=[*compare.changes, compare.state, *inputs], outputs=compare.outputs(),

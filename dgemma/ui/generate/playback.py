@@ -6,7 +6,7 @@ events up to that step, drawn by the same renderers as the live view -- and mark
 charts. While a run streams, the view follows it live until the user takes the slider (or a
 button); the next Run follows again. "Download run" saves the run as JSON lines; "Load a run"
 replays such a file in the same views with no model (it works while the model is still loading).
-Where the file and the run are kept, and under which caps: dgemma/ui/generate/keep.py.
+Where the file and the run are kept, and under which caps: dgemma/serving/runs.py.
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.recording import Recording
-from dgemma.serving.backlog import Visitor
+from dgemma.serving.runs import RunService
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate.keep import Keeping, read_upload
 from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.generate import upload as loader
 from dgemma.ui.generate.upload import Loader
 from dgemma.ui.seek import Seeker
-from dgemma.ui.stream import coalesced
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
@@ -135,7 +133,7 @@ def live_slider(playback: Playback) -> gr.Slider:
     return gr.Slider(maximum=last)
 
 
-def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping) -> None:
+def wire(service: RunService, player: Player, views: list, status_line: gr.Markdown) -> None:
     """Slider, buttons, the paced play stream and upload; `views` = [cards, entropy plot, tile plot]."""
     p = player
     outputs = [*views, status_line, p.slider]
@@ -170,7 +168,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             if again := int(step or 0) >= playback.recording.steps:
                 step = 0  # at the end, play starts over
             playback.clock = PlayClock(int(step or 0), pace)
-        clock, session = playback.clock, request.session_hash or "anonymous"
+        clock = playback.clock
         first = show(playback, int(step or 0), True, pace, charts=again)
         # The view already shows the step play starts from, unless it starts over: only the status line changes.
         yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
@@ -187,8 +185,10 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
                 yield shown, shown >= recording.steps
 
         # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
-        visitor = Visitor(session)  # each step's frame is stamped: a page that says it drew it gets the next
-        for nxt, at_end in coalesced(due_steps(), visitor, lambda due: due[1]):
+        for (nxt, at_end), pace in service.paced(request, due_steps(), lambda due: due[1]):
+            if pace is None:  # their page has not drawn the last frame yet: nothing goes
+                yield [gr.skip()] * 5
+                continue
             if at_end:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
@@ -196,7 +196,7 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
             shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
             if not (playback.playing or at_end) or playback.clock is not clock:
                 return  # paused while this step was drawn: the pause's view stays
-            yield [visitor.stamp(shown_now[0]), *shown_now[1:]]
+            yield [pace.stamp(shown_now[0]), *shown_now[1:]]
             if at_end:  # the last step's charts follow its frame, which they would hold up
                 recording = playback.recording
                 if recording is not None:
@@ -212,16 +212,14 @@ def wire(player: Player, views: list, status_line: gr.Markdown, keeping: Keeping
 
     def load_run(playback: Playback, file, request: gr.Request) -> list:
         if playback.live:
-            keeping.files.remove(file if isinstance(file, str) else getattr(file, "name", None) or "")
+            service.discard_upload(file)
             raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
                            print_exception=False)
-        recording = read_upload(file, keeping)  # the upload is removed, whatever it held
-        session = request.session_hash or "anonymous"
-        keeping.files.release(session)  # the last run's file: Download run now offers nothing
+        recording = service.read_upload(request, file)  # the upload removed, whatever it held; the last run's file too
         playback.recording, playback.follow, playback.playing = recording, False, False
         playback.kept, playback.evicted = Seeker(), ""
         playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
-        keeping.held.hold(session, playback)
+        service.hold(request, playback)
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False)]
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)

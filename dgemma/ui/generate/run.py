@@ -1,6 +1,6 @@
 """Where a click becomes engine work: Run submits one call's prompts through the Backend and streams
 its cards, charts and status line (recording it for playback); a finished card's Refine runs its
-prompt and seed again from its text; Stop cancels the session's requests."""
+prompt and seed again from its text; Stop cancels the tab's requests."""
 
 from __future__ import annotations
 
@@ -12,29 +12,15 @@ from collections.abc import Iterator
 import gradio as gr
 
 from dgemma.examples import prompt_note
-from dgemma.recording import run_header
-from dgemma.serving.backend import Backend
-from dgemma.serving.backlog import Visitor
-from dgemma.serving.inputs import (
-    Limits,
-    parse_call_settings,
-    parse_prompts,
-    prompts_from_text,
-)
-from dgemma.serving.sessions import Sessions
-from dgemma.ui.board import Board
+from dgemma.serving.inputs import Limits, parse_prompts, prompts_from_text
+from dgemma.serving.runs import RunService, tab_of
+from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate import keep, playback
+from dgemma.ui.generate import playback
 from dgemma.ui.generate.controls import Controls, raw_settings
 from dgemma.ui.generate.first_canvas import COMPARE_SIDES, FirstCanvas, canvas_settings, finished_card, refine_request
-from dgemma.ui.generate.status import (
-    board_summary,
-    failed_status,
-    finished_status,
-    run_status,
-)
-from dgemma.ui.stream import run_boards
+from dgemma.ui.generate.status import failed_status, finished_status, run_status
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +37,19 @@ def read_panel(limits: Limits, text, n, mode, fixed, budget_, sampler_, new_toke
     return parse_prompts(prompts_from_text(text, n), limits), raw
 
 
-def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: FirstCanvas, run: gr.Button,
-             stop: gr.Button, outputs: list, player: playback.Player, embedded: bool, keeping: keep.Keeping,
-             compared: gr.State) -> None:
+def wire_run(service: RunService, controls: Controls, first: FirstCanvas, run: gr.Button, stop: gr.Button,
+             outputs: list, player: playback.Player, embedded: bool, compared: gr.State) -> None:
     """Run streams one call's cards, charts and status line, and records it for playback (the
     slider follows the run until the user takes it); a card's Refine runs its prompt and seed again
     from its text (a card of this tab's run, or of a compare side's: `compared`, one Playback a
-    side); Stop cancels the session's requests."""
-    limits = backend.limits
+    side); Stop cancels the tab's requests."""
+    limits = service.backend.limits
 
     def panel(*fields) -> tuple[list[str], dict]:
         return read_panel(limits, *fields)
 
     def stream(batch: list[str], raw: dict, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
-        return stream_run(backend, sessions, embedded, batch, raw, played, request, keeping)
+        return stream_run(service, embedded, batch, raw, played, request)
 
     # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
     def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold,
@@ -98,8 +83,8 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
             return
         yield from stream(batch, raw, played, request)
 
-    def stop_session(request: gr.Request) -> None:
-        n = sessions.cancel(request.session_hash or "anonymous")
+    def stop_runs(request: gr.Request) -> None:
+        n = service.stop(tab_of(request))
         log.info("stop: cancelled %d requests", n)
         if not n:
             gr.Info("Nothing to stop.")
@@ -108,7 +93,7 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
     run.click(
         generate_stream, inputs=inputs, outputs=[*outputs, player.slider, player.download],
         api_name="generate_stream", api_visibility="undocumented",
-        concurrency_limit=None,  # sessions share the engine; the engine does the batching
+        concurrency_limit=None,  # tabs share the engine; the engine does the batching
         show_progress="minimal",
     )
     first.refine_run.click(refine_stream, inputs=[first.refine_request, *inputs, compared],
@@ -116,78 +101,53 @@ def wire_run(backend: Backend, sessions: Sessions, controls: Controls, first: Fi
                            concurrency_limit=None, show_progress="minimal")
     # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
     # the stream ends by itself once the engine has freed every slot (within one step).
-    stop.click(stop_session, None, None, api_visibility="private", concurrency_limit=None)
+    stop.click(stop_runs, None, None, api_visibility="private", concurrency_limit=None)
 
 
-def stream_run(backend: Backend, sessions: Sessions, embedded: bool, batch: list[str], raw: dict,
-               played: playback.Playback, request: gr.Request, keeping: keep.Keeping) -> Iterator[tuple]:
+def stream_run(service: RunService, embedded: bool, batch: list[str], raw: dict, played: playback.Playback,
+               request: gr.Request) -> Iterator[tuple]:
     """One call's cards, charts and status line as it streams, recorded for playback: the outputs
     of Run (and of Refine)."""
-    limits = backend.limits
-    session = request.session_hash or "anonymous"
-    try:  # a failure before the run starts: one sentence in the status line, the last run's cards stay
-        settings = parse_call_settings(raw, backend.defaults, limits, backend.max_num_seqs, len(batch))
-        if sessions.pending(session) + len(batch) > limits.max_queued:
-            raise ValueError(f"This session may have at most {limits.max_queued} requests waiting or running; "
-                             "wait or press Stop.")
-        handle = backend.start(batch, settings)
-    except ValueError as err:  # SettingsError is one
-        yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
-        return
-    try:
-        sessions.add(session, handle)
-    except ValueError as err:  # another click of this session got in first
-        handle.close()
-        yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
-        return
-    if getattr(handle, "notice", ""):
-        gr.Warning(handle.notice)
-    facts = backend.info()
-    handle.recording = played.start(run_header(facts, settings, batch))
-    length = int(facts.get("canvas_length") or 0)  # a finished board no longer shows its canvas length
-    started = time.monotonic()
+    length = int(service.backend.info().get("canvas_length") or 0)  # a finished board no longer shows its canvas length
     # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a
     # period apart, and both at the end: a Plotly redraw costs the browser far more than
     # the cards do, and two at once would stall a busy laptop's page for a moment.
-    due = [started, started + CHART_PERIOD_S / 2]
-    notes = {i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))}
+    due = [0.0, CHART_PERIOD_S / 2]
+    board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
     shown = -1
-    visitor = Visitor(session)  # each frame sent is stamped: a page that says it drew it gets the next
-    boards = run_boards(handle, sessions, session, Board(notes=notes), visitor)
+    ticks = service.stream(request, batch, raw, played)
     try:
-        for board in boards:
-            if board.failure:  # one sentence where the user looks: the status line, and every card it stopped
-                line = failed_status(board.failure)
+        for tick in ticks:
+            fold(tick.events, board)
+            if tick.failure:  # one sentence where the user looks: the status line, and every card it stopped
+                line = failed_status(tick.failure)
                 if not board.requests:  # nothing had started: the last run's cards and charts stay as they were
                     yield gr.skip(), gr.skip(), gr.skip(), line, gr.skip(), gr.skip()
                 else:
-                    yield (visitor.stamp(frame(board, length)), plot(entropy_figure(board)), plot(board_tile_figure(board)),
+                    fail_unfinished(board, tick.failure)
+                    yield (tick.stamp(frame(board, length)), plot(entropy_figure(board)), plot(board_tile_figure(board)),
                            line, gr.skip(), gr.skip())
                 return
-            if board.finished:  # the run's figures go in its file's end line, and under the status line
-                summary = handle.recording.summary = board_summary(board, started)
-            keeping.held.hold(session, played)  # a live run's recording grows: idle runs make room
-            kept = keep.finished(played, handle.recording, keeping, session) if board.finished else gr.skip()
+            kept = gr.DownloadButton(value=tick.file, interactive=tick.file is not None) if tick.finished else gr.skip()
             if not played.follow:  # the user has the slider: the view is theirs
                 yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), playback.live_slider(played), kept
                 continue
-            if board.events == shown and not board.finished:  # nothing new: only the clock moves
-                yield gr.skip(), gr.skip(), gr.skip(), run_status(board, started), gr.skip(), gr.skip()
+            if not tick.send:  # the visitor has not drawn the last frame yet: nothing goes
+                yield gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                continue
+            if board.events == shown and not tick.finished:  # nothing new: only the clock moves
+                yield gr.skip(), gr.skip(), gr.skip(), run_status(board, tick.started), gr.skip(), gr.skip()
                 continue
             shown = board.events
             now = time.monotonic()
             charts = []
             for i, figure in enumerate((entropy_figure, board_tile_figure)):
-                if now >= due[i] or board.finished:
-                    due[i] = now + CHART_PERIOD_S
+                if now >= tick.started + due[i] or tick.finished:
+                    due[i] = now - tick.started + CHART_PERIOD_S
                     charts.append(plot(figure(board)))
                 else:
                     charts.append(gr.skip())
-            line = finished_status(board, started, summary) if board.finished else run_status(board, started)
-            yield visitor.stamp(frame(board, length)), *charts, line, playback.live_slider(played), kept
-    except GeneratorExit:  # the client has gone (run_boards frees its requests)
-        keeping.closed(session)  # as the unload hook does: this stream may have held the run again after it
-        raise
+            line = finished_status(board, tick.started, tick.summary) if tick.finished else run_status(board, tick.started)
+            yield tick.stamp(frame(board, length)), *charts, line, playback.live_slider(played), kept
     finally:
-        played.live = False
-        boards.close()  # its end frees the run's requests (and ends a GPU call) now, not when collected
+        ticks.close()  # its end frees the run's requests (and ends a GPU call) now, not when collected

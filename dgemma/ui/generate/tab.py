@@ -8,12 +8,11 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.serving.backend import Backend
-from dgemma.serving.sessions import Sessions
+from dgemma.serving.runs import RunService
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import compare, first_canvas, playback
-from dgemma.ui.generate.keep import Keeping
 from dgemma.ui.generate.controls import Controls, settings_panel
 from dgemma.ui.generate.run import wire_run
 
@@ -73,11 +72,11 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
     return GenerateTab(controls, first, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
 
-def wire(backend: Backend, sessions: Sessions, tab: GenerateTab, embedded: bool, keeping: Keeping) -> None:
-    """Run and Stop, and playback of the last (or a loaded) run in the same views; `keeping`: where
-    run files and runs are kept, under the app's caps."""
+def wire(service: RunService, tab: GenerateTab, embedded: bool) -> None:
+    """Run and Stop, and playback of the last (or a loaded) run in the same views; `service`: every run's
+    life, from the tab's cap to where it is kept."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
-    wire_run(backend, sessions, tab.controls, tab.first, tab.run, tab.stop, [*views, tab.status], tab.player, embedded,
-             keeping, tab.compare.state)
-    playback.wire(tab.player, views, tab.status, keeping)
-    compare.wire(backend, sessions, tab.compare, [*tab.controls.inputs(), *tab.first.inputs()], embedded, keeping)
+    wire_run(service, tab.controls, tab.first, tab.run, tab.stop, [*views, tab.status], tab.player, embedded,
+             tab.compare.state)
+    playback.wire(service, tab.player, views, tab.status)
+    compare.wire(service, tab.compare, [*tab.controls.inputs(), *tab.first.inputs()], embedded)

@@ -22,7 +22,7 @@ from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings
 from dgemma.serving.lesson_budget import lesson_prompts
-from dgemma.serving.sessions import Sessions
+from dgemma.serving.runs import RunService
 from dgemma.settings import Settings
 from dgemma.ui.charts import plot, tile_figure
 from dgemma.ui.lesson import explorer, live
@@ -142,12 +142,13 @@ def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str
                                              fail_on_oom=True, pad_vocab=REAL_VOCAB if real else None))
 
 
-def run_lesson(backend: Backend, sessions: Sessions, n: float, budget: str, real: bool, steps: float,
-               runs: lesson_steps.LessonRuns | None = None, session: str = "lesson") -> Iterator[tuple]:
+def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
+               runs: lesson_steps.LessonRuns | None = None) -> Iterator[tuple]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
     each run's canvases drawn live in the overview as it goes. A failure is one sentence on the card
     of the run it stopped; the cards before it stay. `runs` keeps the outcomes for stepping through
     them call by call."""
+    backend = service.backend
     runs = runs if runs is not None else lesson_steps.LessonRuns()
     runs.outcomes = {}
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
@@ -160,8 +161,7 @@ def run_lesson(backend: Backend, sessions: Sessions, n: float, budget: str, real
         """One run, its board streamed (only the view changes meanwhile; no title: the view keeps the
         last run's, as for the rerun behind the verdict); returns its outcome."""
         where = f"budget {format_bytes(budget)}" if budget else "no budget"
-        view = live.watch(backend, sessions, session, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real),
-                          where)
+        view = live.watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real), where)
         heading = live.title(title, n) if title else gr.skip()
         while True:
             try:
@@ -206,7 +206,9 @@ def run_lesson(backend: Backend, sessions: Sessions, n: float, budget: str, real
     yield frame()
 
 
-def wire(backend: Backend, sessions: Sessions, parts: LessonParts) -> None:
+def wire(service: RunService, parts: LessonParts) -> None:
+    backend = service.backend
+
     def suggest(n: float, real: bool) -> str:
         return backend.suggest_budget(int(n), bool(real))
 
@@ -214,7 +216,7 @@ def wire(backend: Backend, sessions: Sessions, parts: LessonParts) -> None:
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     def run(n: float, budget: str, real: bool, steps: float, runs: lesson_steps.LessonRuns,
             request: gr.Request) -> Iterator[tuple]:
-        yield from run_lesson(backend, sessions, n, budget, real, steps, runs, request.session_hash or "anonymous")
+        yield from run_lesson(service, request, n, budget, real, steps, runs)
 
     parts.run.click(
         run,
