@@ -37,8 +37,8 @@ def test_a_tiled_run_folds_into_one_row_per_request_and_commits_its_tokens(core,
     board = fold(events)
     shown = frame(board, board.canvas_length)
     assert outcome.ok and len(shown["rows"]) == N
-    assert all(len(row["c"]) == tiny_model.canvas_length for row in shown["rows"])
-    assert all(row["st"] == "done" for row in shown["rows"])
+    assert all(len(row["cells"]) == tiny_model.canvas_length for row in shown["rows"])
+    assert all(row["status"] == "done" for row in shown["rows"])
     done = {e.request_id: e.token_ids for e in events if isinstance(e, RequestEvent) and e.status == "done"}
     assert done == outcome.tokens  # what the cards commit is what the run committed
     starts = [e for e in events if isinstance(e, StepEvent) and e.step == 0]
@@ -84,9 +84,9 @@ def test_the_page_watches_a_run_on_its_thread_and_gets_its_outcome(tiny_model):
                 break
         drawn = [f for f in frames if "rows" in f]  # the rest are gr.skip(): nothing new to draw
         assert outcome.ok and drawn and len(drawn[-1]["rows"]) == N
-        assert all(row["st"] == "done" for row in drawn[-1]["rows"])
+        assert all(row["status"] == "done" for row in drawn[-1]["rows"])
         # No Refine on the lesson's cards (it would run a Generate request), nor its data in a frame.
-        assert not any({"pf", "f", "rs"} & set(row) for f in drawn for row in f["rows"])
+        assert not any({"refine", "first"} & set(row) for f in drawn for row in f["rows"])
         assert outcome.tokens == backend.lesson(N, budget, False, "auto", SETTINGS).tokens
         with pytest.raises(ValueError, match="not a size"):  # a bad budget: its one sentence, from the thread
             list(watch(LiveLesson(backend, N, "lots", False, "auto", SETTINGS)))

@@ -22,6 +22,7 @@ from dgemma.recording import MODEL_KEYS, Recording, run_header
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
 from dgemma.serving.sessions import Sessions
+from dgemma.settings import api_help
 
 INFO_KEYS = MODEL_KEYS  # what /info returns and what a run file's header keeps of the model
 NO_ROOM = ("The server's memory for recorded runs is full right now; try again in a minute, or call without "
@@ -58,13 +59,9 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False, held:
     held = held or HeldRuns(DEFAULT_MAX_BYTES)
 
     def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
-        """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
-        t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
-        seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
-        (reference | chunked), start (text the first canvas starts from: its tokens from position 0,
-        transformers' decoder_input_ids), pins ({"position": "token text"} held in the first canvas
-        for the whole denoising), each of those two one value for every prompt or a list aligned
-        with the prompts, record (true: also return the run as the page's "Download run" file).
+        """Generate one text per prompt. settings (optional; dgemma/settings.py's table): {settings}.
+        start and pins are one value for every prompt or a list aligned with the prompts; record
+        (true: also return the run as the page's "Download run" file).
         Returns {"outputs": [{"prompt", "text", "steps", "seed", "warning", "metrics"}...],
         "summary": the run's figures, "tile_plans": [...], "recording": the file's text (JSON lines;
         only with record)}; "warning" is "" unless the teaching model was asked something outside
@@ -127,6 +124,7 @@ def register(backend: Backend, sessions: Sessions, embedded: bool = False, held:
             result["recording"] = run.recording.text()
         return result
 
+    generate.__doc__ = generate.__doc__.replace("{settings}", api_help())  # the one table's names and help
     gr.api(generate, api_name="generate", concurrency_limit=None)
 
     def info() -> dict:

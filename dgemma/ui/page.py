@@ -43,9 +43,8 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
         api.register(backend, sessions, embedded, keeping.held)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.
-        fields = [*gen.controls.model_defaults(), lesson_parts.budget, gen.controls.prompts]
-        loading_tick.wire(demo, backend, loading.ready, header, gen.status, gen.run, fields, gen.examples.dataset,
-                          gen.player.state)
+        fields = [*gen.panel.settings(), lesson_parts.budget, gen.panel["prompts"]]
+        loading_tick.wire(demo, backend, loading.ready, header, gen, fields)
 
         def closed(request: gr.Request) -> None:
             # A closed tab (or a client gone for good): its requests stop and free their slots, its
