@@ -35,11 +35,12 @@ LEGEND = (
     "grey box = committed text (its end, when long) · ■ end of text, ▫ padding, ◆ other special tokens · "
     "long pieces are clipped (hover for all)</div>"
 )
+# The overview first, level with the charts beside the view; its legend under it.
 TEMPLATE = (
-    f'<div class="dgv">{LEGEND}'
+    '<div class="dgv">'
     '<div class="dgv-overview"><canvas tabindex="0" role="img" '
     'aria-label="Overview of every request\'s canvas: arrow keys move, Enter shows a request in full"></canvas>'
-    '<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>'
+    f'<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>{LEGEND}'
     '<div class="dgv-focus"></div><div class="board dgv-cards"></div></div>'
 )
 

@@ -64,14 +64,16 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
     status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
     player = playback.build()  # step slider, play / pause, download and load a run
     # On a projector (1366 x 768) the overview and both charts are on screen at once: the charts
-    # beside the board, which keeps them in view while the cards below the overview scroll by.
+    # beside the board, level with its overview; the cards below the overview.
     with gr.Row(equal_height=False, elem_id="live-views"):
         with gr.Column(scale=3, min_width=560):
             cards = board_view.build(clicks_js=first_canvas.CARD_CLICKS_JS)  # overview, focus card, cards: drawn by the browser
-        with gr.Column(scale=2, min_width=380, elem_id="live-charts"):
+        with gr.Column(scale=2, min_width=380):
             entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")
             tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
-            gr.Markdown(f"{ENTROPY_TEXT}\n\n{TILE_TEXT}", elem_classes="explain")
+    with gr.Row():  # how to read the charts, under them: the column beside the board holds only what is live
+        gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
+        gr.Markdown(TILE_TEXT, elem_classes="explain")
     side_by_side = compare.build()
     return GenerateTab(panel, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
