@@ -4,8 +4,10 @@
 // position, on a <canvas>), the focus card (one request's canvas in full), and the cards (each
 // canvas clipped to its first CARD_TOKENS tokens, "show all" expands one). A card is rebuilt only
 // when its row changed, so a frame costs the browser what changed, not 8,192 token boxes.
-const CELLS = {accepted: "ABCDEFGHIJKLMNOP", noise: "abcdefghijklmnop", committed: "QRSTUVWXYZqrstuv"};
-const LEVELS = 16, SEP = "\u241f", CARD_TOKENS = 48, GUTTER = 34;
+// SCHEMA (the cells' characters, their levels, the pieces' separator) is dgemma/ui/compact.py's,
+// handed over by dgemma/ui/board_view.py before this script.
+const {cells: CELLS, levels: LEVELS, sep: SEP} = SCHEMA;
+const CARD_TOKENS = 48, GUTTER = 34;
 const STATE = {};
 for (const [state, chars] of Object.entries(CELLS)) [...chars].forEach((c, i) => { STATE[c] = [state, (i + 0.5) / LEVELS]; });
 const RGB = {accepted: [46, 125, 50], noise: [120, 120, 120], committed: [21, 101, 192]};
@@ -29,15 +31,15 @@ const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<
 const rows = () => (view.frame && view.frame.rows) || [];
 
 function piecesOf(row) {  // a row's pieces, split once per row string
-  let hit = view.pieces.get(row.r);
-  if (!hit || hit[0] !== row.k) { hit = [row.k, row.k ? row.k.split(SEP) : []]; view.pieces.set(row.r, hit); }
+  let hit = view.pieces.get(row.request);
+  if (!hit || hit[0] !== row.pieces) { hit = [row.pieces, row.pieces ? row.pieces.split(SEP) : []]; view.pieces.set(row.request, hit); }
   return hit[1];
 }
 
 function cellText(row, i) {
-  const [state, c] = STATE[row.c[i]] || ["empty", 0];
+  const [state, c] = STATE[row.cells[i]] || ["empty", 0];
   const piece = piecesOf(row)[i];
-  return `#${row.n} · position ${i + 1} · ${WORD[state] || "empty"} · confidence ≈ ${c.toFixed(2)}` +
+  return `#${row.index} · position ${i + 1} · ${WORD[state] || "empty"} · confidence ≈ ${c.toFixed(2)}` +
          (piece !== undefined ? ` · ${JSON.stringify(piece)}` : "");
 }
 
@@ -45,7 +47,7 @@ function drawOverview() {
   const list = rows();
   overview.hidden = !list.length;
   if (!list.length) return;
-  const cols = Math.max(view.frame.L || 0, ...list.map((r) => r.c.length), 1);
+  const cols = Math.max(view.frame.canvas_length || 0, ...list.map((r) => r.cells.length), 1);
   const width = Math.max(200, overview.clientWidth || 800) - GUTTER;
   const cw = Math.max(1, Math.min(24, Math.floor(width / cols)));
   const ch = Math.max(3, Math.min(16, Math.floor(320 / list.length)));
@@ -61,9 +63,9 @@ function drawOverview() {
   g.font = `${Math.min(12, ch)}px ui-monospace, monospace`; g.textBaseline = "middle";
   const runs = {};  // the cells of each colour, drawn colour by colour: few fillStyle changes
   list.forEach((row, y) => {
-    if (ch >= 8) { g.fillStyle = "#333333"; g.fillText(`#${row.n}`, 2, y * ch + ch / 2); }
-    for (let x = 0; x < row.c.length; x++) {
-      const c = row.c[x];
+    if (ch >= 8) { g.fillStyle = "#333333"; g.fillText(`#${row.index}`, 2, y * ch + ch / 2); }
+    for (let x = 0; x < row.cells.length; x++) {
+      const c = row.cells[x];
       if (COLOR[c]) (runs[c] ||= []).push(GUTTER + x * cw, y * ch);
     }
   });
@@ -73,7 +75,7 @@ function drawOverview() {
     for (let i = 0; i < xy.length; i += 2) g.fillRect(xy[i], xy[i + 1], wd, ht);
   }
   list.forEach((row, y) => {
-    if (view.focus === row.r) { g.strokeStyle = "#1a1a1a"; g.lineWidth = 1; g.strokeRect(GUTTER - 1.5, y * ch + 0.5, cols * cw + 2, ch - 1); }
+    if (view.focus === row.request) { g.strokeStyle = "#1a1a1a"; g.lineWidth = 1; g.strokeRect(GUTTER - 1.5, y * ch + 0.5, cols * cw + 2, ch - 1); }
   });
   const [cy, cx] = view.cursor;
   if (document.activeElement === canvas && list[cy]) {
@@ -84,10 +86,10 @@ function drawOverview() {
 }
 
 function tokens(row, limit) {
-  if (row.w === null || row.w === undefined) return "";
-  const pieces = piecesOf(row), n = Math.min(limit, row.c.length), out = [];
+  if (row.step === null || row.step === undefined) return "";
+  const pieces = piecesOf(row), n = Math.min(limit, row.cells.length), out = [];
   for (let i = 0; i < n; i++) {
-    const [state, c] = STATE[row.c[i]] || ["noise", 0];
+    const [state, c] = STATE[row.cells[i]] || ["noise", 0];
     const cls = state === "noise" ? "tok noise" : "tok acc";
     out.push(`<span class="${cls}" style="--c:${c.toFixed(2)}" title="${esc(JSON.stringify(pieces[i] ?? ""))} · confidence ≈ ${c.toFixed(2)}">${esc(pieces[i] ?? "")}</span>`);
   }
@@ -95,35 +97,35 @@ function tokens(row, limit) {
 }
 
 function firstText(row) {  // the first canvas's text (the pieces, as the text spells them)
-  return row.f.split(SEP).join("").replace(/\u2581/g, " ");
+  return row.first.split(SEP).join("").replace(/\u2581/g, " ");
 }
 
 function pinnable(row) {  // a finished card's text, its first canvas's tokens clickable to pin (first_canvas.py)
-  const spans = row.f.split(SEP).map((piece, i) => piece === "" ? "" :
+  const spans = row.first.split(SEP).map((piece, i) => piece === "" ? "" :
     `<span class="ctok" data-pos="${i}" data-piece="${esc(piece)}" title="${esc(JSON.stringify(piece))} · click to pin">${esc(piece.replace(/\u2581/g, " "))}</span>`);
-  const first = firstText(row), text = row.t || "";
+  const first = firstText(row), text = row.text || "";
   // The rest of the text: what follows the first canvas (the frame's text is its end, when long).
   const rest = text.startsWith(first) ? text.slice(first.length) : " " + text;
   return spans.join("") + esc(rest);
 }
 
 function card(row, full) {
-  const limit = full || view.expanded.has(row.r) ? Infinity : CARD_TOKENS;
-  const more = row.w !== null && row.w !== undefined && row.c.length > CARD_TOKENS && !full;
-  const toggle = more ? `<button type="button" class="dgv-more" data-expand="${row.r}" aria-expanded="${view.expanded.has(row.r)}">` +
-    (view.expanded.has(row.r) ? "show fewer" : `show all ${row.c.length} tokens`) + "</button>" : "";
-  const committed = row.f !== undefined ? pinnable(row) : row.t ? esc(row.t) :
-    `<span class="empty">${row.st === "done" ? "empty: the model ended the text at once" : "nothing committed yet"}</span>`;
+  const limit = full || view.expanded.has(row.request) ? Infinity : CARD_TOKENS;
+  const more = row.step !== null && row.step !== undefined && row.cells.length > CARD_TOKENS && !full;
+  const toggle = more ? `<button type="button" class="dgv-more" data-expand="${row.request}" aria-expanded="${view.expanded.has(row.request)}">` +
+    (view.expanded.has(row.request) ? "show fewer" : `show all ${row.cells.length} tokens`) + "</button>" : "";
+  const committed = row.first !== undefined ? pinnable(row) : row.text ? esc(row.text) :
+    `<span class="empty">${row.status === "done" ? "empty: the model ended the text at once" : "nothing committed yet"}</span>`;
   // Refine names its row (a compare card's side is its view's); the server reads the prompt, seed and start text off that run.
-  const refine = row.rf === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
-    `data-request="${row.n}">Refine</button>`;
-  const seed = row.s === null || row.s === undefined ? "" : ` · seed ${row.s}`;
-  return `<div class="card status-${esc(row.st)}${full ? " dgv-focused" : ""}" data-request="${row.r}" data-step="${row.w ?? 0}">` +
-    `<div class="card-head"><b title="engine request ${row.r}">#${row.n}</b>${seed}<span class="status">${esc(row.lb)}</span>${refine}` +
+  const refine = row.refine === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
+    `data-request="${row.index}">Refine</button>`;
+  const seed = row.seed === null || row.seed === undefined ? "" : ` · seed ${row.seed}`;
+  return `<div class="card status-${esc(row.status)}${full ? " dgv-focused" : ""}" data-request="${row.request}" data-step="${row.step ?? 0}">` +
+    `<div class="card-head"><b title="engine request ${row.request}">#${row.index}</b>${seed}<span class="status">${esc(row.label)}</span>${refine}` +
     (full ? `<button type="button" class="dgv-close" aria-label="close the focus card">close</button>` : "") + "</div>" +
-    `<div class="prompt" title="prompt">${esc(row.p)}</div>` + (row.nt ? `<div class="note" role="note">${esc(row.nt)}</div>` : "") +
+    `<div class="prompt" title="prompt">${esc(row.prompt)}</div>` + (row.note ? `<div class="note" role="note">${esc(row.note)}</div>` : "") +
     `<div class="committed">${committed}</div><div class="canvas">${tokens(row, limit)}</div>` +
-    (row.m && row.w !== null && row.w !== undefined ? `<div class="meter">${esc(row.m)}</div>` : "") + toggle + "</div>";
+    (row.meter && row.step !== null && row.step !== undefined ? `<div class="meter">${esc(row.meter)}</div>` : "") + toggle + "</div>";
 }
 
 function drawCards() {
@@ -133,22 +135,22 @@ function drawCards() {
     view.drawn.clear();
     return;
   }
-  const ids = list.map((r) => r.r).join(",");
+  const ids = list.map((r) => r.request).join(",");
   if (cardsBox.dataset.ids !== ids) {  // another run: new cards
-    cardsBox.innerHTML = list.map((r) => `<div class="dgv-slot" data-slot="${r.r}"></div>`).join("");
+    cardsBox.innerHTML = list.map((r) => `<div class="dgv-slot" data-slot="${r.request}"></div>`).join("");
     cardsBox.dataset.ids = ids; view.drawn.clear();
   }
   const slots = cardsBox.children;
   list.forEach((row, i) => {
-    const key = JSON.stringify(row) + view.expanded.has(row.r);
-    if (view.drawn.get(row.r) === key) return;
-    view.drawn.set(row.r, key);
+    const key = JSON.stringify(row) + view.expanded.has(row.request);
+    if (view.drawn.get(row.request) === key) return;
+    view.drawn.set(row.request, key);
     slots[i].innerHTML = card(row, false);
   });
 }
 
 function drawFocus() {
-  const row = rows().find((r) => r.r === view.focus);
+  const row = rows().find((r) => r.request === view.focus);
   focusBox.innerHTML = row ? card(row, true) :
     '<p class="dgv-hint">Click a row of the overview (or move to it with the arrow keys and press Enter) to see that request\'s canvas in full here.</p>';
 }
@@ -160,7 +162,7 @@ function at(event) {
   if (!g) return null;
   const x = Math.floor((event.clientX - rect.left - GUTTER) / g.cw), y = Math.floor((event.clientY - rect.top) / g.ch);
   const row = rows()[y];
-  return row && x >= 0 && x < row.c.length ? [y, x] : null;
+  return row && x >= 0 && x < row.cells.length ? [y, x] : null;
 }
 
 function showTip(y, x, left, top) {
@@ -178,7 +180,7 @@ canvas.addEventListener("mousemove", (e) => {
   showTip(hit[0], hit[1], e.clientX - rect.left + 12, e.clientY - rect.top + 12);
 });
 canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
-canvas.addEventListener("click", (e) => { const hit = at(e); if (hit) { view.focus = rows()[hit[0]].r; view.cursor = hit; draw(); } });
+canvas.addEventListener("click", (e) => { const hit = at(e); if (hit) { view.focus = rows()[hit[0]].request; view.cursor = hit; draw(); } });
 canvas.addEventListener("keydown", (e) => {
   const list = rows(), g = view.geometry;
   if (!list.length || !g) return;
@@ -186,10 +188,10 @@ canvas.addEventListener("keydown", (e) => {
   const moves = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1], Home: [0, -1e6], End: [0, 1e6]};
   if (moves[e.key]) {
     y = Math.max(0, Math.min(list.length - 1, y + moves[e.key][0]));
-    x = Math.max(0, Math.min(list[y].c.length - 1, x + moves[e.key][1]));
+    x = Math.max(0, Math.min(list[y].cells.length - 1, x + moves[e.key][1]));
     view.cursor = [y, x];
   } else if (e.key === "Enter" || e.key === " ") {
-    view.focus = list[y].r;
+    view.focus = list[y].request;
   } else if (e.key === "Escape") {
     view.focus = null;
   } else return;
@@ -215,7 +217,7 @@ new ResizeObserver(() => drawOverview()).observe(overview);
 function apply() {
   const started = performance.now();
   view.frame = props.value && typeof props.value === "object" ? props.value : {rows: []};
-  if (!rows().some((r) => r.r === view.focus)) view.focus = null;
+  if (!rows().some((r) => r.request === view.focus)) view.focus = null;
   draw();
   void cardsBox.offsetHeight;  // style and layout of what changed, inside the measured time
   root.dataset.applyMs = (performance.now() - started).toFixed(1);  // what drawing this frame took (the tests read it)

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.sampling import SamplingParams
-from dgemma.settings import NAMES, Settings, parse_settings
+from dgemma.settings import NAMES, SETTINGS, Settings, parse_settings
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -39,23 +39,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--experts", default="auto", choices=["auto", "per_canvas", "whole_batch"],
                    help="many experts per canvas (batch-invariant; CPU default) or whole batch (CUDA default)")
     p.add_argument("--max-num-seqs", type=positive_int, default=8, help="requests denoising at once (default 8)")
-    p.add_argument("--max-new-tokens", help=f"tokens per request (default {DEFAULT_MAX_NEW_TOKENS})")
-    p.add_argument("--max-denoising-steps", help="default: the model's")
-    p.add_argument("--t-min")
-    p.add_argument("--t-max")
-    p.add_argument("--entropy-bound")
-    p.add_argument("--confidence-threshold")
-    p.add_argument("--stability-threshold")
-    p.add_argument("--seed", help="request i gets seed SEED + i (default 0)")
-    p.add_argument("--greedy", action="store_true", default=None, help="argmax sampling, no noise")
-    p.add_argument("--tiling", help="auto | off | N requests per sampler tile (default auto)")
-    p.add_argument("--sampler", help="sampler step: reference (default; eager, ~2 fp32 vocab copies per request) "
-                                     "or chunked (streams the vocabulary)")
-    p.add_argument("--memory-budget", default=None, help="e.g. 2GiB: CPU virtual device / CUDA per-process cap")
-    p.add_argument("--start", help="text the first canvas starts from (its tokens from position 0; "
-                                   "transformers' decoder_input_ids), for every prompt")
-    p.add_argument("--pin", action="append", default=[], metavar="POSITION=TEXT",
-                   help="hold the first canvas's POSITION at the one-token TEXT for the whole denoising (repeatable)")
+    for setting in SETTINGS:  # one flag per setting of the one table, its help the page's and the API's
+        if setting.widget == "checkbox":
+            p.add_argument(setting.flag, dest=setting.name, action="store_true", default=None, help=setting.help)
+        elif setting.widget == "pins":
+            p.add_argument(setting.flag, dest=setting.name, action="append", default=[], metavar="POSITION=TEXT",
+                           help=f"{setting.help} (repeatable)")
+        else:
+            p.add_argument(setting.flag, dest=setting.name, help=setting.help)
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
     p.add_argument("--record", metavar="FILE", help="also save the run, every step of every request, as the app's "
                                                     "run file (JSON lines; the app's 'Load a run' replays it)")
@@ -77,8 +68,8 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
 
 def raw_settings(args: argparse.Namespace) -> dict[str, object]:
     """The settings flags by their setting names; None where a flag was not given."""
-    flags = {name: getattr(args, name) for name in NAMES if name != "pins"}
-    return {**flags, "pins": pins_from_flags(args.pin)}
+    flags = {name: getattr(args, name) for name in NAMES}
+    return {**flags, "pins": pins_from_flags(args.pins)}
 
 
 def pins_from_flags(flags: list[str]) -> dict[str, str] | None:

@@ -1,4 +1,10 @@
-"""One call's settings, parsed the same way by the CLI, the API and the UI.
+"""One call's settings: declared once (`SETTINGS`), parsed the same way by the CLI, the API and the UI.
+
+`SETTINGS` is the one table of every setting a visitor can give: its name (the same on the page,
+the command line, the API and in Compare), its bound (dgemma/sampling/params.py's `BOUNDS`), its
+label, widget and help. The page's panel (dgemma/ui/generate/controls.py), the CLI's flags
+(dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
+new setting is a field of `SamplingParams` or `RunOptions` (its check beside it) and a row here.
 
 `Settings` = `SamplingParams` (what decides the tokens) + `RunOptions` (how the run is laid out in
 memory) + `max_new_tokens`. `parse_settings` takes name: value pairs as any front end has them
@@ -20,13 +26,70 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
-from dgemma.sampling import MAX_SEED, Bound, RunOptions, SamplingParams, check_number, parse_tiling
+from dgemma.sampling import MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling
+from dgemma.sampling.params import BOUNDS, describe
 from dgemma.sampling.start import pin_position, resolve_start
 
-PARAM_NAMES = tuple(f.name for f in fields(SamplingParams))
-OPTION_NAMES = tuple(f.name for f in fields(RunOptions) if not f.metadata.get("internal"))  # the lesson's are no setting
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as every front end shows it.
+
+    widget: "integer" | "number" | "checkbox" | "choice" (one of `choices`; with `custom`, also
+    anything the parser takes, as tiling's N) | "text" (empty: the default) | "pins" (position: token
+    pairs). group: where the page puts it ("length", "sampling", "layout": a row of the settings panel;
+    "canvas": the first-canvas inputs).
+    """
+
+    name: str
+    label: str
+    help: str
+    widget: str
+    group: str
+    choices: tuple[str, ...] = ()
+    custom: bool = False
+
+    @property
+    def flag(self) -> str:
+        """The command line's flag (pins: one --pin POSITION=TEXT each)."""
+        return "--pin" if self.widget == "pins" else "--" + self.name.replace("_", "-")
+
+    @property
+    def bound(self) -> Bound | None:
+        return BOUNDS.get(self.name)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("max_new_tokens", "max new tokens", "tokens per request", "integer", "length"),
+    Setting("max_denoising_steps", "denoising steps", "denoising steps a canvas may take before it is committed",
+            "integer", "length"),
+    Setting("seed", "seed (request i gets seed + i)", "request i gets the seed S + i", "integer", "length"),
+    Setting("greedy", "greedy", "argmax sampling, no noise", "checkbox", "length"),
+    Setting("t_min", "t_min", "the lowest noise level of a denoising step", "number", "sampling"),
+    Setting("t_max", "t_max", "the highest noise level of a denoising step (at least t_min)", "number", "sampling"),
+    Setting("entropy_bound", "entropy bound", "a position is accepted while the entropy it adds stays under this",
+            "number", "sampling"),
+    Setting("confidence_threshold", "confidence threshold",
+            "a canvas converges when its mean entropy drops below this", "number", "sampling"),
+    Setting("stability_threshold", "stability threshold",
+            f"steps the draft must stay unchanged to converge (at most {MAX_STABILITY})", "integer", "sampling"),
+    Setting("tiling", "tiling", "auto: tiles sized from free memory; off: one tile; N: N requests per tile",
+            "choice", "layout", ("auto", "off"), custom=True),
+    Setting("sampler", "sampler step", "reference: eager, ~2 fp32 vocab copies per request (~1 on a CPU); "
+            "chunked: streams the vocabulary", "choice", "layout", SAMPLER_STEPS),
+    Setting("memory_budget", "memory budget", "e.g. 64MiB caps this run's sampler step (CPU virtual device, CUDA "
+            "per-process cap); empty: the server's", "text", "layout"),
+    Setting("start", "Start from", "text the first canvas starts from: its tokens from position 0 (transformers' "
+            "decoder_input_ids); the model may change any of them", "text", "canvas"),
+    Setting("pins", "Pins (position=token, one per line)", "one-token texts held at their positions of the first "
+            "canvas for the whole denoising", "pins", "canvas"),
+)
+NAMES = tuple(s.name for s in SETTINGS)
+BY_NAME = {s.name: s for s in SETTINGS}
+PARAM_NAMES = tuple(f.name for f in fields(SamplingParams) if f.name in BY_NAME)
+OPTION_NAMES = tuple(f.name for f in fields(RunOptions) if f.name in BY_NAME)  # a run's internal options are no setting
 CANVAS_NAMES = ("start", "pins")
-NAMES = ("max_new_tokens", *PARAM_NAMES, *OPTION_NAMES, *CANVAS_NAMES)
 
 PinTexts = tuple[tuple[int, str], ...]  # (position, token text), positions ascending
 
@@ -40,6 +103,14 @@ class Settings:
     max_new_tokens: int = 32
     start: tuple[str | None, ...] = ()  # one per prompt (empty: none starts from text)
     pins: tuple[PinTexts, ...] = ()  # one per prompt (empty: none pins)
+
+    def value(self, name: str) -> Any:
+        """The value of setting `name` (a name of SETTINGS)."""
+        if name in PARAM_NAMES:
+            return getattr(self.params, name)
+        if name in OPTION_NAMES:
+            return getattr(self.options, name)
+        return getattr(self, name)
 
     def request_params(self, index: int) -> SamplingParams:
         """The `index`-th prompt's params: seed S + index (parse_settings checked there is room)."""
@@ -131,7 +202,7 @@ def parse_settings(
         if value is None:
             continue  # null means "the default", as an omitted key does
         if name == "max_new_tokens":
-            length = check_number(name, value, Bound(int, 1, max_new_tokens or math.inf))
+            length = check_number(name, value, replace(BOUNDS[name], high=max_new_tokens or math.inf))
         elif name == "tiling":
             options[name] = parse_tiling(value, max_tile)
         elif name in OPTION_NAMES:
@@ -150,3 +221,17 @@ def parse_settings(
         raise SettingsError(f"Setting 'seed' must be at most {MAX_SEED - prompts + 1} for {prompts} prompts "
                             f"(prompt i gets seed + i), got {settings.params.seed}.")
     return settings
+
+
+def api_help() -> str:
+    """The settings as the API's documentation lists them: each name, what it takes, and its help."""
+
+    def line(s: Setting) -> str:
+        kind = {"checkbox": "true | false", "pins": '{"position": "token text"}', "text": "text"}.get(s.widget, "")
+        if s.widget == "choice":
+            kind = " | ".join(s.choices) + (" | N" if s.custom else "")
+        elif s.bound is not None:
+            kind = describe(s.bound)
+        return f"{s.name} [{kind}]: {s.help}"
+
+    return "; ".join(line(s) for s in SETTINGS)

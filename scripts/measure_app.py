@@ -31,6 +31,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from dgemma.ui.generate.controls import client_inputs  # noqa: E402  (the Run endpoint's inputs, in order)
 
 
 def free_port() -> int:
@@ -153,8 +155,8 @@ def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
             stop.wait(0.5)
 
     prober = threading.Thread(target=probe, daemon=True)
-    job = client.submit(prompts, requests, "auto", 4, "", "reference", max_new_tokens, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False,
-                        "", "", "", api_name="/generate_stream")
+    job = client.submit(*client_inputs(prompts, requests, max_new_tokens=max_new_tokens, max_denoising_steps=48),
+                        api_name="/generate_stream")
     t0 = time.monotonic()
     prober.start()
     stamps = []

@@ -8,8 +8,8 @@ Starts `python app.py` (the embedded model; a replay needs none), loads each run
 there: the bytes of the page's event stream on the wire (Chrome DevTools Protocol, encoded) and
 decoded, the main thread's CPU milliseconds (Chrome's ThreadTime, which a busy machine does not
 inflate) for the whole step (cards, overview, status line and both Plotly charts) and for the
-view alone drawn anew (the overview and every card: what a live frame costs), against putting the
-same step's cards as HTML (`canvas.render_board`, what the page received before) into the page.
+view alone drawn anew (the overview and every card: what a live frame costs), and the bytes of the
+same step's full board as JSON (`dgemma.bench.frames.full_board`, the baseline of the compact frame).
 Then, per link (Mbit/s down, half that up, 40 ms latency; `local`: no emulation), plays the run at
 0.25 s a step and prints how long after its due time the last step was shown, and the bytes per
 second the replay cost. Bytes per second of a live run are a frame's wire bytes x 6 frames/s.
@@ -31,7 +31,7 @@ from measure_app import free_port, start_app  # noqa: E402
 
 from dgemma.recording import load  # noqa: E402
 from dgemma.ui.board import fold  # noqa: E402
-from dgemma.ui.canvas import render_board  # noqa: E402
+from dgemma.bench.frames import full_board, wire as as_sent  # noqa: E402
 
 LIVE_FRAMES_PER_S = 6.0
 PLAY = """() => {
@@ -80,7 +80,7 @@ def measure_run(browser, url: str, path: str, links: list[str]) -> dict:
     chooser.value.set_files(path)
     wait_step(page, 0, steps)
     time.sleep(1.0)
-    wire, decoded, step_ms, view_ms, html_ms, html_bytes = [], [], [], [], [], []
+    wire, decoded, step_ms, view_ms, full_bytes = [], [], [], [], []
     box = page.locator("#step-slider input[type=number]")
     for step in range(1, steps + 1):
         before, cpu = len(chunks), thread_ms(cdp)
@@ -97,20 +97,15 @@ def measure_run(browser, url: str, path: str, links: list[str]) -> dict:
             page.evaluate("() => document.querySelector('#cards .dgv').dgvRedraw()")
             costs.append(thread_ms(cdp) - cpu)
         view_ms.append(min(costs))
-        cards = render_board(fold(recording.events(step)))
-        html_bytes.append(len(json.dumps(cards).encode()))
-        cpu = thread_ms(cdp)
-        page.evaluate("(html) => { const d = document.createElement('div'); d.id = 'cards-as-html'; d.innerHTML = html;"
-                      " document.querySelector('#cards').after(d); void d.offsetHeight; d.remove(); }", cards)
-        html_ms.append(thread_ms(cdp) - cpu)
+        full_bytes.append(len(as_sent(full_board(fold(recording.events(step))))))
     result = {
         "run": Path(path).name, "requests": len(recording.header["prompts"]),
         "canvas": recording.header["model"].get("canvas_length"), "steps": steps,
         "wire_bytes_per_step_max": max(wire), "decoded_bytes_per_step_max": max(decoded),
-        "html_cards_bytes_max": max(html_bytes),
+        "full_board_bytes_max": max(full_bytes),
         "live_wire_bytes_per_s": round(statistics.median(wire) * LIVE_FRAMES_PER_S),
-        "live_html_bytes_per_s_before": round(statistics.median(html_bytes) * LIVE_FRAMES_PER_S),
-        "view_redraw_cpu_ms_max": round(max(view_ms), 1), "html_cards_cpu_ms_max_before": round(max(html_ms), 1),
+        "live_full_board_bytes_per_s": round(statistics.median(full_bytes) * LIVE_FRAMES_PER_S),
+        "view_redraw_cpu_ms_max": round(max(view_ms), 1),
         "step_with_charts_cpu_ms_median": round(statistics.median(step_ms), 1),
     }  # fmt: skip
     pace = page.locator("#pace input[type=number]")

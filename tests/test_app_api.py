@@ -20,6 +20,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, shared
+from dgemma.ui.generate.controls import client_inputs
 from vanishing import BOUND_S, LONG_RUN, stream_then_kill, wait_until
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
@@ -150,7 +151,7 @@ def test_the_teaching_model_warns_about_a_prompt_outside_its_families(client):
 
 
 def test_bad_run_input_is_one_sentence_in_the_status_line(server):
-    inputs = ("add 12+34", 1, "auto", 4, "", "reference", 16, 8, 0.9, 0.2, 0.1, 0.005, 1, 0, False, "", "", "")  # t_min > t_max
+    inputs = client_inputs("add 12+34", 1, max_new_tokens=16, max_denoising_steps=8, t_min=0.9, t_max=0.2)  # t_min > t_max
     frames = list(Client(server.url, verbose=False).submit(*inputs, api_name="/generate_stream"))
     status = frames[-1][3]
     assert "must not be below" in status and "\n" not in status.strip(), status
@@ -165,7 +166,7 @@ def test_settings_pick_the_sampler_step_and_tiling(client):
 
 def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
     job = Client(url, verbose=False).submit(
-        text, n, "auto", 4, "", "reference", 16, 48, 0.4, 0.8, 0.1, 0.005, 1, 0, False, "", "", "", api_name="/generate_stream"
+        *client_inputs(text, n, max_new_tokens=16), api_name="/generate_stream"
     )
     frames = list(job)
     seen[key] = frames
@@ -183,8 +184,8 @@ def test_two_sessions_see_only_their_own_canvases(server):
         t.join(timeout=300)
     last_a, last_b = seen["a"][-1][0]["rows"], seen["b"][-1][0]["rows"]  # the last compact frame's cards
     assert len(last_a) == 3 and len(last_b) == 2
-    assert {r["p"] for r in last_a} == {"add 11+22"} and {r["p"] for r in last_b} == {"reverse omega"}
-    assert all(r["st"] == "done" for r in last_a + last_b)
+    assert {r["prompt"] for r in last_a} == {"add 11+22"} and {r["prompt"] for r in last_b} == {"reverse omega"}
+    assert all(r["status"] == "done" for r in last_a + last_b)
 
 
 def _has_cuda() -> bool:
@@ -231,7 +232,7 @@ def test_a_client_that_vanishes_mid_stream_frees_its_requests_within_2_s(server,
 def test_a_vanished_client_whose_run_is_still_queued_is_noticed_too(server, client):
     """Another session's run fills every slot, so this run only waits (no frame changes): the stream
     still hands Gradio a frame every 0.5 s, which is where it finds the client gone."""
-    blocker = client.submit(*LONG_RUN[:1], 32, *LONG_RUN[2:], api_name="/generate_stream")
+    blocker = client.submit(*LONG_RUN[:1], 32, *LONG_RUN[2:], api_name="/generate_stream")  # 32 requests
     try:
         assert wait_until(lambda: len(blocker.outputs()) >= 2, bound_s=120), "the blocking run never started"
         before = server.log().count("client left")

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from app_server import MODEL_ARGS, shared
+from dgemma.ui.generate.controls import PANEL_SETTINGS
 from test_playback import browser  # noqa: F401  (chromium)
 
 BUILT_BUDGET = "256MiB"  # what a page built before the model loaded shows in the lesson's budget
@@ -75,3 +76,15 @@ def test_what_a_visitor_types_while_the_first_tick_is_in_flight_stays(page):
     assert prompts.input_value() == "add 1+2"
     assert budget.input_value() and budget.input_value() != BUILT_BUDGET
     assert not page.errors, page.errors
+
+
+def test_every_field_the_tick_fills_is_found_on_the_page_by_its_id(page):
+    """The browser tells a touched field by its element's id: one without an id could be overwritten."""
+    page.wait_for_selector("#run")
+    page.get_by_text("Settings (the model's defaults)").click()
+    ids = ["prompts", *(f"setting-{s.name}" for s in PANEL_SETTINGS)]
+    page.wait_for_selector("#setting-max_new_tokens")
+    missing = page.evaluate("(ids) => ids.filter((id) => !document.getElementById(id))", ids)
+    assert not missing, missing
+    for route in page.held:
+        route.continue_()

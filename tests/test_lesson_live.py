@@ -42,13 +42,13 @@ def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
 def test_a_tiled_run_draws_one_row_per_request_and_commits_its_tokens(backend, tiny_model):
     drawn, outcome = watched(backend, "auto", backend.suggest_budget(N, False))
     assert outcome.ok and drawn and len(drawn[-1]["rows"]) == N
-    assert all(row["st"] == "done" for row in drawn[-1]["rows"])
+    assert all(row["status"] == "done" for row in drawn[-1]["rows"])
     assert sorted(outcome.tokens) == list(range(N)) and len(outcome.calls) == len(outcome.plans)
     # Each card shows the canvas its request committed (up to its end of text).
-    assert [len(row["c"]) for row in drawn[-1]["rows"]] == [len(outcome.tokens[i]) for i in range(N)]
+    assert [len(row["cells"]) for row in drawn[-1]["rows"]] == [len(outcome.tokens[i]) for i in range(N)]
     assert all(0 < len(t) <= tiny_model.canvas_length for t in outcome.tokens.values())
     # No Refine on the lesson's cards (it would run a Generate request), nor its data in a frame.
-    assert not any({"pf", "f", "rs"} & set(row) for f in drawn for row in f["rows"])
+    assert not any({"refine", "first"} & set(row) for f in drawn for row in f["rows"])
 
 
 def test_the_same_run_twice_commits_the_same_tokens(backend):
@@ -60,7 +60,7 @@ def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(backend)
     drawn, outcome = watched(backend, "off", backend.suggest_budget(N, False))
     assert not outcome.ok and outcome.message == f"The sampler step of {N} requests in one tile raised torch.OutOfMemoryError."
     assert outcome.needed_bytes > outcome.free_bytes > 0 and outcome.calls == [tuple(range(N))] and not outcome.plans
-    assert {row["st"] for row in drawn[-1]["rows"]} == {"error"}
+    assert {row["status"] for row in drawn[-1]["rows"]} == {"error"}
 
 
 def test_a_bad_budget_is_one_sentence_on_the_untiled_card(backend):

@@ -15,7 +15,7 @@ from dgemma.settings import Settings
 from dgemma.ui.generate import playback
 from dgemma.ui.seek import Seeker
 from dgemma.ui.board import Board, fold
-from dgemma.ui.canvas import render_board
+from dgemma.ui.compact import CELLS, frame
 from dgemma.serving.inputs import Limits
 from dgemma.serving.runs import ticks
 
@@ -49,7 +49,7 @@ def recorded(tiny_model):
 def test_the_recording_of_a_seeded_run_equals_its_live_events(recorded):
     recording, board, live = recorded
     assert list(recording.events()) == live  # every event, in order: no frame merged or dropped
-    assert render_board(fold(recording.events())) == render_board(board)  # the live page's last frame
+    assert frame(fold(recording.events())) == frame(board)  # the live page's last frame
     header = recording.header
     assert header["format"] == "dgemma-run" and header["prompts"] == PROMPTS and header["seeds"] == [7, 8, 9, 10, 11, 12]
     assert header["settings"]["params"]["max_denoising_steps"] == 3 and "torch" in header["versions"]
@@ -63,8 +63,9 @@ def test_steps_are_sampler_calls_and_step_zero_is_every_started_canvas_at_random
     assert len(running) == 4 and len(start.requests) == len(PROMPTS)  # 4 slots: the other two wait
     for view in running:
         assert view.last_step.step == 0 and not any(view.last_step.accepted)  # all noise, nothing kept
-    cards = render_board(start).split('<div class="board">', 1)[1]  # past the legend
-    assert cards.count("random start (step 0 of 3)") == 4 and cards.count('class="tok acc"') == 0
+    rows = frame(start)["rows"]
+    assert [r["label"] for r in rows].count("random start (step 0 of 3)") == 4
+    assert not any(c in CELLS["accepted"] for r in rows for c in r["cells"])
     end = fold(recording.events(recording.steps))
     finals = {e.request_id: e.text for e in live if isinstance(e, RequestEvent) and e.status == "done"}
     assert {r: v.committed_text for r, v in end.requests.items()} == finals

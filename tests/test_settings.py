@@ -65,3 +65,27 @@ def test_null_means_the_default_and_the_defaults_are_kept():
     defaults = Settings(SamplingParams(seed=3, greedy=True), RunOptions(sampler="chunked"), 12)
     assert parse_settings({"seed": None, "tiling": None}, defaults) == defaults
     assert parse_settings(None, defaults) == defaults
+
+
+def test_the_table_names_every_sampling_param_and_each_name_is_a_field_of_a_call():
+    from dgemma.settings import BY_NAME, NAMES, SETTINGS
+
+    assert {f for f in SamplingParams.__dataclass_fields__} <= set(NAMES)
+    call_fields = {*SamplingParams.__dataclass_fields__, *RunOptions.__dataclass_fields__, *Settings.__dataclass_fields__}
+    assert set(NAMES) <= call_fields and len(NAMES) == len(BY_NAME) == len(SETTINGS)
+
+
+def test_a_name_outside_the_table_is_refused_by_the_one_parser():
+    with pytest.raises(SettingsError, match="Unknown setting 'params'"):
+        parse_settings({"params": 1}, Settings())
+
+
+def test_the_cli_the_api_docs_and_the_page_take_their_settings_from_the_table():
+    from dgemma.generate import parse_args
+    from dgemma.settings import SETTINGS, api_help
+
+    args = vars(parse_args([]))
+    docs = api_help()
+    for setting in SETTINGS:
+        assert setting.name in args and f"{setting.name} [" in docs and setting.help in docs
+    assert parse_args(["--confidence-threshold", "0.5", "--pin", "0=x"]).confidence_threshold == "0.5"

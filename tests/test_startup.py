@@ -131,20 +131,36 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
     from dgemma.serving.api import model_info
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.serving.inputs import Limits
+    from dgemma.ui.generate.controls import PANEL_SETTINGS
     from dgemma.ui.loading_tick import loading_tick as _loading_tick
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
     try:
-        d, p = backend.defaults, backend.defaults.params
-        ids = [f"field-{i}" for i in range(10)]
-        built = [64, *[None] * 7, "256MiB", "example prompt"]
+        settings = len(PANEL_SETTINGS)  # the panel's, from the one table, then the lesson's budget and the prompts
+        ids = [f"field-{i}" for i in range(settings + 2)]
+        built = [64, *[None] * (settings - 1), "256MiB", "example prompt"]
         _header, status, run, fill, _examples, timer = _loading_tick(backend, False, ids, built)
         assert status == "Idle." and run.interactive is True and timer.active is False
         assert fill["ids"] == ids and fill["built"] == built
-        assert fill["values"][:8] == [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound,
-                                      p.confidence_threshold, p.stability_threshold, d.options.sampler]
-        assert fill["values"][8] == backend.info()["lesson_budget"]
+        shown = dict(zip((s.name for s in PANEL_SETTINGS), fill["values"]))
+        assert shown["max_new_tokens"] == backend.defaults.max_new_tokens and shown["tiling"] == "auto"
+        assert shown["confidence_threshold"] == backend.defaults.params.confidence_threshold
+        assert shown["sampler"] == backend.defaults.options.sampler and shown["memory_budget"] == ""
+        assert fill["values"][settings] == backend.info()["lesson_budget"]
         sets = example_sets(model_info(backend.info(), backend.max_num_seqs)["examples"])
-        assert fill["values"][9] == sets[0][0]  # the model's first example prompts
+        assert fill["values"][settings + 1] == sets[0][0]  # the model's first example prompts
     finally:
         backend.close()
+
+
+def test_a_field_the_first_tick_fills_has_an_id_on_the_page():
+    """Gradio gives an element without an elem_id no id: the browser could not tell it was touched."""
+    import gradio as gr
+
+    from dgemma.ui.loading_tick import dom_id
+
+    with gr.Blocks():
+        named, unnamed = gr.Number(1, elem_id="setting-x"), gr.Number(2, label="no id")
+    assert dom_id(named) == "setting-x"
+    with pytest.raises(ValueError, match="needs an elem_id: no id"):
+        dom_id(unnamed)

@@ -1,4 +1,4 @@
-"""Pure pieces of the UI: settings checks, the event fold, frame pacing, canvas HTML, figures.
+"""Pure pieces of the UI: settings checks, the event fold, frame pacing, compact rows, figures.
 
 Events come from the real engine on the embedded model (see `engine_events`), not hand-built.
 """
@@ -133,8 +133,9 @@ def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
                   RequestEvent(3, "done", prompt="c", text="ok")])
     fail_unfinished(board, "The GPU run failed: out of time.")
     assert board.finished and [v.status for v in board.requests.values()] == ["error", "error", "done"]
-    assert "error: The GPU run failed: out of time." in render_board(board)
-    assert "ok" in render_board(board)  # what a finished card showed stays
+    rows = frame(board)["rows"]
+    assert [r["label"] for r in rows][:2] == ["error: The GPU run failed: out of time."] * 2
+    assert rows[2]["text"] == "ok"  # what a finished card showed stays
 
 
 def test_the_header_says_what_the_teaching_model_can_do_and_only_for_it():
@@ -151,19 +152,17 @@ def test_a_card_shows_its_note_and_only_its_own():
 
     board = fold([RequestEvent(1, "queued", prompt="what is 2+2?"), RequestEvent(2, "queued", prompt="add 12+34")])
     board.notes = {1: "The teaching model only knows its task families."}
-    html = render_board(board)
-    assert html.count('class="note"') == 1 and html.index("only knows") < html.index("add 12+34")
+    assert [r["note"] for r in frame(board)["rows"]] == ["The teaching model only knows its task families.", ""]
 
 # ---------------------------------------------------------------- real events from the real engine
 
 import dataclasses  # noqa: E402
-import html as _html  # noqa: E402
 
 import plotly.graph_objects as go  # noqa: E402
 
 from dgemma.events import RequestEvent, StepEvent, TilePlan  # noqa: E402
 from dgemma.ui.board import fold  # noqa: E402
-from dgemma.ui.canvas import render_board, render_card, status_text  # noqa: E402
+from dgemma.ui.compact import CELLS, MAX_CELL, frame, row, shown_piece, status_text  # noqa: E402
 from dgemma.ui.charts import ENTROPY_FLOOR, board_tile_figure, entropy_figure, plot, tile_figure  # noqa: E402
 
 PROMPTS = ["The cat <b>sat</b> & ran", "Once upon a time", "The sky is", "Two plus two is", "A", "B"]
@@ -195,14 +194,6 @@ def engine_events(tiny_model):
     return events, [h.result() for h in handles], tiny_model.canvas_length
 
 
-def committed_text_of(card: str) -> str:
-    """The text a reader sees in a card's committed box (tags stripped, entities decoded)."""
-    import re
-
-    box = card.split('<div class="committed">', 1)[1].split("</div>", 1)[0]
-    return _html.unescape(re.sub(r"<[^>]+>", "", box))
-
-
 def test_fold_keeps_every_request_and_plan(engine_events):
     events, finals, _ = engine_events
     board = fold(events)
@@ -224,25 +215,23 @@ def test_cards_show_queued_live_and_committed_states(engine_events):
     first_step = next(i for i, e in enumerate(events) if isinstance(e, StepEvent))
     board = fold(events[:first_step + 1])
     step: StepEvent = events[first_step]
-    card = render_card(board.requests[step.request_id])
-    assert card.count('class="tok ') == cl
-    assert card.count('class="tok acc"') == sum(step.accepted)
-    assert card.count('class="tok noise"') == cl - sum(step.accepted)
-    assert f"step {step.step} of {MAX_STEPS}" in card and f'data-step="{step.step}"' in card
+    card = row(board.requests[step.request_id], cl)
+    assert len(card["cells"]) == cl
+    assert sum(c in CELLS["accepted"] for c in card["cells"]) == sum(step.accepted)
+    assert sum(c in CELLS["noise"] for c in card["cells"]) == cl - sum(step.accepted)
+    assert f"step {step.step} of {MAX_STEPS}" in card["label"] and card["step"] == step.step
     # More prompts than slots: someone is still queued when the first step lands.
-    assert any(v.status == "queued" for v in board.requests.values())
-    assert "queued" in render_board(board)
+    assert any(r["label"] == "queued" for r in frame(board)["rows"])
 
     commit = next(i for i, e in enumerate(events) if isinstance(e, RequestEvent) and e.status == "committed")
     board = fold(events[:commit + 1])
     view = board.requests[events[commit].request_id]
     assert view.committed_text == events[commit].text and view.last_step is None
-    assert committed_text_of(render_card(view)) == view.committed_text
+    assert row(view, cl)["text"] == view.committed_text and row(view, cl)["step"] is None
 
-    page = render_board(fold(events))
-    assert page.count('class="card status-done"') == len(finals)
-    # Prompts are text, never markup.
-    assert "&lt;b&gt;sat&lt;/b&gt; &amp; ran" in page and "<b>sat</b>" not in page
+    rows = frame(fold(events))["rows"]
+    assert [r["status"] for r in rows] == ["done"] * len(finals)
+    assert rows[0]["prompt"] == PROMPTS[0]  # text: the browser escapes it where it draws it
 
 
 def test_entropy_figure_has_a_line_per_request_and_the_threshold(engine_events):
@@ -303,43 +292,24 @@ def test_a_preempted_request_starts_its_card_over_and_says_why(engine_events):
     assert later.requests[request_id].status == "done"  # it finishes like any other
 
 
-def test_committed_text_shows_each_tokens_logprob_on_hover(engine_events):
-    from dgemma.ui.canvas import is_special
-
-    events, finals, _ = engine_events
+def test_a_finished_card_carries_its_whole_text_and_what_refine_needs(engine_events):
+    events, finals, cl = engine_events
     board = fold(events)
     for final in finals:
-        view = board.requests[final.request_id]
-        card = render_card(view)
-        assert committed_text_of(card) == final.text
-        logprobs = final.extra["logprobs"]
-        assert view.committed_logprobs == logprobs and len(view.committed_pieces) == len(final.token_ids)
-        shown = [lp for lp, piece in zip(logprobs, view.committed_pieces) if not is_special(piece)]
-        assert card.count('class="ctok"') == len(shown)
-        for lp in shown:
-            assert f"logprob {lp:.3f}" in card
+        card = row(board.requests[final.request_id], cl)
+        assert card["text"] == final.text and card["refine"] == 1 and card["seed"] == final.seed
 
 
 def test_word_pieces_show_spaces_mark_special_tokens_and_clip_long_pieces():
-    from dgemma.ui.canvas import MAX_CELL, _piece, render_canvas
-
-    assert _piece("▁the") == " the"
+    assert shown_piece("▁the") == " the"
     long = "▁" + "supercalifragilistic"
-    assert _piece(long) == " supercalif…" and len(_piece(long)) == MAX_CELL
-    step = StepEvent(request_id=1, canvas_index=0, step=1, max_steps=2, token_ids=(5, 6, 7),
-                     pieces=("▁Hello", "<start_of_turn>", long), entropy=(0.1, 0.2, 0.3),
-                     accepted=(True, False, True), mean_entropy=0.2, confidence_threshold=0.005, converged=False)
-    html_ = render_canvas(step)
-    assert html_.count("data-special") == 1 and ">◆</span>" in html_
-    assert "&#x27;&lt;start_of_turn&gt;&#x27;" in html_  # the special token's name on hover
-    assert "supercalifragilistic" in html_ and "> supercalif…</span>" in html_  # clipped, in full on hover
+    assert shown_piece(long) == " supercalif…" and len(shown_piece(long)) == MAX_CELL
+    assert shown_piece("<start_of_turn>") == "◆"
 
 
 def test_special_and_invisible_pieces_take_one_visible_cell():
-    from dgemma.ui.canvas import _piece
-
-    assert [_piece(p) for p in ("<pad>", "<eos>", "<bos>", "<unk>", "<x_y>")] == ["▫", "■", "▸", "?", "◆"]
-    assert [_piece(p) for p in (" ", "\n", "", "<", "&")] == [" ", "↵", "∅", "&lt;", "&amp;"]
+    assert [shown_piece(p) for p in ("<pad>", "<eos>", "<bos>", "<unk>", "<x_y>")] == ["▫", "■", "▸", "?", "◆"]
+    assert [shown_piece(p) for p in (" ", "\n", "", "<", "&")] == [" ", "↵", "∅", "<", "&"]
 
 
 def lesson_runs(tiny_model, n: int, real_scale: bool, steps: int) -> dict:

@@ -31,6 +31,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
+from dgemma.ui.generate.controls import client_inputs
 from vanishing import BOUND_S, stream_then_kill, wait_until
 
 SIM = Path(__file__).resolve().parent / "zerogpu_sim"
@@ -136,7 +137,7 @@ def test_a_quota_error_reaches_the_caller_as_one_sentence(client, sim_dir):
 
 
 def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_cards(client, sim_dir):
-    inputs = ["add 12+34", 2, "auto", 4, "", "reference", 16, 8, 0.4, 0.8, 0.1, 0.005, 1, 0, False, "", "", ""]
+    inputs = client_inputs("add 12+34", 2, max_new_tokens=16, max_denoising_steps=8)
     (sim_dir / "quota").touch()
     try:
         frames = list(client.submit(*inputs, api_name="/generate_stream"))
@@ -168,7 +169,8 @@ def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, si
 
 def test_closing_a_stream_ends_the_workers_loop(server, client):
     # Stability 8 and a tiny confidence threshold: a canvas takes (nearly) all 32 steps, the run minutes.
-    inputs = ["\n".join(PROMPTS), 8, "auto", 4, "", "reference", 256, 32, 0.4, 0.8, 0.1, 1e-6, 8, 7, False, "", "", ""]
+    inputs = client_inputs("\n".join(PROMPTS), 8, max_new_tokens=256, max_denoising_steps=32, confidence_threshold=1e-6,
+                           stability_threshold=8, seed=7)
     job = client.submit(*inputs, api_name="/generate_stream")
     deadline = time.monotonic() + 120
     while len(job.outputs()) < 2 and time.monotonic() < deadline:  # streaming from the worker

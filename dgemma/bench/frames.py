@@ -1,8 +1,9 @@
-"""`python -m dgemma.bench frames RUN.jsonl ...`: what one frame of the live view costs, cards as HTML vs compact data.
+"""`python -m dgemma.bench frames RUN.jsonl ...`: what one frame of the live view costs, the full board vs compact data.
 
 For every step of each recorded run (`python -m dgemma.generate --record FILE`), the board at that
-step is drawn both ways: the cards as HTML (`canvas.render_board`, what the page sent before) and
-the compact frame (`compact.frame`, data the browser draws). Printed side by side: bytes per frame
+step is sent both ways: the full board as JSON (`full_board`: every request's head and its last
+step's pieces, entropies, accepted marks and token ids, as folded; the baseline) and the compact
+frame (`compact.frame`, what the browser draws). Printed side by side: bytes per frame
 as JSON, gzip'd alone, and gzip'd as one continuing stream flushed after every frame (what the
 compressed event stream sends), the server's milliseconds to build a frame, and bytes per second
 for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
@@ -25,8 +26,7 @@ import zlib
 
 from dgemma.cli import ArgumentParser
 from dgemma.recording import Recording, load
-from dgemma.ui.board import fold
-from dgemma.ui.canvas import render_board
+from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import frame
 
 FRAMES_PER_S = 6.0  # the live stream's rate (dgemma/serving/runs.py HZ)
@@ -35,6 +35,17 @@ FRAMES_PER_S = 6.0  # the live stream's rate (dgemma/serving/runs.py HZ)
 def wire(value) -> bytes:
     """A frame as Gradio sends it: JSON, UTF-8 (orjson keeps non-ASCII as is)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def full_board(board: Board) -> dict:
+    """The board as it is folded, as JSON-ready data: what a view without the compact encoding sends."""
+    def step(view):
+        s = view.last_step
+        return None if s is None else {"step": s.step, "pieces": list(s.pieces), "entropy": list(s.entropy),
+                                       "accepted": list(s.accepted), "token_ids": list(s.token_ids)}
+    return {"threshold": board.confidence_threshold, "calls": board.plan_count, "requests": [
+        {"index": v.index, "request": v.request_id, "seed": v.seed, "status": v.status, "prompt": v.prompt,
+         "text": v.committed_text, "canvases": v.canvases, "step": step(v)} for v in board.requests.values()]}
 
 
 def sizes(payloads: list[bytes]) -> dict:
@@ -48,26 +59,26 @@ def sizes(payloads: list[bytes]) -> dict:
 
 def measure_run(recording: Recording, refine: bool = True) -> dict:
     length = int(recording.header.get("model", {}).get("canvas_length") or 0)
-    html, compact, html_s, compact_s = [], [], [], []
+    full, compact, full_s, compact_s = [], [], [], []
     board = None
     for step in range(recording.steps + 1):
         board = fold(recording.events_between(recording.end_of_step(step - 1) if step else 0,
                                                recording.end_of_step(step)), board)
         started = time.perf_counter()
-        html.append(wire(render_board(board)))
-        html_s.append(time.perf_counter() - started)
+        full.append(wire(full_board(board)))
+        full_s.append(time.perf_counter() - started)
         started = time.perf_counter()
         compact.append(wire(frame(board, length, refine)))
         compact_s.append(time.perf_counter() - started)
-    h, c = sizes(html), sizes(compact)
+    f, c = sizes(full), sizes(compact)
     return {
         "requests": len(recording.header.get("prompts", [])), "canvas": length, "steps": recording.steps,
-        "html_bytes_max": h["raw"], "compact_bytes_max": c["raw"], "compact_over_html": round(c["raw"] / h["raw"], 3),
-        "html_gzip_bytes": h["gzip"], "compact_gzip_bytes": c["gzip"],
-        "html_gzip_stream_bytes": h["gzip_stream"], "compact_gzip_stream_bytes": c["gzip_stream"],
+        "full_bytes_max": f["raw"], "compact_bytes_max": c["raw"], "compact_over_full": round(c["raw"] / f["raw"], 3),
+        "full_gzip_bytes": f["gzip"], "compact_gzip_bytes": c["gzip"],
+        "full_gzip_stream_bytes": f["gzip_stream"], "compact_gzip_stream_bytes": c["gzip_stream"],
         "compact_gzip_stream_bytes_max": c["gzip_stream_max"],
-        "html_bytes_per_s": round(h["raw_median"] * FRAMES_PER_S), "compact_gzip_bytes_per_s": round(c["gzip_stream"] * FRAMES_PER_S),
-        "html_build_ms": round(1e3 * statistics.median(html_s), 2), "compact_build_ms": round(1e3 * statistics.median(compact_s), 2),
+        "full_bytes_per_s": round(f["raw_median"] * FRAMES_PER_S), "compact_gzip_bytes_per_s": round(c["gzip_stream"] * FRAMES_PER_S),
+        "full_build_ms": round(1e3 * statistics.median(full_s), 2), "compact_build_ms": round(1e3 * statistics.median(compact_s), 2),
     }  # fmt: skip
 
 
@@ -108,7 +119,7 @@ def synthetic_run(steps: int) -> Recording:
 
 def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict:
     """Server seconds for the slider to show a random step of `recording`: the whole view (cards and
-    both charts), folded from step 0 and drawn as HTML cards (before) against what the slider's
+    both charts), folded from step 0 and sent as the full board (the baseline) against what the slider's
     handler does now (`playback.view`: from the nearest keyframe, a compact frame), after the
     run's load has indexed its keyframes (as "Load a run" does). Wall time, and the thread's CPU
     time, which other jobs on a loaded machine do not inflate."""
@@ -123,7 +134,7 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
         started = time.perf_counter()
         board = fold(recording.events(step))
         mark_step(entropy_figure(board), step, (0, steps), f"step {step}", now=True)
-        render_board(board), plot(entropy_figure(board)), plot(board_tile_figure(board))
+        wire(full_board(board)), plot(entropy_figure(board)), plot(board_tile_figure(board))
         before.append(time.perf_counter() - started)
     seeker = Seeker()
     started = time.perf_counter()

@@ -58,10 +58,10 @@ def held(build) -> tuple[object, int]:
 
 def live_cost(steps: int = 20) -> dict:
     """What recording adds to a live stream, per step of 32 requests at canvas 256: the reader's
-    fold of the step's 33 events, the recording's add of the same events, and one render of the
-    cards (the page renders at most 6 frames a second, folds every event)."""
+    fold of the step's 33 events, the recording's add of the same events, and one compact frame
+    of the cards (the page sends at most 6 frames a second, folds every event)."""
     from dgemma.ui.board import Board, apply
-    from dgemma.ui.canvas import render_board
+    from dgemma.ui.compact import frame as compact_frame
 
     events = [[plan(s), *(frame(r, s) for r in range(1, REQUESTS + 1))] for s in range(1, steps + 1)]
     board, recording = Board(), Recording()
@@ -75,7 +75,7 @@ def live_cost(steps: int = 20) -> dict:
         recording.extend(batch)
         record_s += time.perf_counter() - started
         started = time.perf_counter()
-        render_board(board)
+        compact_frame(board)
         render_s += time.perf_counter() - started
     return {"live_fold_ms_per_step": round(1e3 * fold_s / steps, 3),
             "live_record_ms_per_step": round(1e3 * record_s / steps, 3),

@@ -34,6 +34,7 @@ class Bound:
 
 
 BOUNDS: dict[str, Bound] = {
+    "max_new_tokens": Bound(int, 1, math.inf),  # a server lowers the top to its own cap
     "max_denoising_steps": Bound(int, 1, 512),
     "t_min": Bound(float, 1e-3, 10.0),
     "t_max": Bound(float, 1e-3, 10.0),
@@ -50,6 +51,14 @@ def _shown(value: Any) -> str:
 
 def _limit(value: float, kind: type) -> str:
     return str(int(value)) if kind is int else f"{value:g}"
+
+
+def describe(bound: Bound) -> str:
+    """A bound as the documentation reads it: "a whole number from 1 to 512", "a number above 0"."""
+    kind, low = ("a whole number" if bound.kind is int else "a number"), _limit(bound.low, bound.kind)
+    if math.isinf(bound.high):
+        return f"{kind} {'above' if bound.above else 'from'} {low}"
+    return f"{kind} {'above' if bound.above else 'from'} {low} {'and at most' if bound.above else 'to'} {_limit(bound.high, bound.kind)}"
 
 
 def check_number(name: str, value: Any, bound: Bound) -> int | float:

@@ -17,6 +17,7 @@ from dgemma.errors import SettingsError
 from dgemma.examples import example_prompts, prompt_note
 from dgemma.recording import MODEL_KEYS
 from dgemma.serving.runs import RunService
+from dgemma.settings import api_help
 
 
 def model_info(facts: dict, max_num_seqs: int) -> dict:
@@ -48,13 +49,9 @@ def register(service: RunService, embedded: bool = False) -> None:
     backend = service.backend
 
     def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
-        """Generate one text per prompt. settings (optional): max_new_tokens, max_denoising_steps,
-        t_min, t_max, entropy_bound, confidence_threshold, stability_threshold, seed (prompt i gets
-        seed + i), greedy, tiling (auto | off | N), memory_budget (e.g. 64MiB, CPU only), sampler
-        (reference | chunked), start (text the first canvas starts from: its tokens from position 0,
-        transformers' decoder_input_ids), pins ({"position": "token text"} held in the first canvas
-        for the whole denoising), each of those two one value for every prompt or a list aligned
-        with the prompts, record (true: also return the run as the page's "Download run" file).
+        """Generate one text per prompt. settings (optional; dgemma/settings.py's table): {settings}.
+        start and pins are one value for every prompt or a list aligned with the prompts; record
+        (true: also return the run as the page's "Download run" file).
         Returns {"outputs": [{"prompt", "text", "steps", "seed", "warning", "metrics"}...],
         "summary": the run's figures, "tile_plans": [...], "recording": the file's text (JSON lines;
         only with record)}; "warning" is "" unless the teaching model was asked something outside
@@ -83,6 +80,7 @@ def register(service: RunService, embedded: bool = False) -> None:
             result["recording"] = done.recording
         return result
 
+    generate.__doc__ = generate.__doc__.replace("{settings}", api_help())  # the one table's names and help
     gr.api(generate, api_name="generate", concurrency_limit=None)
 
     def info() -> dict:

@@ -5,19 +5,23 @@ draws it: the overview of the whole batch (one row per request, one cell per can
 coloured by confidence; accepted, re-noised and committed apart; the token on hover or under the
 keyboard's cursor), a focus card with one chosen request's canvas in full, and the cards, each
 canvas clipped to its first tokens with "show all". The template never changes, so Gradio never
-redraws it; the script redraws what a new frame changed.
+redraws it; the script redraws what a new frame changed. A finished card's Refine is the
+component's own `refine` event (its data: the card's row), which the Generate tab and Compare listen to.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gradio as gr
 
 from dgemma.ui.board import Board
-from dgemma.ui.compact import frame
+from dgemma.ui.compact import SCHEMA, frame
 
-SCRIPT = (Path(__file__).resolve().parents[2] / "assets" / "board_view.js").read_text(encoding="utf-8")
+# The frames' constants, from the module that makes them, ahead of the script that reads them.
+SCRIPT = f"const SCHEMA = {json.dumps(SCHEMA)};\n" + (
+    Path(__file__).resolve().parents[2] / "assets" / "board_view.js").read_text(encoding="utf-8")
 
 LEGEND = (
     '<div class="legend"><b>Overview</b>: one row per request, one cell per canvas position: '
@@ -31,17 +35,19 @@ LEGEND = (
     "grey box = committed text (its end, when long) · ■ end of text, ▫ padding, ◆ other special tokens · "
     "long pieces are clipped (hover for all)</div>"
 )
+# The overview first, level with the charts beside the view; its legend under it.
 TEMPLATE = (
-    f'<div class="dgv">{LEGEND}'
+    '<div class="dgv">'
     '<div class="dgv-overview"><canvas tabindex="0" role="img" '
     'aria-label="Overview of every request\'s canvas: arrow keys move, Enter shows a request in full"></canvas>'
-    '<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>'
+    f'<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>{LEGEND}'
     '<div class="dgv-focus"></div><div class="board dgv-cards"></div></div>'
 )
 
 
 def build(elem_id: str = "cards", clicks_js: str = "") -> gr.HTML:
     """The view, empty until the first frame (call inside a Blocks); `clicks_js`: a script that
-    listens on the view's element for clicks on what the cards draw (first_canvas.CARD_CLICKS_JS)."""
+    listens on the view's element for clicks on what the cards draw (first_canvas.CARD_CLICKS_JS,
+    which triggers `refine`)."""
     return gr.HTML(frame(Board()), html_template=TEMPLATE, js_on_load=SCRIPT + "\n" + clicks_js, apply_default_css=False,
                    elem_id=elem_id)

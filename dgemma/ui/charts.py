@@ -35,15 +35,18 @@ _AXIS = dict(gridcolor="#ececec", zerolinecolor="#d0d0d0", linecolor="#bbb", sho
 Spec = dict[str, Any]
 
 
+CHART_HEIGHT = 330  # px: two charts stacked beside the board fit a 768 px high projector screen
+
+
 def _layout(title: str, **extra: Any) -> dict:
     return dict(
         title=dict(text=title, font=dict(size=14)),
-        height=420,
-        margin=dict(l=60, r=60, t=48, b=140),
+        height=CHART_HEIGHT,
+        margin=dict(l=60, r=60, t=40, b=110),
         paper_bgcolor="white",
         plot_bgcolor="white",
         # Below the x-axis title: above the plot, a wrapped legend of five or more entries covers the title.
-        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, font=dict(size=10)),
+        legend=dict(orientation="h", yanchor="top", y=-0.45, x=0, font=dict(size=10)),
         uirevision="keep",  # keep the user's zoom across live updates
         **extra,
     )

@@ -1,8 +1,7 @@
 """The board as compact data that the browser draws: one frame, a few bytes a canvas position.
 
-The cards as HTML cost about 100 bytes a canvas position (a <span> with its class, shade and
-hover text): 0.85 MB a frame at the released model's scale, 32 requests x 256 positions. This
-frame is data instead, drawn by assets/board_view.js (the overview, the cards, the focus card):
+A frame is data, drawn by assets/board_view.js (the overview, the cards, the focus card); the
+constants both sides read (`SCHEMA`) are handed to the script by dgemma/ui/board_view.py. A row:
 
 - `cells`: one character per canvas position: its state (accepted, re-noised, or committed: a
   canvas that converged, or the last one of a finished request) and its confidence in 16 levels
@@ -10,9 +9,10 @@ frame is data instead, drawn by assets/board_view.js (the overview, the cards, t
 - `pieces`: what each position shows, joined by SEP into one string: a row is one string each, so
   Gradio's streaming diff resends a changed row whole and leaves an unchanged one out, and never
   turns 256 pieces into 256 edits.
-- `w`: the live canvas's step (None when the row shows a committed canvas: the card then has none);
-- the card's head: index, seed, status, prompt (clipped), note, meter, and the committed text's
-  last TEXT_CHARS characters (the whole text is in the run's file and the API).
+- `step`: the live canvas's step (None when the row shows a committed canvas: the card then has none);
+- the card's head: `index`, `request`, `seed`, `status`, `label`, `prompt` (clipped), `note`, `meter`,
+  and `text`, the committed text's last TEXT_CHARS characters (the whole text is in the run's file
+  and the API); a finished card's `refine` (and `first`, its first canvas's pieces, to pin).
 
 Pure: board in, dict out (JSON-ready).
 """
@@ -23,17 +23,60 @@ import functools
 import math
 
 from dgemma.ui.board import Board, RequestView
-from dgemma.ui.canvas import is_special, refinable, shown_piece, status_text
 
-VERSION = 1
 LEVELS = 16
 # One character per (state, confidence level): no character JSON escapes, none is SEP.
 CELLS = {"accepted": "ABCDEFGHIJKLMNOP", "noise": "abcdefghijklmnop", "committed": "QRSTUVWXYZqrstuv"}
-EMPTY = "."  # a position with nothing to show (a canvas cut short by the end of text)
 SEP = "\u241f"  # ␟ between pieces: printable (JSON keeps it one character), and no piece shows it
 TEXT_CHARS = 600  # the committed text a card carries: its end, where the run is writing
 PROMPT_CHARS = 80
 PINNABLE_POSITIONS = 4096  # past this many canvas positions in a batch, finished cards carry no pinnable pieces
+SCHEMA = {"cells": CELLS, "levels": LEVELS, "sep": SEP}  # what assets/board_view.js reads of this module
+
+# Special tokens would take five cells each on a canvas of characters: one symbol instead.
+_SPECIAL = {"<pad>": "▫", "<eos>": "■", "<bos>": "▸", "<unk>": "?"}
+MAX_CELL = 12  # characters a canvas cell shows; a longer piece is clipped, in full on hover
+# Whitespace pieces would be invisible on a canvas; show them as visible marks instead.
+_VISIBLE = str.maketrans({"\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def is_special(text: str) -> bool:
+    return text in _SPECIAL or (len(text) > 2 and text.startswith("<") and text.endswith(">"))
+
+
+def shown_piece(text: str) -> str:
+    """What a canvas cell shows of a piece (plain text: the browser escapes it)."""
+    # A space keeps its cell (white-space: pre) and its shading, as does SentencePiece's '▁' (a
+    # space in the text); line breaks and tabs become visible marks, an empty piece a mark of its own.
+    if is_special(text):
+        return _SPECIAL.get(text, "◆")
+    shown = text.replace("▁", " ").translate(_VISIBLE) or "∅"
+    if len(shown) > MAX_CELL:
+        shown = shown[: MAX_CELL - 1] + "…"
+    return shown
+
+
+def status_text(view: RequestView) -> str:
+    """queued / step k of max / converged / done / cancelled / error: why."""
+    step = view.last_step
+    if view.status == "error":
+        return f"error: {view.error}" if view.error else "error"
+    if view.status == "queued" and view.preemptions:
+        return "queued again: preempted to free memory"
+    if view.status in ("queued", "done", "cancelled"):
+        return view.status
+    if view.status == "converged" and step is not None:
+        return f"converged at step {step.step}"
+    if step is not None and step.step == 0:
+        return f"random start (step 0 of {step.max_steps})"
+    if step is not None:
+        return f"step {step.step} of {step.max_steps}"
+    return "running"
+
+
+def refinable(view: RequestView) -> bool:
+    """A finished request with text and a seed can be run again from its text."""
+    return view.status == "done" and bool(view.committed_text) and view.seed is not None
 
 
 def level(p: float) -> int:
@@ -77,14 +120,14 @@ def _live(view: RequestView) -> dict:
     accepted = sum(step.accepted)
     meter = (f"canvas {step.canvas_index + 1} · accepted {accepted}/{len(step.accepted)} · mean entropy "
              f"{step.mean_entropy:.3g} (confident below {step.confidence_threshold:g})")
-    return {"c": cells, "k": _join(step.pieces), "m": meter, "w": step.step}
+    return {"cells": cells, "pieces": _join(step.pieces), "meter": meter, "step": step.step}
 
 
 def _committed(view: RequestView, canvas_length: int) -> dict:
     """A request between canvases or finished: its last committed canvas, by probability."""
     pieces = view.committed_pieces
     if not pieces:
-        return {"c": "", "k": "", "m": "", "w": None}
+        return {"cells": "", "pieces": "", "meter": "", "step": None}
     if canvas_length <= 0:  # not known: every committed canvas but the last is whole
         canvas_length = -(-len(pieces) // max(1, view.canvases))
     start = (view.canvases - 1) * canvas_length if view.canvases else 0
@@ -93,11 +136,12 @@ def _committed(view: RequestView, canvas_length: int) -> dict:
     last = pieces[start:start + canvas_length]
     logprobs = view.committed_logprobs[start:start + canvas_length] if len(view.committed_logprobs) == len(pieces) else []
     cells = "".join(CELLS["committed"][level(math.exp(lp)) if logprobs else LEVELS - 1] for lp in (logprobs or last))
-    return {"c": cells, "k": _join(last), "m": f"canvas {view.canvases} committed · {len(pieces)} tokens in all", "w": None}
+    meter = f"canvas {view.canvases} committed · {len(pieces)} tokens in all"
+    return {"cells": cells, "pieces": _join(last), "meter": meter, "step": None}
 
 
 def _finished(view: RequestView, length: int, pinnable: bool) -> dict:
-    """A finished request's Refine mark (`rf`; its click names the row, and the server reads the
+    """A finished request's Refine mark (`refine`; its click names the row, and the server reads the
     start text off the tab's run: a frame at 32 x 256 has no room for 32 first canvases' text) and,
     when `pinnable` and the pieces spell the text, its first canvas's pieces for click-to-pin
     (SEP-joined, a special token empty: it shows nothing). Sent once: a finished row no longer changes."""
@@ -106,8 +150,8 @@ def _finished(view: RequestView, length: int, pinnable: bool) -> dict:
     raw = view.committed_pieces
     shown = "".join("" if is_special(p) else p.replace("▁", " ") for p in raw)
     if pinnable and length > 0 and shown == view.committed_text and SEP not in "".join(raw[:length]):
-        return {"rf": 1, "f": SEP.join("" if is_special(p) else p for p in raw[:length])}
-    return {"rf": 1}
+        return {"refine": 1, "first": SEP.join("" if is_special(p) else p for p in raw[:length])}
+    return {"refine": 1}
 
 
 def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = True, refine: bool = True) -> dict:
@@ -116,8 +160,9 @@ def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = 
     prompt = view.prompt[:PROMPT_CHARS] + ("…" if len(view.prompt) > PROMPT_CHARS else "")
     canvas = _live(view) if view.last_step is not None else _committed(view, canvas_length)
     return {
-        "n": view.index, "r": view.request_id, "s": view.seed, "st": view.status, "lb": status_text(view),
-        "p": prompt, "nt": note, "t": _clip_end(view.committed_text, TEXT_CHARS), **canvas,
+        "index": view.index, "request": view.request_id, "seed": view.seed, "status": view.status,
+        "label": status_text(view), "prompt": prompt, "note": note, "text": _clip_end(view.committed_text, TEXT_CHARS),
+        **canvas,
         **(_finished(view, canvas_length, pinnable) if refine else {}),
     }  # fmt: skip
 
@@ -136,6 +181,6 @@ def frame(board: Board, length: int | None = None, refine: bool = True) -> dict:
     # canvas committed: affordable for a batch of moderate size, not within 64 KB a frame at 32 x 256.
     pinnable = len(board.requests) * length <= PINNABLE_POSITIONS
     return {
-        "v": VERSION, "L": length, "thr": board.confidence_threshold, "calls": board.plan_count,
+        "canvas_length": length, "threshold": board.confidence_threshold, "calls": board.plan_count,
         "rows": [row(v, length, board.notes.get(v.index, ""), pinnable, refine) for v in board.requests.values()],
     }  # fmt: skip

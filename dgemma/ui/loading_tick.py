@@ -8,6 +8,10 @@ values (`fill`), and the browser, when they arrive, writes each into its field o
 has not touched that field (typed, picked or ticked in it, or has it focused) and it still shows what
 the page was built with. Decided there, at that moment: a tick in flight while the visitor types
 cannot overwrite what they typed.
+
+A touch is kept by the field's id (its elem_id, which every filled field must have: Gradio gives an
+element without one no id), in a set the page holds from when it opens, not as a mark on the input
+element, which Gradio may replace when it redraws the field.
 """
 
 from __future__ import annotations
@@ -20,20 +24,24 @@ from dgemma.examples import example_sets
 from dgemma.serving.api import model_info
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.ui.generate.controls import model_defaults_of
+from dgemma.ui.generate.tab import GenerateTab
 from dgemma.ui.header import header_markdown
 
 UNCHANGED_OUTPUTS = 3  # the fill, the run button and the example prompts: what a tick leaves alone while loading
-# Installed when the page opens: a field's input element the visitor types in, picks or ticks is marked theirs.
+# Installed when the page opens: every element with an id around what the visitor types in, picks or
+# ticks is theirs from then on (window.dgemmaTouched).
 MARK_TOUCHED_JS = """() => {
-  const mark = (e) => { if (e.isTrusted && e.target && e.target.dataset) e.target.dataset.touched = "1"; };
-  document.addEventListener("input", mark, true);
-  document.addEventListener("change", mark, true);
+  window.dgemmaTouched = new Set();
+  for (const kind of ["input", "change"]) document.addEventListener(kind, (e) => {
+    if (!e.isTrusted) return;
+    for (let node = e.target; node; node = node.parentElement) if (node.id) window.dgemmaTouched.add(node.id);
+  }, true);
 }"""
 # Runs after each tick, in the browser: the model's value where the field is untouched, else nothing (undefined).
 FILL_JS = """(fill, ...shown) => shown.map((value, i) => {
   if (!fill || !fill.values) return undefined;
-  const box = document.getElementById(fill.ids[i]);
-  const theirs = box && (box.querySelector("[data-touched]") || box.contains(document.activeElement));  // none: a tab not shown yet
+  const id = fill.ids[i], box = document.getElementById(id);  // none: a tab not shown yet
+  const theirs = (window.dgemmaTouched || new Set()).has(id) || (box && box.contains(document.activeElement));
   return !theirs && JSON.stringify(value) === JSON.stringify(fill.built[i]) ? fill.values[i] : undefined;
 })"""
 
@@ -56,22 +64,23 @@ def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (
             gr.Dataset(samples=sets), gr.Timer(active=False)]
 
 
-def dom_id(component: gr.components.Component, n: int) -> str:
-    """The id of a component's element on the page: its elem_id, given one here (the `n`-th field) where it has none."""
+def dom_id(component: gr.components.Component) -> str:
+    """The id of a component's element on the page: its elem_id (without one it has none)."""
     if not component.elem_id:
-        component.elem_id = f"dgemma-field-{n}"
+        raise ValueError(f"a field the loading tick fills needs an elem_id: {component.label or repr(component)}")
     return component.elem_id
 
 
-def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, status: gr.Markdown, run: gr.Button,
-         fields: Sequence[gr.components.Component], examples: gr.Dataset, replay_state: gr.State) -> None:
-    """The timer and its fill: `fields` the settings and the prompts box, filled at ready where untouched."""
+def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, tab: GenerateTab,
+         fields: Sequence[gr.components.Component]) -> None:
+    """The timer and its fill: the Generate tab's status line, Run and example prompts; `fields` the
+    settings and the prompts box, filled at ready where untouched."""
     built = [field.value for field in fields]
-    ids = [dom_id(field, n) for n, field in enumerate(fields)]
+    ids = [dom_id(field) for field in fields]
     fill = gr.JSON(None, visible=False)
     timer = gr.Timer(0.5, active=not ready)
     demo.load(None, js=MARK_TOUCHED_JS)
-    timer.tick(lambda played: loading_tick(backend, played.recording is not None, ids, built), [replay_state],
-               [header, status, run, fill, examples, timer], show_progress="hidden", api_visibility="private",
+    timer.tick(lambda played: loading_tick(backend, played.recording is not None, ids, built), [tab.player.state],
+               [header, tab.status, tab.run, fill, tab.examples.dataset, timer], show_progress="hidden", api_visibility="private",
                concurrency_limit=None,
                ).then(None, [fill, *fields], list(fields), js=FILL_JS, show_progress="hidden", api_visibility="private")

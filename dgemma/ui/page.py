@@ -41,9 +41,8 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
         api.register(service, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.
-        fields = [*gen.controls.model_defaults(), lesson_parts.budget, gen.controls.prompts]
-        loading_tick.wire(demo, backend, loading.ready, header, gen.status, gen.run, fields, gen.examples.dataset,
-                          gen.player.state)
+        fields = [*gen.panel.settings(), lesson_parts.budget, gen.panel["prompts"]]
+        loading_tick.wire(demo, backend, loading.ready, header, gen, fields)
 
         def closed(request: gr.Request) -> None:
             service.closed(tab_of(request))  # its runs stop, its files go, its runs leave memory

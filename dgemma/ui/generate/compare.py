@@ -1,7 +1,8 @@
 """Compare two settings side by side: the same prompts and seeds under configuration A and B.
 
-Each side is the panel's settings with a few changed (`name=value`, by the settings' own names:
-`greedy=true`, `entropy_bound=0.5`, `sampler=chunked`, `tiling=off`, ...). A runs, then B (one
+Each side is the panel's settings with a few changed (`name=value`, by the names of the one table,
+dgemma/settings.py's `SETTINGS`, which the side's box lists: `greedy=true`, `entropy_bound=0.5`,
+`sampler=chunked`, `tiling=off`, ...). A runs, then B (one
 after the other, so each side's tokens per second is its own), each streamed into its own live view
 (dgemma/ui/board_view.py: the overview and the cards, compact frames paced by the page's
 acknowledgements, as the Generate tab's) and confidence curves, and recorded: each side's file
@@ -24,12 +25,13 @@ from dgemma.examples import prompt_note
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings
 from dgemma.serving.runs import RunService
+from dgemma.settings import SETTINGS
 from dgemma.ui import board_view
 from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate import first_canvas, playback
-from dgemma.ui.generate.run import read_panel
+from dgemma.ui.generate.controls import Panel, read_panel
 from dgemma.units import format_bytes
 
 SIDES = first_canvas.COMPARE_SIDES
@@ -37,6 +39,9 @@ SIDES = first_canvas.COMPARE_SIDES
 ROWS = (("decoder_forwards", "denoising steps", "d"), ("steps_per_canvas", "steps per canvas", ".2f"),
         ("tokens_per_s", "tokens/s", ".1f"), ("tokens_per_forward", "tokens per forward", ".2f"),
         ("peak_sampler_bytes", "peak sampler memory", "bytes"), ("sampler_share", "sampler share of a step", ".0%"))
+
+CHANGES_HELP = "name=value, one per line or comma-separated; the names: " + ", ".join(
+    s.name for s in SETTINGS if s.group != "canvas")
 
 
 @dataclass
@@ -57,7 +62,7 @@ def build() -> Compare:
     with gr.Accordion("Compare two settings side by side", open=False, elem_id="compare"):
         with gr.Row():
             changes = tuple(gr.Textbox(label=f"{side.upper()}: settings changed from the panel", elem_id=f"compare-{side}",
-                                       placeholder=example, info="name=value, one per line or comma-separated")
+                                       placeholder=example, info=CHANGES_HELP)
                             for side, example in zip(SIDES, ("greedy=true", "entropy_bound=0.5")))  # fmt: skip
             run = gr.Button("Compare", variant="primary", elem_id="compare-run", scale=0, min_width=140)
         table = gr.HTML(elem_id="compare-table")
@@ -118,17 +123,14 @@ def table(boards: list[Board], summaries: list[dict]) -> str:
             + f'</table><div class="compare-same">same text in {same} of {len(texts[0])} requests</div>')
 
 
-def wire(service: RunService, compare: Compare, inputs: list, embedded: bool) -> None:
-    """Compare runs A then B on the panel's prompts and settings (`inputs`: the panel's, as run.read_panel takes them)."""
+def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) -> None:
+    """Compare runs A then B on the panel's prompts and settings (`panel`: the Generate tab's, by name)."""
     backend = service.backend
 
-    # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
-    def run(a_text, b_text, sides: list[playback.Playback], text, n, mode, fixed, budget_, sampler_, new_tokens, steps,
-            tmin, tmax, bound, threshold, stable, seed_, greedy_, start, pins, template,
-            request: gr.Request) -> Iterator[list]:
+    def run(sides: list[playback.Playback], a_text: str, b_text: str, request: gr.Request,
+            **values: Any) -> Iterator[list]:
         try:
-            batch, raw = read_panel(backend.limits, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin,
-                                    tmax, bound, threshold, stable, seed_, greedy_, start, pins, template)
+            batch, raw = read_panel(backend.limits, values)
             settings = [side_settings(raw, text, backend, len(batch)) for text in (a_text, b_text)]
         except ValueError as err:
             yield [f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>', *[gr.skip()] * 6]
@@ -160,7 +162,7 @@ def wire(service: RunService, compare: Compare, inputs: list, embedded: bool) ->
                 ticks.close()  # its end frees the side's requests now, not when collected
         yield [table(boards, summaries), *shown]
 
-    compare.run.click(run, inputs=[*compare.changes, compare.state, *inputs], outputs=compare.outputs(),
+    compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields, outputs=compare.outputs(),
                       api_visibility="private", concurrency_limit=None, show_progress="minimal")
 
 

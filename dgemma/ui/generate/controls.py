@@ -1,100 +1,103 @@
-"""The Generate tab's inputs: the settings accordion (filled with the model's defaults) and how
-its values become the settings a run is checked against."""
+"""The Generate tab's inputs, by setting name: the prompts, how many requests, the settings panel
+(made from the one table, dgemma/settings.py's `SETTINGS`) and the first canvas's inputs; and how
+their values become the settings a run is checked against.
+
+The handlers take the inputs as one dict, `Panel.fields` given to Gradio as `inputs_kwargs`, so a
+new setting is a row of the table and nothing here.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from dgemma.errors import SettingsError
 from dgemma.serving.backend import Backend
+from dgemma.serving.inputs import Limits, parse_prompts, prompts_from_text
+from dgemma.settings import SETTINGS, Setting, Settings
+from dgemma.ui.generate.first_canvas import canvas_settings
 
-SETTING_NAMES = (
-    "max_new_tokens", "max_denoising_steps", "t_min", "t_max", "entropy_bound",
-    "confidence_threshold", "stability_threshold", "seed", "greedy",
-)  # fmt: skip
-
-
-def tiling_setting(mode: str, fixed: float | None) -> str:
-    """The tiling radio and the fixed tile size as the one `tiling` setting ("auto", "off" or N)."""
-    if mode == "fixed":
-        if fixed is None:
-            raise SettingsError("Choose a tile size for fixed tiling.")
-        return str(int(fixed)) if float(fixed).is_integer() else str(fixed)
-    return mode
+PANEL_ROWS = ("length", "sampling", "layout")  # the panel's rows, top to bottom: the table's groups
+PANEL_SETTINGS = tuple(s for s in SETTINGS if s.group in PANEL_ROWS)
+# The Run endpoint's inputs, in order: what a gradio_client caller passes positionally (`client_inputs`).
+FIELDS = ("prompts", "concurrent", *(s.name for s in SETTINGS), "template")
 
 
 @dataclass
-class Controls:
-    """The Generate tab's inputs, in the order the run's stream takes them."""
+class Panel:
+    """The tab's inputs: `fields` maps each name of FIELDS to its component."""
 
-    prompts: gr.Textbox
-    concurrent: gr.Slider
-    tiling: gr.Radio
-    tile_size: gr.Number
-    budget: gr.Textbox
-    sampler: gr.Radio
-    max_new_tokens: gr.Number
-    max_steps: gr.Number
-    t_min: gr.Number
-    t_max: gr.Number
-    entropy_bound: gr.Number
-    confidence: gr.Number
-    stability: gr.Number
-    seed: gr.Number
-    greedy: gr.Checkbox
+    fields: dict[str, gr.components.Component]
 
-    def inputs(self) -> list:
-        return [getattr(self, f.name) for f in fields(self)]
+    def __getitem__(self, name: str) -> gr.components.Component:
+        return self.fields[name]
 
-    def model_defaults(self) -> list:
-        """The fields the model's own defaults fill in once it has loaded, in `model_defaults_of`'s order."""
-        return [self.max_new_tokens, self.max_steps, self.t_min, self.t_max, self.entropy_bound, self.confidence,
-                self.stability, self.sampler]
+    def settings(self) -> list[gr.components.Component]:
+        """The panel's settings fields, which the model's defaults fill in once it has loaded."""
+        return [self.fields[s.name] for s in PANEL_SETTINGS]
+
+
+def page_value(setting: Setting, settings: Settings) -> Any:
+    """What the page's field for `setting` shows for `settings` (a memory budget: empty, the server's)."""
+    if setting.name == "memory_budget":
+        return ""
+    value = settings.value(setting.name)
+    return str(value) if setting.widget == "choice" else value
 
 
 def model_defaults_of(backend: Backend) -> list[Any]:
-    """The loaded model's defaults, one per field of `Controls.model_defaults`."""
-    d, p = backend.defaults, backend.defaults.params
-    return [d.max_new_tokens, p.max_denoising_steps, p.t_min, p.t_max, p.entropy_bound, p.confidence_threshold,
-            p.stability_threshold, d.options.sampler]
+    """The loaded model's defaults, one per field of `Panel.settings`."""
+    return [page_value(s, backend.defaults) for s in PANEL_SETTINGS]
 
 
-def raw_settings(values: tuple, mode: str, fixed: float | None, budget: str | None, sampler: str) -> dict[str, Any]:
-    """The page's values as the settings mapping the API and the CLI use (checked by the one parser)."""
-    raw = dict(zip(SETTING_NAMES, values, strict=True))
-    raw["tiling"] = tiling_setting(mode, fixed)
-    raw["memory_budget"] = (budget or "").strip() or None
-    raw["sampler"] = sampler
-    return raw
+def raw_value(setting: Setting, value: Any) -> Any:
+    """A field's value as the one parser takes it: empty text is the default."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value.strip() if isinstance(value, str) else value
 
 
-def settings_panel(backend: Backend, prompts: gr.Textbox, concurrent: gr.Slider) -> Controls:
-    """The settings accordion, filled with the model's defaults."""
-    defaults, limits, p = backend.defaults, backend.limits, backend.defaults.params
+def read_panel(limits: Limits, values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The panel's prompts and raw settings, from its values by name (ValueError: one sentence)."""
+    raw = {s.name: raw_value(s, values[s.name]) for s in PANEL_SETTINGS}
+    raw.update(canvas_settings(values["start"], values["pins"], values["template"]))
+    return parse_prompts(prompts_from_text(values["prompts"], values["concurrent"]), limits), raw
+
+
+def client_inputs(prompts: str, concurrent: int, **values: Any) -> list[Any]:
+    """The Run endpoint's inputs in FIELDS order for a gradio_client caller: the page's defaults
+    (those of `Settings()`), changed by `values` (by setting name)."""
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"no such field: {sorted(unknown)}")
+    shown = {s.name: page_value(s, Settings()) for s in PANEL_SETTINGS}
+    shown.update(start="", pins="", template="", prompts=prompts, concurrent=concurrent, **values)
+    return [shown[name] for name in FIELDS]
+
+
+def widget(setting: Setting, value: Any, **extra: Any) -> gr.components.Component:
+    """The page's field for one setting of the table (its elem_id: setting-NAME)."""
+    common = dict(label=setting.label, elem_id=f"setting-{setting.name}", **extra)
+    if setting.widget == "checkbox":
+        return gr.Checkbox(value, info=setting.help, **common)
+    if setting.widget == "choice":
+        return gr.Dropdown(list(setting.choices), value=value, allow_custom_value=setting.custom, info=setting.help,
+                           **common)
+    if setting.widget in ("integer", "number"):
+        return gr.Number(value, precision=0 if setting.widget == "integer" else None, info=setting.help, **common)
+    return gr.Textbox(value, info=setting.help, **common)
+
+
+def settings_panel(backend: Backend) -> dict[str, gr.components.Component]:
+    """The settings accordion, filled with the model's defaults: the table's panel settings by name."""
+    fields: dict[str, gr.components.Component] = {}
+    budget = f"the server's: {backend.info().get('memory_budget', 'none')}"
     with gr.Accordion("Settings (the model's defaults)", open=False):
-        with gr.Row():
-            max_new_tokens = gr.Number(defaults.max_new_tokens, label="max new tokens", precision=0,
-                                       minimum=1, maximum=limits.max_new_tokens)
-            max_steps = gr.Number(p.max_denoising_steps, label="denoising steps", precision=0)
-            seed = gr.Number(p.seed, label="seed (request i gets seed + i)", precision=0)
-            greedy = gr.Checkbox(p.greedy, label="greedy")
-        with gr.Row():
-            t_min = gr.Number(p.t_min, label="t_min")
-            t_max = gr.Number(p.t_max, label="t_max")
-            entropy_bound = gr.Number(p.entropy_bound, label="entropy bound")
-            confidence = gr.Number(p.confidence_threshold, label="confidence threshold")
-            stability = gr.Number(p.stability_threshold, label="stability threshold", precision=0)
-        with gr.Row():
-            tiling = gr.Radio(["auto", "off", "fixed"], value="auto", label="tiling",
-                              info="auto: tiles sized from free memory; off: one tile; fixed: N requests per tile")
-            tile_size = gr.Number(4, label="fixed tile size N", precision=0)
-            sampler = gr.Radio(["reference", "chunked"], value=defaults.options.sampler, label="sampler step",
-                               info="reference: eager, ~2 fp32 vocab copies per request (~1 on a CPU); chunked: streams the vocabulary")
-            budget = gr.Textbox("", label="memory budget",
-                                placeholder=f"the server's: {backend.info().get('memory_budget', 'none')}",
-                                info="empty: the server's --memory-budget; e.g. 64MiB caps this run's sampler step")
-    return Controls(prompts, concurrent, tiling, tile_size, budget, sampler, max_new_tokens, max_steps, t_min, t_max,
-                    entropy_bound, confidence, stability, seed, greedy)
+        for row in PANEL_ROWS:
+            with gr.Row():
+                for s in (s for s in PANEL_SETTINGS if s.group == row):
+                    extra = {"placeholder": budget} if s.name == "memory_budget" else {}
+                    fields[s.name] = widget(s, page_value(s, backend.defaults), **extra)
+    return fields

@@ -6,10 +6,10 @@
   token of a finished card's first canvas writes its line here (the script below).
 - Template: cells separated by `|`, `_` (or nothing) a free position, anything else pinned there:
   `4|_|_|1` pins position 0 to "4" and position 3 to "1".
-- Refine (a finished card's button): the script puts the card's row number (and, on a compare card,
-  its side) in a hidden box and presses a hidden button: the run takes the panel's settings with
-  that card's prompt and seed, its first canvas starting from its first canvas's text, which the
-  server reads off the run the card belongs to (a real-scale frame has no room to carry them).
+- Refine (a finished card's button): the script triggers the cards' own `refine` event with the
+  card's row number (gr.HTML's `trigger`); the run takes the panel's settings with that card's
+  prompt and seed, its first canvas starting from its first canvas's text, which the server reads
+  off the run of the view the card is in (a real-scale frame has no room to carry them).
 
 Whether a piece is one token and a position inside the canvas is the server's to say (the one
 settings parser, then the model's tokenizer): one sentence on the status line.
@@ -17,36 +17,28 @@ settings parser, then the model's tokenizer): one sentence on the status line.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.recording import Recording
-from dgemma.ui.canvas import refinable, refine_start
+from dgemma.settings import BY_NAME
+from dgemma.ui.board import RequestView
+from dgemma.ui.compact import is_special, refinable
 from dgemma.ui.seek import Seeker
 
 REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Refine on one."
 COMPARE_SIDES = ("a", "b")  # Compare's two runs: a compare card's Refine names its side (its view's id ends in it)
 
-# Runs once when the cards' HTML mounts; listens on it for clicks on what every redraw puts there.
+# Runs once when the cards' HTML mounts (after assets/board_view.js, whose `trigger` it uses); listens
+# on it for clicks on what every redraw puts there.
 CARD_CLICKS_JS = """
 element.addEventListener('click', (e) => {
-  const write = (id, value) => {
-    const box = document.querySelector(`#${id} textarea, #${id} input`);
-    box.value = value;
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-  };
   const refine = e.target.closest('button.refine');
-  if (refine) {
-    // The card names its row, and a compare card its side: the server holds their runs' text.
-    const side = refine.closest('[id^="compare-cards-"]');
-    write('refine-request', JSON.stringify(side ? {request: Number(refine.dataset.request), run: side.id.slice(-1)} :
-                                           {request: Number(refine.dataset.request)}));
-    setTimeout(() => document.querySelector('#refine-run').click(), 100);
+  if (refine) {  // the card names its row; the server holds the run of this view
+    trigger('refine', {request: Number(refine.dataset.request)});
     return;
   }
   const tok = e.target.closest('.ctok[data-pos]');
@@ -55,36 +47,28 @@ element.addEventListener('click', (e) => {
   const key = tok.dataset.pos + '=';
   const lines = box.value.split('\\n').filter((l) => l.trim() && !l.startsWith(key));
   lines.push(key + tok.dataset.piece);
-  write('pins', lines.join('\\n'));
+  box.value = lines.join('\\n');
+  box.dispatchEvent(new Event('input', {bubbles: true}));
   tok.classList.add('pinned');
 });
 """
 
 
-@dataclass
-class FirstCanvas:
-    start: gr.Textbox
-    pins: gr.Textbox
-    template: gr.Textbox
-    refine_request: gr.Textbox  # hidden: the Refine button's card, as JSON
-    refine_run: gr.Button  # hidden: pressed by the script after it filled refine_request
-
-    def inputs(self) -> list:
-        return [self.start, self.pins, self.template]
-
-
-def build() -> FirstCanvas:
+def build() -> dict[str, gr.Textbox]:
+    """The first canvas's inputs by name: the table's `start` and `pins`, and the page's template."""
+    start, pins = BY_NAME["start"], BY_NAME["pins"]
     with gr.Accordion("First canvas: start from text (edit), pin tokens (infill)", open=True):
         with gr.Row():
-            start = gr.Textbox(label="Start from", elem_id="start", scale=2, placeholder="e.g. 12 13",
-                               info="its tokens fill the first canvas from position 0; the model may change any of them")
-            pins = gr.Textbox(label="Pins (position=token, one per line)", elem_id="pins", lines=2, scale=2,
-                              placeholder="0=4", info="held for the whole denoising; click a finished card's token to add it")
-            template = gr.Textbox(label="Template", elem_id="template", scale=2, placeholder="4|_|_|1",
-                                  info="one cell per position, split by |; an empty cell or an underscore leaves it free")
-    refine_request = gr.Textbox(elem_id="refine-request", elem_classes="hidden-input", show_label=False, container=False)
-    refine_run = gr.Button("refine", elem_id="refine-run", elem_classes="hidden-input")
-    return FirstCanvas(start, pins, template, refine_request, refine_run)
+            fields = {
+                "start": gr.Textbox(label=start.label, elem_id="start", scale=2, placeholder="e.g. 12 13",
+                                    info=start.help),
+                "pins": gr.Textbox(label=pins.label, elem_id="pins", lines=2, scale=2, placeholder="0=4",
+                                   info=f"{pins.help}; click a finished card's token to add it"),
+                "template": gr.Textbox(label="Template", elem_id="template", scale=2, placeholder="4|_|_|1",
+                                       info="pins as one cell per position, split by |; an empty cell or an "
+                                            "underscore leaves it free"),
+            }  # fmt: skip
+    return fields
 
 
 def template_pins(template: str) -> dict[str, str]:
@@ -113,16 +97,16 @@ def canvas_settings(start: str | None, pins: str | None, template: str | None) -
     return {"start": start or None, "pins": held or None}
 
 
-def refine_request(text: str, held_card: Callable[[int, str | None], tuple[str, int, str]]) -> tuple[str, int, str]:
-    """The hidden box's JSON as (prompt, seed, start): `held_card(row, run)`'s for the row it names,
-    of the run it names (None: the Generate tab's; "a" or "b": a compare side's)."""
+def refine_request(card: Mapping[str, Any] | None, run: str | None,
+                   held_card: Callable[[int, str | None], tuple[str, int, str]]) -> tuple[str, int, str]:
+    """A Refine event's card (its data: {"request": row}) of the view of `run` (None: the Generate
+    tab's; "a" or "b": a compare side's) as (prompt, seed, start): `held_card(row, run)`'s."""
     try:
-        card = json.loads(text)
-        row, run = int(card["request"]), card.get("run")
-        if run is not None and run not in COMPARE_SIDES:
-            raise ValueError(run)
-    except (ValueError, KeyError, TypeError, AttributeError):
+        row = int(card["request"])  # type: ignore[index]
+    except (ValueError, KeyError, TypeError):
         raise SettingsError(REFINE_NEEDS_A_CARD) from None
+    if run is not None and run not in COMPARE_SIDES:
+        raise SettingsError(REFINE_NEEDS_A_CARD)
     return held_card(row, run)
 
 
@@ -138,3 +122,9 @@ def finished_card(recording: Recording | None, kept: Seeker, row: int, gone: str
             raise SettingsError(REFINE_NEEDS_A_CARD)
         length = int(recording.header.get("model", {}).get("canvas_length") or 0)
         return view.prompt, int(view.seed), refine_start(view, length)
+
+
+def refine_start(view: RequestView, canvas_length: int) -> str:
+    """What Refine starts the first canvas from: the text of the request's first canvas."""
+    start = "".join(p.replace("▁", " ") for p in view.committed_pieces[:canvas_length] if not is_special(p))
+    return start or view.committed_text

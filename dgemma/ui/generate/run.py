@@ -7,19 +7,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
 from dgemma.examples import prompt_note
-from dgemma.serving.inputs import Limits, parse_prompts, prompts_from_text
 from dgemma.serving.runs import RunService, tab_of
 from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate import playback
-from dgemma.ui.generate.controls import Controls, raw_settings
-from dgemma.ui.generate.first_canvas import COMPARE_SIDES, FirstCanvas, canvas_settings, finished_card, refine_request
+from dgemma.ui.generate.controls import Panel, read_panel
+from dgemma.ui.generate.first_canvas import COMPARE_SIDES, finished_card, refine_request
 from dgemma.ui.generate.status import failed_status, finished_status, run_status
 
 log = logging.getLogger(__name__)
@@ -28,60 +29,56 @@ log = logging.getLogger(__name__)
 CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
 
-def read_panel(limits: Limits, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound,
-               threshold, stable, seed_, greedy_, start, pins, template) -> tuple[list[str], dict]:
-    """The panel's prompts and raw settings, in `Controls.inputs()` then `FirstCanvas.inputs()` order
-    (ValueError: one sentence)."""
-    values = (new_tokens, steps, tmin, tmax, bound, threshold, stable, seed_, greedy_)
-    raw = {**raw_settings(values, mode, fixed, budget_, sampler_), **canvas_settings(start, pins, template)}
-    return parse_prompts(prompts_from_text(text, n), limits), raw
+@dataclass
+class RunViews:
+    """What Run, Refine and Stop read and write: the panel, the buttons, the views a frame updates
+    (the cards, both charts, the status line), the tab's playback, and each view whose cards' Refine
+    runs a card again (None: the tab's own cards; "a", "b": a compare side's, its run in `sides`)."""
+
+    panel: Panel
+    run: gr.Button
+    stop: gr.Button
+    views: list
+    player: playback.Player
+    refine_from: dict[str | None, gr.HTML]
+    sides: gr.State  # Compare's Playbacks, one a side
 
 
-def wire_run(service: RunService, controls: Controls, first: FirstCanvas, run: gr.Button, stop: gr.Button,
-             outputs: list, player: playback.Player, embedded: bool, compared: gr.State) -> None:
+def wire_run(service: RunService, tab: RunViews, embedded: bool) -> None:
     """Run streams one call's cards, charts and status line, and records it for playback (the
     slider follows the run until the user takes it); a card's Refine runs its prompt and seed again
-    from its text (a card of this tab's run, or of a compare side's: `compared`, one Playback a
-    side); Stop cancels the tab's requests."""
+    from its text; Stop cancels the tab's requests. The handlers take the panel by name."""
     limits = service.backend.limits
+    status = tab.views[-1]
 
-    def panel(*fields) -> tuple[list[str], dict]:
-        return read_panel(limits, *fields)
-
-    def stream(batch: list[str], raw: dict, played: playback.Playback, request: gr.Request) -> Iterator[tuple]:
+    def stream(batch: list[str], raw: dict, played: playback.Playback, request: gr.Request) -> Iterator:
         return stream_run(service, embedded, batch, raw, played, request)
 
-    # Gradio passes the request only to a parameter typed gr.Request: the fields are spelled out.
-    def generate_stream(text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold,
-                        stable, seed_, greedy_, start, pins, template, played: playback.Playback,
-                        request: gr.Request) -> Iterator[tuple]:
-        fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-                  seed_, greedy_, start, pins, template)
+    def generate_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
         try:
-            batch, raw = panel(*fields)
+            batch, raw = read_panel(limits, values)
         except ValueError as err:
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
+            yield {status: failed_status(str(err))}
             return
         yield from stream(batch, raw, played, request)
 
-    def refine_stream(card: str, text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound,
-                      threshold, stable, seed_, greedy_, start, pins, template, played: playback.Playback,
-                      sides: list[playback.Playback], request: gr.Request) -> Iterator[tuple]:
-        fields = (text, n, mode, fixed, budget_, sampler_, new_tokens, steps, tmin, tmax, bound, threshold, stable,
-                  seed_, greedy_, start, pins, template)
+    def refine_of(run: str | None) -> Callable[..., Iterator]:
+        def refine_stream(played: playback.Playback, sides: list[playback.Playback], event: gr.EventData,
+                          request: gr.Request, **values: Any) -> Iterator:
+            def held(row: int, side: str | None) -> tuple[str, int, str]:  # the card's run: this tab's or a side's
+                source = played if side is None else sides[COMPARE_SIDES.index(side)]
+                return finished_card(source.recording, source.kept, row, source.evicted)
 
-        def held(row: int, run: str | None) -> tuple[str, int, str]:  # the card's run: this tab's or a compare side's
-            source = played if run is None else sides[COMPARE_SIDES.index(run)]
-            return finished_card(source.recording, source.kept, row, source.evicted)
+            try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
+                prompt, seed, start = refine_request(getattr(event, "_data", None), run, held)
+                batch, raw = read_panel(limits, {**values, "prompts": prompt, "concurrent": 1})  # the card's prompt alone
+                raw = {**raw, "seed": seed, "start": start}
+            except ValueError as err:
+                yield {status: failed_status(str(err))}
+                return
+            yield from stream(batch, raw, played, request)
 
-        try:  # the card's prompt and seed, its text the first canvas's start; the panel's other settings
-            prompt, seed, start = refine_request(card, held)
-            batch, raw = panel(prompt, 1, *fields[2:])  # the card's prompt alone, whatever the prompts box holds
-            raw = {**raw, "seed": seed, "start": start}
-        except ValueError as err:
-            yield gr.skip(), gr.skip(), gr.skip(), failed_status(str(err)), gr.skip(), gr.skip()
-            return
-        yield from stream(batch, raw, played, request)
+        return refine_stream
 
     def stop_runs(request: gr.Request) -> None:
         n = service.stop(tab_of(request))
@@ -89,19 +86,17 @@ def wire_run(service: RunService, controls: Controls, first: FirstCanvas, run: g
         if not n:
             gr.Info("Nothing to stop.")
 
-    inputs = [*controls.inputs(), *first.inputs(), player.state]
-    run.click(
-        generate_stream, inputs=inputs, outputs=[*outputs, player.slider, player.download],
-        api_name="generate_stream", api_visibility="undocumented",
-        concurrency_limit=None,  # tabs share the engine; the engine does the batching
-        show_progress="minimal",
-    )
-    first.refine_run.click(refine_stream, inputs=[first.refine_request, *inputs, compared],
-                           outputs=[*outputs, player.slider, player.download], api_visibility="private",
-                           concurrency_limit=None, show_progress="minimal")
+    outputs = [*tab.views, tab.player.slider, tab.player.download]
+    streamed = dict(outputs=outputs, concurrency_limit=None,  # tabs share the engine; the engine batches
+                    show_progress="minimal")
+    tab.run.click(generate_stream, inputs=[tab.player.state], inputs_kwargs=tab.panel.fields,
+                  api_name="generate_stream", api_visibility="undocumented", **streamed)
+    for run, cards in tab.refine_from.items():
+        cards.refine(refine_of(run), inputs=[tab.player.state, tab.sides], inputs_kwargs=tab.panel.fields,
+                     api_visibility="private", **streamed)
     # Stop cancels the engine requests, not the stream: the cards then show "cancelled" and
     # the stream ends by itself once the engine has freed every slot (within one step).
-    stop.click(stop_runs, None, None, api_visibility="private", concurrency_limit=None)
+    tab.stop.click(stop_runs, None, None, api_visibility="private", concurrency_limit=None)
 
 
 def stream_run(service: RunService, embedded: bool, batch: list[str], raw: dict, played: playback.Playback,

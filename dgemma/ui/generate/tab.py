@@ -1,5 +1,6 @@
 """The Generate tab, top to bottom: prompts and Run / Stop, example prompts, settings, the status
-line, playback, the cards and the two charts; then the events that wire them."""
+line, playback, the board (overview, focus card, cards) with the two charts beside it; then the
+events that wire them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate import compare, first_canvas, playback
-from dgemma.ui.generate.controls import Controls, settings_panel
-from dgemma.ui.generate.run import wire_run
+from dgemma.ui.generate.controls import FIELDS, Panel, settings_panel
+from dgemma.ui.generate.run import RunViews, wire_run
 
 ENTROPY_TEXT = (
     "**Confidence per step.** Each line is one request's mean token entropy after each denoising "
@@ -32,8 +33,7 @@ TILE_TEXT = (
 class GenerateTab:
     """The tab's components that its events (and the page's loading tick) refer to."""
 
-    controls: Controls
-    first: first_canvas.FirstCanvas
+    panel: Panel
     compare: compare.Compare
     run: gr.Button
     stop: gr.Button
@@ -48,35 +48,41 @@ class GenerateTab:
 def build(backend: Backend, examples: list[list[str]], ready: bool, loading_message: str) -> GenerateTab:
     """The tab's components (call inside `gr.Tab`)."""
     with gr.Row():
-        prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3, value=examples[0][0])
+        prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3, value=examples[0][0], elem_id="prompts")
         with gr.Column(scale=1, min_width=220):
             concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
-                                   label="Concurrent requests",
+                                   label="Concurrent requests", elem_id="concurrent",
                                    info="Fills the batch by cycling the prompts (seed S + i each).")
             run = gr.Button("Run", variant="primary", elem_id="run", interactive=ready)
             stop = gr.Button("Stop", variant="stop", elem_id="stop")
     example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
-    first = first_canvas.build()
-    controls = settings_panel(backend, prompts, concurrent)
+    canvas = first_canvas.build()
+    settings = settings_panel(backend)
+    found = {"prompts": prompts, "concurrent": concurrent, **settings, **canvas}
+    panel = Panel({name: found[name] for name in FIELDS})
     status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
     player = playback.build()  # step slider, play / pause, download and load a run
-    cards = board_view.build(clicks_js=first_canvas.CARD_CLICKS_JS)  # the overview, a focus card and the cards, drawn by the browser
-    with gr.Row():
-        with gr.Column():
+    # On a projector (1366 x 768) the overview and both charts are on screen at once: the charts
+    # beside the board, level with its overview; the cards below the overview.
+    with gr.Row(equal_height=False, elem_id="live-views"):
+        with gr.Column(scale=3, min_width=560):
+            cards = board_view.build(clicks_js=first_canvas.CARD_CLICKS_JS)  # overview, focus card, cards: drawn by the browser
+        with gr.Column(scale=2, min_width=380):
             entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")
-            gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
-        with gr.Column():
             tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
-            gr.Markdown(TILE_TEXT, elem_classes="explain")
+    with gr.Row():  # how to read the charts, under them: the column beside the board holds only what is live
+        gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
+        gr.Markdown(TILE_TEXT, elem_classes="explain")
     side_by_side = compare.build()
-    return GenerateTab(controls, first, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
+    return GenerateTab(panel, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
 
 def wire(service: RunService, tab: GenerateTab, embedded: bool) -> None:
     """Run and Stop, and playback of the last (or a loaded) run in the same views; `service`: every run's
     life, from the tab's cap to where it is kept."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
-    wire_run(service, tab.controls, tab.first, tab.run, tab.stop, [*views, tab.status], tab.player, embedded,
-             tab.compare.state)
+    refine_from = {None: tab.cards, **dict(zip(compare.SIDES, tab.compare.cards))}
+    wire_run(service, RunViews(tab.panel, tab.run, tab.stop, [*views, tab.status], tab.player, refine_from,
+                               tab.compare.state), embedded)
     playback.wire(service, tab.player, views, tab.status)
-    compare.wire(service, tab.compare, [*tab.controls.inputs(), *tab.first.inputs()], embedded)
+    compare.wire(service, tab.compare, tab.panel, embedded)

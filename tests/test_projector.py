@@ -1,0 +1,50 @@
+"""The page on a classroom projector (1366 x 768): during a run, with the board's overview scrolled
+into view, both charts (confidence, and tiles against free memory) are on screen too (a real
+server, a real chromium)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app_server import MODEL_ARGS, shared
+from browser_page import chromium_page
+
+WIDTH, HEIGHT = 1366, 768
+BOXES = {"overview": "#cards .dgv-overview canvas", "confidence": "#entropy-plot", "tiles": "#tile-plot"}
+RUNNING = ("() => { const c = document.querySelector('#cards .dgv-overview canvas');"
+           " return c && Number(c.dataset.rows) > 0 && /running|step/.test(document.querySelector('#status').innerText); }")
+
+
+def off_screen(box: dict | None) -> bool:
+    """Any part of the box outside the viewport (a pixel's rounding allowed)."""
+    return (box is None or box["x"] < -1 or box["y"] < -1 or box["x"] + box["width"] > WIDTH + 1
+            or box["y"] + box["height"] > HEIGHT + 1)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    with chromium_page(server.url, WIDTH, HEIGHT) as page:
+        page.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        yield page
+
+
+def test_with_the_overview_scrolled_into_view_during_a_run_both_charts_are_on_screen(page):
+    page.get_by_label("Prompts, one per line").fill("count 1 to 12\nreverse hello")
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.get_by_label("max new tokens").fill("256")
+    page.get_by_label("denoising steps").fill("512")
+    page.get_by_label("confidence threshold").fill("1e-9")  # nothing converges: the run lasts while we look
+    page.get_by_text("Settings (the model's defaults)").click()
+    page.click("#run")
+    try:
+        page.wait_for_function(RUNNING, timeout=120_000)
+        page.evaluate(f"() => document.querySelector('{BOXES['overview']}').scrollIntoView()")
+        page.wait_for_timeout(300)
+        boxes = {name: page.locator(selector).bounding_box() for name, selector in BOXES.items()}
+        assert not [name for name, box in boxes.items() if off_screen(box)], boxes
+    finally:
+        page.click("#stop")
+        page.wait_for_function("() => !/running|step \\d/.test(document.querySelector('#status').innerText)",
+                               timeout=120_000)
+    assert not page.errors, page.errors
