@@ -52,7 +52,7 @@ def model_defaults_of(backend: Backend) -> list[Any]:
     return [page_value(s, backend.defaults) for s in PANEL_SETTINGS]
 
 
-def raw_value(setting: Setting, value: Any) -> Any:
+def raw_value(value: Any) -> Any:
     """A field's value as the one parser takes it: empty text is the default."""
     if isinstance(value, str) and not value.strip():
         return None
@@ -61,7 +61,7 @@ def raw_value(setting: Setting, value: Any) -> Any:
 
 def read_panel(limits: Limits, values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """The panel's prompts and raw settings, from its values by name (ValueError: one sentence)."""
-    raw = {s.name: raw_value(s, values[s.name]) for s in PANEL_SETTINGS}
+    raw = {s.name: raw_value(values[s.name]) for s in PANEL_SETTINGS}
     raw.update(canvas_settings(values["start"], values["pins"], values["template"]))
     return parse_prompts(prompts_from_text(values["prompts"], values["concurrent"]), limits), raw
 
