@@ -11,7 +11,7 @@ random step, refolded from step 0 (as a step back did before keyframes) against 
 and the slider's whole view (cards and charts) at a random step of each run, and of a synthetic
 32 x 256 x 48-step run (`--slider-steps`).
 With `--lesson MODEL`, the same for the frames of the lesson's tab: one of its real-scale runs on
-MODEL (e.g. tests/twin.py's twin at canvas 256), told as events (dgemma/serving/lesson_events.py):
+MODEL (e.g. tests/twin.py's twin at canvas 256), started as the lesson tab starts it:
 the tiled one, or the chunked one (untiled; on a CPU the cheaper at 32 x 256, and its frames are
 the same kind).
 """
@@ -154,24 +154,33 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
 
 def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, run: str = "tiled") -> Recording:
     """The lesson's `run` ("tiled" or "chunked") at real scale on `model` (CPU, the suggested budget),
-    its events recorded as the page's view receives them: step k is the board after its k-th sampler call."""
-    from dgemma.engine import EngineCore
+    started as the lesson tab starts it (`Backend.start` with the lesson's run options), every event
+    recorded: step k is the board after its k-th sampler call."""
+    from dgemma.engine import EngineConfig
     from dgemma.model.loading import load_model, parse_dtype
-    from dgemma.sampling import SamplingParams
-    from dgemma.serving import lesson_run
-    from dgemma.settings import Settings
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.serving.inputs import Limits
+    from dgemma.serving.lesson_budget import lesson_prompts
+    from dgemma.ui.lesson import tab
 
     import torch
 
     loaded = load_model(model, device="cpu", dtype=parse_dtype(dtype, torch.device("cpu")))
-    recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * requests})
-    budget = lesson_run.suggest_budget(loaded, requests, True)
-    settings = Settings(SamplingParams(max_denoising_steps=steps, seed=0))
-    tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
-    outcome = lesson_run.run(EngineCore(loaded), requests, budget, True, tiling, settings, impl, on_events=recording.extend)
-    if not outcome.ok:
-        raise ValueError(f"the lesson's {run} run did not complete: {outcome.message}")
-    return recording
+    backend = EngineBackend(loaded, EngineConfig(max_num_seqs=requests), Limits(), None)
+    try:
+        n, settings = tab._checked(backend, requests, steps)
+        budget = tab._budget_bytes(backend.suggest_budget(n, True))
+        tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
+        handle = backend.start(lesson_prompts(n), tab._run_settings(settings, budget, tiling, impl, True))
+        handle.recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
+        outputs, _ = handle.results()
+        handle.close()
+    finally:
+        backend.close()
+    failed = [o.error for o in outputs if o.error]
+    if failed:
+        raise ValueError(f"the lesson's {run} run did not complete: {failed[0]}")
+    return handle.recording
 
 
 def main(argv: list[str] | None = None) -> int:
