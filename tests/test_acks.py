@@ -177,3 +177,9 @@ def test_the_route_refuses_a_body_longer_than_a_token_and_a_number(client_and_ac
 def test_the_route_takes_only_posts_and_leaves_every_other_path_to_the_app(client_and_acks):
     client, _ = client_and_acks
     assert client.get(ACK_PATH).status_code == 405 and client.get("/").text == "the app"
+
+
+def test_behind_a_proxy_that_ends_tls_the_cookie_is_partitioned_and_secure(client_and_acks):
+    client, _ = client_and_acks
+    cookie = client.post(ACK_PATH, content="", headers={"x-forwarded-proto": "https"}).headers["set-cookie"].lower()
+    assert "secure" in cookie and "partitioned" in cookie and "samesite=none" in cookie

@@ -195,7 +195,10 @@ class AckRoute:
         if ack is not None:
             self.acks.drawn(*ack)
         response = Response(status_code=204)
-        https = request.url.scheme == "https"  # a Space's page is in another site's frame: only a partitioned cookie keeps
-        response.set_cookie(COOKIE, "1", path="/", httponly=True, secure=https, samesite="none" if https else "lax",
-                            partitioned=https)
+        # A Space's page is in another site's frame, behind a proxy that ends TLS: only a partitioned cookie keeps.
+        https = "https" in (request.url.scheme, request.headers.get("x-forwarded-proto"))
+        response.set_cookie(COOKIE, "1", path="/", httponly=True, secure=https, samesite="none" if https else "lax")
+        if https:  # Python's cookies write the Partitioned attribute only from 3.14 on
+            name, value = response.raw_headers[-1]
+            response.raw_headers[-1] = (name, value + b"; Partitioned")
         return response

@@ -215,6 +215,10 @@ class RunService:
         """A tab closed (or its client left for good): its runs stop, its files go, its runs leave memory
         (Gradio keeps a closed tab's state for an hour)."""
         client_left(self.stop(tab), "page closed")
+        self._release(tab)
+
+    def _release(self, tab: str) -> None:
+        """The tab's files go, and its runs leave memory."""
         with self._lock:
             keys = self._slots.pop(tab, set()) | {tab}
         for key in keys:
@@ -286,7 +290,7 @@ class RunService:
             yield Tick([], True, pace, failure=sentence, started=started)
         except GeneratorExit:  # Gradio closed the stream: its client has gone (tab closed, process died)
             client_left(run.size - progress.ended(), "stream closed")
-            self.closed(tab)  # as the unload hook does: this stream may have held the run again after it
+            self._release(tab)  # as the unload hook does: this stream may have held the run again after it
             raise
         finally:
             pace.close()
