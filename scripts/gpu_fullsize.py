@@ -223,6 +223,23 @@ def part_lesson(args) -> None:
     tiled = rows.get("auto")
     emit("lesson_tokens", requests_named_by_planner=n, free_bytes=int(free), compared=fits,
          tiled_equal_to_untiled=bool(tiled is not None and torch.equal(tiled[:fits], small.draft[:fits])))
+    if device.type == "cuda" or args.compile:  # the compiled step, tiled and untiled, against eager's tokens
+        from dgemma.engine.samplers import compiled_tile
+
+        for tiling, count, eager in (("auto", n, tiled), ("off", fits, small.draft[:fits])):
+            built = sampler(count, tiling)
+            built.tile_fn = compiled_tile(built.tile_fn)
+            built.step(None, list(range(count)), hidden=hidden[:count])  # compiles
+            started = time.perf_counter()
+            built.step(None, list(range(count)), hidden=hidden[:count])
+            seconds = time.perf_counter() - started
+            again = sampler(count, tiling)  # a fresh one for the tokens: the first step of each canvas
+            again.tile_fn = built.tile_fn
+            again.step(None, list(range(count)), hidden=hidden[:count])
+            same = float((again.draft[:count] == eager[:count]).float().mean()) if eager is not None else None
+            emit("lesson_compiled", requests=count, tiling=tiling, seconds_second_step=round(seconds, 4),
+                 token_fraction_equal_to_eager=same)
+            del built, again
 
 
 def part_app(args) -> None:

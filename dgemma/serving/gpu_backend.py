@@ -166,7 +166,8 @@ def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:
 
     budget = parse_size(args.memory_budget) if args.memory_budget else None
     # Loaded on the CPU, run on CUDA: `auto` is CUDA's bf16 (the packed weights decide the workload size).
-    loaded = load_model(args.model, device="cpu", dtype=parse_dtype(getattr(args, "dtype", None), torch.device("cuda")))
+    loaded = load_model(args.model, device="cpu", dtype=parse_dtype(getattr(args, "dtype", None), torch.device("cuda")),
+                        load_format=getattr(args, "load_format", "auto"))
     loaded.model.to("cuda")
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
     config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,
