@@ -289,26 +289,26 @@ def test_bad_input_fails_that_request_with_one_line_while_others_run(engine, pro
 
 
 def test_session_subscription_sees_only_its_own_requests(engine):
-    mine = engine.subscribe(session="a")
-    a = engine.submit("add 1+1", params(seed=1), max_new_tokens=16, session="a")
-    b = engine.submit("add 2+2", params(seed=2), max_new_tokens=16, session="b")
+    mine = engine.subscribe(subscriber="a")
+    a = engine.submit("add 1+1", params(seed=1), max_new_tokens=16, subscriber="a")
+    b = engine.submit("add 2+2", params(seed=2), max_new_tokens=16, subscriber="b")
     a.result(60), b.result(60)
     seen = {e.request_id for e in mine.poll(1.0) if not isinstance(e, TilePlan)}
     assert seen == {a.id}
 
 
-def test_a_session_cannot_cancel_another_sessions_request(tiny_model):
+def test_a_subscriber_cannot_cancel_another_subscribers_request(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
-        theirs = eng.submit("add 2+2", params(seed=9), max_new_tokens=16, session="b")
-        eng.cancel(theirs.id, session="a")
+        theirs = eng.submit("add 2+2", params(seed=9), max_new_tokens=16, subscriber="b")
+        eng.cancel(theirs.id, subscriber="a")
         assert theirs.result(30).status == "done"
 
 
-def test_cancel_session_cancels_only_that_sessions_requests(tiny_model):
+def test_cancel_subscriber_cancels_only_that_subscribers_requests(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=1)) as eng:
-        a = [eng.submit("count 1 to 9", params(seed=i, steps=40), max_new_tokens=64, session="a") for i in range(3)]
-        b = eng.submit("add 2+2", params(seed=9), max_new_tokens=16, session="b")
-        assert eng.cancel_session("a") == 3
+        a = [eng.submit("count 1 to 9", params(seed=i, steps=40), max_new_tokens=64, subscriber="a") for i in range(3)]
+        b = eng.submit("add 2+2", params(seed=9), max_new_tokens=16, subscriber="b")
+        assert eng.cancel_subscriber("a") == 3
         assert [h.result(30).status for h in a] == ["cancelled"] * 3
         assert b.result(30).status == "done"
 
@@ -335,7 +335,7 @@ def test_submit_cancel_and_stream_are_safe_from_many_threads(engine):
     results: dict[int, str] = {}
 
     def client(i: int) -> None:
-        handle = engine.submit(f"add {i}+{i}", params(seed=i), max_new_tokens=16, session=str(i))
+        handle = engine.submit(f"add {i}+{i}", params(seed=i), max_new_tokens=16, subscriber=str(i))
         if i % 3 == 0:
             handle.cancel()
         results[i] = handle.result(60).status

@@ -180,7 +180,7 @@ def engine_events(tiny_model):
         mailbox = engine.subscribe("render-test")
         handles = [
             engine.submit(p, SamplingParams(max_denoising_steps=MAX_STEPS, seed=10 + i),
-                          2 * tiny_model.canvas_length, session="render-test")
+                          2 * tiny_model.canvas_length, subscriber="render-test")
             for i, p in enumerate(PROMPTS)
         ]
         events = []

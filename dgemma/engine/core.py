@@ -23,7 +23,7 @@ from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.output import Detokenizer, Subscribers, request_event
 from dgemma.engine.phases import ModelPhases
-from dgemma.engine.requests import Limits, Request, RequestHandle, check_request
+from dgemma.engine.requests import RequestLimits, Request, RequestHandle, check_request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
 from dgemma.engine.scheduler import Scheduler
@@ -69,22 +69,22 @@ class EngineCore:
             raise EngineError(f"the memory budget of {cap} is too small for the sampler's per-slot state beside "
                               "the model weights") from None
         self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
-                                   set(loaded.eos_token_ids), self.stats, self._forget_session,
+                                   set(loaded.eos_token_ids), self.stats, self._forget_subscriber,
                                    loaded.tokenizer.pad_token_id)
         self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
                                   loaded.tokenizer.pad_token_id or 0, self.stats)
-        self._limits = Limits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
+        self._limits = RequestLimits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
         self._ids = itertools.count(1)
         self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
         self._inbox: deque[Request] = deque()  # submitted, not yet taken by step()
         self._cancels: dict[int, str] = {}  # request id -> reason
-        self._sessions: dict[int, str | None] = {}  # request id -> session, for cancel_session
+        self._subscriber_of: dict[int, str | None] = {}  # request id -> subscriber, for cancel_subscriber
         self.refusal = ""  # set: submit fails every request with this sentence (a stopped engine)
 
     # ------------------------------------------------------------------ the thread-safe API
 
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
-               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
+               subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
                start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
         """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong.
 
@@ -95,17 +95,17 @@ class EngineCore:
         options = options if options is not None else self.default_options
         rid = next(self._ids)
         prompt_text = prompt if isinstance(prompt, str) else ""
-        handle = RequestHandle(self.cancel, rid, prompt_text, session, getattr(params, "seed", 0))
+        handle = RequestHandle(self.cancel, rid, prompt_text, subscriber, getattr(params, "seed", 0))
         error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
         error = error or self.check_options(options)
         if not error:
             error, canvas_start = resolve_start(start, pins, self.loaded.canvas_length, self.tokenize_text)
         req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
-                      max_new_tokens if not error else 0, session, stream_steps, handle)
+                      max_new_tokens if not error else 0, subscriber, stream_steps, handle)
         if not error:
             req.start = canvas_start
         with self.intake:
-            self._sessions[rid] = session
+            self._subscriber_of[rid] = subscriber
             if not error:
                 error = self._refusal()
             if not error:
@@ -143,31 +143,31 @@ class EngineCore:
         with self.detok.lock:
             return self.loaded.encode_text(text)
 
-    def cancel(self, request_id: int, session: str | None = None, reason: str = "") -> None:
+    def cancel(self, request_id: int, subscriber: str | None = None, reason: str = "") -> None:
         """Cancel a request: a waiting one never starts, a running one frees its slot next step; its final
-        event carries `reason` as its error. With `session`, only a request of that session is cancelled."""
+        event carries `reason` as its error. With `subscriber`, only a request of that subscriber is cancelled."""
         with self.intake:
-            if session is not None and self._sessions.get(int(request_id), session) != session:
+            if subscriber is not None and self._subscriber_of.get(int(request_id), subscriber) != subscriber:
                 return
             self._cancels[int(request_id)] = reason
             self.intake.notify_all()
 
-    def cancel_session(self, session: str, reason: str = "") -> int:
-        """Cancel every request of `session` (a closed browser tab); returns how many."""
+    def cancel_subscriber(self, subscriber: str, reason: str = "") -> int:
+        """Cancel every request of `subscriber` (a closed browser tab); returns how many."""
         with self.intake:
-            ids = [rid for rid, s in self._sessions.items() if s == session]
+            ids = [rid for rid, s in self._subscriber_of.items() if s == subscriber]
             self._cancels.update((rid, reason) for rid in ids)
             self.intake.notify_all()
         return len(ids)
 
-    def subscribe(self, session: str | None = None, tile_plans: bool = True, coalesce: bool = True) -> Mailbox:
-        """A mailbox of every request's events (or only `session`'s) plus tile plans.
+    def subscribe(self, subscriber: str | None = None, tile_plans: bool = True, coalesce: bool = True) -> Mailbox:
+        """A mailbox of every request's events (or only `subscriber`'s) plus tile plans.
 
-        A session's mailbox gets only the tile plans of steps its requests took part in.
+        A subscriber's mailbox gets only the tile plans of steps its requests took part in.
         coalesce=False keeps every step frame (for tests and offline analysis: memory grows
         with a slow reader). `unsubscribe` it when done.
         """
-        return self.subscribers.add(session, tile_plans, coalesce)
+        return self.subscribers.add(subscriber, tile_plans, coalesce)
 
     def unsubscribe(self, mailbox: Mailbox) -> None:
         self.subscribers.remove(mailbox)
@@ -182,9 +182,9 @@ class EngineCore:
         with self.intake:
             return len(self.scheduler.running), len(self.scheduler.waiting) + len(self._inbox)
 
-    def _forget_session(self, request_id: int) -> None:
+    def _forget_subscriber(self, request_id: int) -> None:
         with self.intake:
-            self._sessions.pop(request_id, None)
+            self._subscriber_of.pop(request_id, None)
 
     # ------------------------------------------------------------------ the step
 

@@ -97,19 +97,19 @@ class Engine:
         return self.core.default_params
 
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
-               session: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
+               subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
                start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
         """Queue one prompt (see `EngineCore.submit`; `start` and `pins` shape its first canvas)."""
-        return self.core.submit(prompt, params, max_new_tokens, session, stream_steps, options, start, pins)
+        return self.core.submit(prompt, params, max_new_tokens, subscriber, stream_steps, options, start, pins)
 
-    def cancel(self, request_id: int, session: str | None = None, reason: str = "") -> None:
-        self.core.cancel(request_id, session, reason)
+    def cancel(self, request_id: int, subscriber: str | None = None, reason: str = "") -> None:
+        self.core.cancel(request_id, subscriber, reason)
 
-    def cancel_session(self, session: str, reason: str = "") -> int:
-        return self.core.cancel_session(session, reason)
+    def cancel_subscriber(self, subscriber: str, reason: str = "") -> int:
+        return self.core.cancel_subscriber(subscriber, reason)
 
-    def subscribe(self, session: str | None = None, tile_plans: bool = True, coalesce: bool = True) -> Mailbox:
-        return self.core.subscribe(session, tile_plans, coalesce)
+    def subscribe(self, subscriber: str | None = None, tile_plans: bool = True, coalesce: bool = True) -> Mailbox:
+        return self.core.subscribe(subscriber, tile_plans, coalesce)
 
     def unsubscribe(self, mailbox: Mailbox) -> None:
         self.core.unsubscribe(mailbox)

@@ -30,7 +30,7 @@ def oom_sentence(err: BaseException | str, what: str) -> str:
 
 class Lifecycle:
     def __init__(self, scheduler: Scheduler, pool: SamplerPool, resident: Resident, subscribers: Subscribers,
-                 detok: Detokenizer, eos: set[int], stats: dict, forget_session: Callable[[int], None],
+                 detok: Detokenizer, eos: set[int], stats: dict, forget_subscriber: Callable[[int], None],
                  pad_id: int | None = None):
         self.scheduler = scheduler
         self.pool = pool
@@ -39,7 +39,7 @@ class Lifecycle:
         self.detok = detok
         self.eos = eos
         self.stats = stats
-        self._forget_session = forget_session
+        self._forget_subscriber = forget_subscriber
         self.pad_id = pad_id
 
     def emit(self, req: Request, event) -> None:
@@ -91,7 +91,7 @@ class Lifecycle:
         self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
             queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished), **(extra or {}))))
-        self._forget_session(req.id)
+        self._forget_subscriber(req.id)
 
     def release(self, req: Request, ended: bool) -> None:
         """Give back `req`'s slot, sampler state and KV cache."""

@@ -1,6 +1,6 @@
 """A thread-safe event mailbox that never blocks the producer and never loses a final result.
 
-The engine thread `put`s events; a consumer thread (a Gradio session, the CLI, a test) `poll`s
+The engine thread `put`s events; a consumer thread (a page's stream, the CLI, a test) `poll`s
 them. A slow consumer must not slow the engine and must not make memory grow without bound,
 so intermediate frames coalesce:
 

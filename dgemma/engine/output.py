@@ -1,7 +1,7 @@
 """From a sampler step to events: one host transfer, detokenizing, event building, delivery.
 
-Events go to the request's handle and to every subscribed mailbox of its session (or of all
-sessions); tile plans go to the subscribers whose sessions took part in the step.
+Events go to the request's handle and to every mailbox subscribed to its subscriber key (or to
+all); tile plans go to the mailboxes whose subscriber's requests took part in the step.
 """
 
 from __future__ import annotations
@@ -101,16 +101,16 @@ def request_event(req: Request, status: str, detok: Detokenizer | None = None, e
 
 
 class Subscribers:
-    """Mailboxes subscribed to all events or to one session's; thread-safe."""
+    """Mailboxes subscribed to all events or to one subscriber's; thread-safe."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._boxes: list[tuple[Mailbox, str | None, bool]] = []  # mailbox, session, wants tile plans
+        self._boxes: list[tuple[Mailbox, str | None, bool]] = []  # mailbox, subscriber, wants tile plans
 
-    def add(self, session: str | None, tile_plans: bool, coalesce: bool) -> Mailbox:
+    def add(self, subscriber: str | None, tile_plans: bool, coalesce: bool) -> Mailbox:
         mailbox = Mailbox(coalesce=coalesce)
         with self._lock:
-            self._boxes.append((mailbox, session, tile_plans))
+            self._boxes.append((mailbox, subscriber, tile_plans))
         return mailbox
 
     def remove(self, mailbox: Mailbox) -> None:
@@ -128,8 +128,8 @@ class Subscribers:
         req.handle.deliver(event)
         with self._lock:
             boxes = list(self._boxes)
-        for mailbox, session, _ in boxes:
-            if session is None or session == req.session:
+        for mailbox, subscriber, _ in boxes:
+            if subscriber is None or subscriber == req.subscriber:
                 mailbox.put(event)
 
     def emit_plan(self, plan: TilePlan | None, rows: list[Request]) -> None:
@@ -137,7 +137,7 @@ class Subscribers:
             return
         with self._lock:
             boxes = list(self._boxes)
-        sessions = {r.session for r in rows}
-        for mailbox, session, wants in boxes:
-            if wants and (session is None or session in sessions):
+        taking_part = {r.subscriber for r in rows}
+        for mailbox, subscriber, wants in boxes:
+            if wants and (subscriber is None or subscriber in taking_part):
                 mailbox.put(plan)

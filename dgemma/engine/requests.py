@@ -28,7 +28,7 @@ class Request:
     params: SamplingParams
     options: RunOptions
     max_new_tokens: int
-    session: str | None
+    subscriber: str | None
     stream_steps: bool
     handle: RequestHandle
     max_canvases: int = 1
@@ -65,10 +65,10 @@ class Request:
 class RequestHandle:
     """What `submit` returns: this request's own events, its result, and cancel."""
 
-    def __init__(self, cancel: Callable[[int], None], request_id: int, prompt: str, session: str | None, seed: int):
+    def __init__(self, cancel: Callable[[int], None], request_id: int, prompt: str, subscriber: str | None, seed: int):
         self.id = request_id
         self.prompt = prompt
-        self.session = session
+        self.subscriber = subscriber
         self.seed = seed
         self._cancel = cancel
         self._mailbox = Mailbox()
@@ -110,7 +110,7 @@ class RequestHandle:
 
 
 @dataclass(frozen=True)
-class Limits:
+class RequestLimits:
     """What one request may ask for, and the model's sizes its prompt is checked against."""
 
     max_prompt_chars: int
@@ -119,7 +119,7 @@ class Limits:
     max_positions: int
 
 
-def check_request(prompt, params, options, max_new_tokens, limits: Limits, encode: Callable[[str], list[int]]
+def check_request(prompt, params, options, max_new_tokens, limits: RequestLimits, encode: Callable[[str], list[int]]
                   ) -> tuple[str, list[int]]:
     """One sentence if the request cannot run, else '' and the prompt's token ids."""
     if not isinstance(prompt, str):

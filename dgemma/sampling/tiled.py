@@ -321,8 +321,8 @@ def run_tile(tile_fn: TileFn, repeats: Repeats, scores: Scores, inputs: TileInpu
     """`tile_fn` over one tile, counted once per shape: a tile allocates what its size, its rows'
     kinds (greedy or sampling), its pins and its input's kind say, so under the tracker (the
     budgeted virtual device) the first tile of each shape is counted op by op and the rest are
-    charged its peak (memory/repeats.py): counted one by one, a tile's few hundred small ops
-    (keyed noise, phases 4-6) cost the lesson's chunked run some 4 % (docs/benchmarks.md)."""
+    charged its peak (memory/repeats.py), since counting a tile's few hundred small ops (keyed
+    noise, phases 4-6) one by one in every tile is a measurable share of a step."""
     shape = (len(inputs.rows), tuple(row.greedy for row in inputs.rows), inputs.pins is None, scores.logits is None)
     with repeats.body(("tile", shape), f"a tile of {len(inputs.rows)} requests") as keep:
         result = tile_fn(scores, inputs, embed_weight, normalizer)

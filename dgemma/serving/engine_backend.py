@@ -56,7 +56,7 @@ class EngineRun:
         # max_num_seqs start together, so step 0 of a recording shows every canvas's random start).
         with engine.core.intake:
             self.handles = [
-                engine.submit(p, settings.request_params(i), settings.max_new_tokens, session=self.key,
+                engine.submit(p, settings.request_params(i), settings.max_new_tokens, subscriber=self.key,
                               stream_steps=stream, options=options, **settings.request_canvas(i))
                 for i, p in enumerate(prompts)
             ]
@@ -71,13 +71,13 @@ class EngineRun:
 
     def cancel(self) -> None:
         """Stop: the engine cancels this run's unfinished requests; their final events still come."""
-        self.engine.cancel_session(self.key)
+        self.engine.cancel_subscriber(self.key)
 
     def close(self) -> None:
         """The reader is gone (stream ended, page closed): cancel what is left and unsubscribe."""
         if not self._closed:
             self._closed = True
-            self.engine.cancel_session(self.key)
+            self.engine.cancel_subscriber(self.key)
             self.engine.unsubscribe(self.mailbox)
 
     def results(self) -> tuple[list[Output], list[TilePlan]]:

@@ -132,13 +132,13 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     problem = core.check_options(options)
     if problem:
         raise ValueError(problem)
-    session = f"gpu-{next(_keys)}"
-    mailbox = core.subscribe(session, coalesce=False)  # every frame: the page records the run
+    subscriber = f"gpu-{next(_keys)}"
+    mailbox = core.subscribe(subscriber, coalesce=False)  # every frame: the page records the run
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
     finished = False
     try:
         for i, prompt in enumerate(job.prompts):
-            core.submit(prompt, job.settings.request_params(i), job.settings.max_new_tokens, session=session,
+            core.submit(prompt, job.settings.request_params(i), job.settings.max_new_tokens, subscriber=subscriber,
                         stream_steps=job.stream, options=options, **job.settings.request_canvas(i))
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
@@ -146,7 +146,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
         while core.has_unfinished():
             if not timed_out and time.monotonic() >= deadline:
                 timed_out = True  # what runs now stops; nothing new starts
-                core.cancel_session(session, reason=TIME_UP)
+                core.cancel_subscriber(subscriber, reason=TIME_UP)
             core.step()
             if time.monotonic() - last >= 1.0 / SNAPSHOT_HZ:
                 last = time.monotonic()
@@ -157,7 +157,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
         # Closed early (Stop, a closed page): leave this warm worker's engine empty for the next call.
         if not finished:
             log.info("GPU call closed early: cancelled its unfinished requests")
-        core.cancel_session(session, reason="stopped")
+        core.cancel_subscriber(subscriber, reason="stopped")
         while core.has_unfinished():
             core.step()
         core.unsubscribe(mailbox)

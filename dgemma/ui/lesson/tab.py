@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from dgemma.errors import SettingsError
-from dgemma.gpus import RELEASED_VOCAB as REAL_VOCAB
+from dgemma.gpus import RELEASED_VOCAB
 from dgemma.serving.backend import Backend
 from dgemma.serving.inputs import parse_call_settings
 from dgemma.serving.lesson_budget import lesson_prompts
@@ -85,7 +85,7 @@ def build(backend: Backend) -> LessonParts:
         steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48,
                           elem_id="lesson-denoising-steps")
         real_scale = gr.Checkbox(
-            False, elem_id="lesson-real-scale", label=f"real scale: pad the logits to vocab {REAL_VOCAB:,}",
+            False, elem_id="lesson-real-scale", label=f"real scale: pad the logits to vocab {RELEASED_VOCAB:,}",
             info="The released model's vocabulary: the sampler's memory is real-size even with the small model. "
                  "On a CPU a real-scale step takes seconds: try 8 requests and 2-3 steps.",
         )
@@ -139,7 +139,7 @@ def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str
     """One run's settings: the lesson's own options beside tiling, step and budget (a tile that runs out
     of memory fails the run; real scale pads the logits to the released vocabulary)."""
     return replace(settings, options=replace(settings.options, tiling=tiling, sampler=impl, memory_budget=budget,
-                                             fail_on_oom=True, pad_vocab=REAL_VOCAB if real else None))
+                                             fail_on_oom=True, pad_vocab=RELEASED_VOCAB if real else None))
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
