@@ -8,7 +8,7 @@ that directory: Gradio stores uploads there, and serves a run file saved there w
 
 - A restart starts clean: the directory is emptied at start, and those of earlier starts whose
   process has gone (their lock file is no longer locked) are removed.
-- A tab's files go when the tab closes (`release(session)`, from the page's unload hook).
+- A tab's files go when the tab closes (`release(slot)` for each of its slots, from the page's unload hook).
 - A file older than `max_age_s` goes (`sweep`, every SWEEP_PERIOD_S on a thread).
 - All files together stay under `max_bytes` (and MAX_FILES): after every save and every sweep the oldest go first;
   an upload reserves its declared size before a byte of it is stored (dgemma/serving/upload_guard.py), and
@@ -61,7 +61,7 @@ class RunFiles:
         self.max_age_s = max_age_s
         self.sweep_period_s = sweep_period_s
         self.removed_hooks: list[Callable[[str], None]] = []  # told of every file removed (Gradio's bookkeeping)
-        self._by_session: dict[str, set[str]] = {}
+        self._by_slot: dict[str, set[str]] = {}
         self._reserved = 0  # bytes of uploads under way (counted before they are written)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -85,13 +85,13 @@ class RunFiles:
             fcntl.flock(files._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return files
 
-    # ---------------------------------------------------------------- a session's files
+    # ---------------------------------------------------------------- a slot's files
 
-    def save(self, session: str, write: Callable[[str], None], prefix: str = "dgemma-run-", suffix: str = ".jsonl") -> str:
-        """A new file of `session`, written by `write(path)`; the session's earlier files go first
+    def save(self, slot: str, write: Callable[[str], None], prefix: str = "dgemma-run-", suffix: str = ".jsonl") -> str:
+        """A new file of `slot`, written by `write(path)`; the slot's earlier files go first
         (a tab keeps its last run), and the oldest of all after it while the total passes the cap.
         OSError if the file alone passes the cap (it is not kept)."""
-        self.release(session)
+        self.release(slot)
         folder = self.root / "runs"
         folder.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -103,16 +103,16 @@ class RunFiles:
             self.remove(path)
             raise
         with self._lock:
-            self._by_session.setdefault(session, set()).add(path)
+            self._by_slot.setdefault(slot, set()).add(path)
             self._fit(keep=path)
             if not os.path.exists(path):
                 raise OSError(f"the run's file passes the app's disk cap of {self.max_bytes / 2**20:.0f} MiB")
         return path
 
-    def release(self, session: str) -> int:
-        """Remove every file of `session` (its tab closed, or it saved a newer one); the bytes freed."""
+    def release(self, slot: str) -> int:
+        """Remove every file of `slot` (its tab closed, or it saved a newer one); the bytes freed."""
         with self._lock:
-            paths = self._by_session.pop(session, set())
+            paths = self._by_slot.pop(slot, set())
         return sum(self.remove(p) for p in paths)
 
     def remove(self, path: str) -> int:
@@ -202,10 +202,10 @@ class RunFiles:
         return found
 
     def _forget_missing(self) -> None:
-        for session, paths in list(self._by_session.items()):
+        for slot, paths in list(self._by_slot.items()):
             paths -= {p for p in paths if not os.path.exists(p)}
             if not paths:
-                del self._by_session[session]
+                del self._by_slot[slot]
 
     def _remove_empty_dirs(self, now: float) -> None:
         # Only Gradio's folders of one stored file (named by a hash): others it made at start stay.
