@@ -146,7 +146,8 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
     with page.expect_download() as download:
         page.click("#compare-download-b")
     recording = load(Path(download.value.path()).read_bytes())
-    assert recording.header["settings"]["options"] == {"tiling": "off", "sampler": "chunked", "memory_budget": None}
+    assert recording.header["settings"]["options"] == {"tiling": "off", "sampler": "chunked", "memory_budget": None,
+                                                      "fail_on_oom": False, "pad_vocab": None}
     assert recording.summary["requests"] == 2 and recording.summary["tokens_per_forward"] > 0  # its end line's figures
     texts = [page.locator(f"#compare-cards-a .card .committed").nth(i).inner_text() for i in range(2)]
     seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-a .card .card-head").first.inner_text())[1])

@@ -141,7 +141,7 @@ def test_a_foreign_file_is_refused_with_one_sentence(data, sentence):
     assert "\n" not in str(err.value) and str(err.value).endswith(".")
 
 
-def frame(request_id: int, step: int, canvas_length: int = 256) -> StepEvent:
+def step_frame(request_id: int, step: int, canvas_length: int = 256) -> StepEvent:
     """A step frame of the released model's canvas, as the engine builds it (pieces from a table)."""
     ids = tuple((request_id * 7919 + step * 31 + i) % 262_144 for i in range(canvas_length))
     entropy = tuple(((i * 0.37) % 1.0) / (step + 1) for i in range(canvas_length))
@@ -152,7 +152,7 @@ def frame(request_id: int, step: int, canvas_length: int = 256) -> StepEvent:
 def test_the_record_bound_holds_at_32_requests_times_the_step_limit():
     """The released model's canvas (256) x 32 requests x 512 steps: every frame is kept, in about
     13 bytes a position; one frame more is counted as dropped, never kept."""
-    templates = [frame(r, s) for r in range(1, 33) for s in (1, 2)]  # distinct content, reused to save time
+    templates = [step_frame(r, s) for r in range(1, 33) for s in (1, 2)]  # distinct content, reused to save time
     recording = Recording()
     tracemalloc.start()
     for step in range(1, 513):
@@ -163,7 +163,7 @@ def test_the_record_bound_holds_at_32_requests_times_the_step_limit():
     tracemalloc.stop()
     assert recording.positions == 32 * 512 * 256 == MAX_POSITIONS and recording.dropped_frames == 0
     assert held < 16 * MAX_POSITIONS, held  # ~13 bytes a position (ids, entropies, mask) plus small per-frame costs
-    recording.add(frame(1, 513))
+    recording.add(step_frame(1, 513))
     assert recording.dropped_frames == 1 and recording.positions == MAX_POSITIONS
     recording.add(RequestEvent(1, "done", text="kept"))  # final texts are still recorded past the bound
     assert fold(recording.events()).requests[1].committed_text == "kept"
@@ -176,7 +176,7 @@ def run_of(requests: int, steps: int, canvas_length: int) -> Recording:
         recording.add(TilePlan(0.0, "reference", requests, canvas_length, 262_144, 2**34, None, 2**20, requests,
                                (requests,), 2**25))
         for r in range(1, requests + 1):
-            recording.add(frame(r, step, canvas_length))
+            recording.add(step_frame(r, step, canvas_length))
     for r in range(1, requests + 1):
         ids = tuple(range(canvas_length))
         recording.add(RequestEvent(r, "committed", token_ids=ids, text="x" * canvas_length,

@@ -53,6 +53,9 @@ def lesson_model(loaded, max_num_seqs: int, device: str | None = None) -> Lesson
 def kv_bytes_per_token(config, dtype) -> int:
     """A token's keys and values over every decoder layer (full-attention layers may have heads of their own)."""
     text = getattr(config, "text_config", config)
+    spec = vars(text).get("_heterogeneity_spec")
+    if spec is not None and spec.per_layer_attributes:  # transformers' per-layer config: each layer's own heads
+        return sum(2 * layer.num_key_value_heads * layer.head_dim for layer in text.per_layer_config) * dtype.itemsize
     head = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     kinds = getattr(text, "layer_types", None) or ["sliding_attention"] * text.num_hidden_layers
     total = 0
