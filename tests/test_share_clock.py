@@ -50,4 +50,5 @@ def test_every_request_reports_both_shares_and_they_add_up_to_its_busy_time(tiny
         m = final.extra["metrics"]
         assert m["decoder_seconds"] > 0 and m["sampler_seconds"] > 0
         assert m["decoder_share"] + m["sampler_share"] == pytest.approx(1, abs=1e-3)
-    assert stats["decoder_seconds"] >= max(f.extra["metrics"]["decoder_seconds"] for f in finals)
+    # a request's figures are rounded to four places (dgemma/metrics.py); rounding keeps the order
+    assert round(stats["decoder_seconds"], 4) >= max(f.extra["metrics"]["decoder_seconds"] for f in finals)
