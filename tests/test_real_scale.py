@@ -102,9 +102,11 @@ def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
         # frame, within or after the wait) come in chunks of their own: the largest chunk is the
         # frame's, or a chart's (`python -m dgemma.bench frames` prints each frame's own bytes).
         chunks = page.received[before:]
-        sizes.append((max(c[0] for c in chunks), max(c[1] for c in chunks)))
-    assert all(wire <= FRAME_BYTES for wire, _ in sizes), sizes
-    assert all(decoded > 2 * wire for wire, decoded in sizes), sizes  # the event stream is compressed
+        sizes.append((max(c[0] for c in chunks), sum(c[0] for c in chunks), sum(c[1] for c in chunks)))
+    assert all(largest <= FRAME_BYTES for largest, _, _ in sizes), sizes
+    # The event stream is compressed: judged on the step's totals, since a loaded machine's reads
+    # split the compressed and the decoded bytes at different chunk boundaries.
+    assert all(decoded > 2 * wire for _, wire, decoded in sizes), sizes
 
 
 @pytest.mark.parametrize("link", ["local", "4 Mbit/s down, 2 up, 40 ms"])
