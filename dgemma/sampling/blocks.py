@@ -76,6 +76,14 @@ class Pieces:
         return total, weighted
 
 
+    def scale_to(self, shift: torch.Tensor) -> torch.Tensor:
+        """Bring the exponentials to one shift [n, CL] (in place) and return sum exp(x - shift) [n, CL]
+        (`rescale` without the entropy term, for a sample's probability)."""
+        scale = torch.exp(self.block_max - shift[..., None])
+        _apply_per_block(self.exp, scale, "mul_")
+        return (scale * self.mass).sum(dim=-1)
+
+
 def softmax_pieces(scaled: torch.Tensor) -> tuple[Pieces, torch.Tensor]:
     """Block pieces of tempered logits `scaled` [n, CL, width] (a whole number of blocks but for
     the vocabulary's last), and the blocks' shifted values x - m_b (`scaled`, overwritten)."""

@@ -18,15 +18,20 @@ two. A GPU takes all positions at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
-from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups, settle
+from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups
+from dgemma.sampling.schedulers import settle_tile, sweep_rows
 
 # What each kind of row's phases 1-3 and 7 return for its rows:
-# (draft, sample, entropy, soft embeddings, log p(draft)).
-Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# (draft, sample, entropy, soft embeddings, log p(draft), p(draft)); the last is block
+# refinement's confidence (its rows are greedy rows here; with temperature > 0 `_tempered_samples`
+# gives the sample and its probability).
+Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
@@ -35,16 +40,55 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     device = inputs.temperature.device
 
     # ---- Phases 1-3 and 7's probabilities, greedy rows and sampling rows each their own way
-    greedy = [i for i, row in enumerate(inputs.rows) if row.greedy]
-    sampling = [i for i, row in enumerate(inputs.rows) if not row.greedy]
+    # (block refinement and DDIM rows read the raw distribution: greedy rows at temperature 1;
+    # a corrector sweep reads its logits whole, below)
+    stepping = [i for i, row in enumerate(inputs.rows) if not row.sweep]
+    greedy = [i for i in stepping if inputs.rows[i].greedy or inputs.rows[i].scheduler != "entropy_bound"]
+    sampling = [i for i in stepping if not (inputs.rows[i].greedy or inputs.rows[i].scheduler != "entropy_bound")]
     parts = [(rows, kind(scores, inputs, None if len(rows) == n else rows, embed_weight, normalizer))
              for rows, kind in ((greedy, _greedy_rows), (sampling, _sampling_rows)) if rows]  # fmt: skip
-    draft, sampled, entropy, soft_embeds, logprobs = _in_tile_order(parts, device)
+    draft, sampled, entropy, soft_embeds, logprobs, confidence = _in_tile_order(parts, n, inputs, embed_weight, device)
+    tempered = [i for i in greedy if not inputs.rows[i].greedy and inputs.rows[i].scheduler != "entropy_bound"]
+    if tempered:  # block refinement and DDIM rows with temperature > 0 propose a sample of softmax(logits / T)
+        index = torch.tensor(tempered, device=device)
+        sampled, confidence = sampled.clone(), confidence.clone()
+        sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered)
 
-    # ---- Phases 4-6: acceptance, re-noising, stability, convergence
+    # ---- Phases 4-6: acceptance, re-noising, stability, convergence (each row by its scheduler)
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
-    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    swept = sweep_rows(inputs, lambda rows: _raw_logits(scores, inputs, rows))
+    draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
+        inputs, draft, sampled, confidence, entropy, renoise, scores.vocab_size, swept)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
+                      committed)
+
+
+def _raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
+    """The rows' fp32 logits [r, CL, vocab], softcapped, untempered (their temperature is 1)."""
+    logits, temper = scores.tempered_by_rows(inputs.temperature, 0, None, rows)
+    temper(0, logits.shape[0] * logits.shape[1])
+    return logits
+
+
+def _tempered_samples(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows' samples of softmax(logits / T) by the block race (keyed) and their probabilities [r, CL]."""
+    canvas_length = inputs.history.shape[-1]
+    keys = [inputs.rows[i] for i in rows]
+    race = BlockRace(*race_noise(keys, canvas_length, scores.vocab_size, inputs.temperature.device), scores.vocab_size)
+    temperature = torch.tensor([inputs.params[i].temperature for i in rows], dtype=torch.float32,
+                               device=inputs.temperature.device)
+    at = replace(inputs, temperature=torch.ones_like(inputs.temperature).index_copy_(
+        0, torch.tensor(rows, device=temperature.device), temperature))
+
+    def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        pieces, shifted = softmax_pieces(scaled)
+        top, _ = chunk_draft(pieces.block_max, shifted, 0)
+        race.update(pieces, shifted, 0, span)
+        return (pieces.scale_to(top),), pieces.exp
+
+    (total,), exp = in_position_groups(scores, at, rows, positions)
+    sample = race.sample().view(total.shape)
+    return sample, exp.gather(-1, sample[..., None]).squeeze(-1) / total
 
 
 def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
@@ -67,19 +111,21 @@ def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, e
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
     sampled = race.sample().view(draft.shape)
-    return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total
+    return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total, torch.exp(-log_total)
 
 
 def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
     """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits."""
-    (draft, entropy, mass, log_p_draft), probs = in_position_groups(scores, inputs, rows, _greedy_positions)
+    (draft, entropy, mass, log_p_draft, p_draft), probs = in_position_groups(scores, inputs, rows, _greedy_positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
-    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft
+    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft, p_draft
 
 
 def _greedy_positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """Phases 2-3 for greedy rows' tempered logits [positions, vocab]: ((draft, entropy, mass,
-    log p(draft)), probabilities)."""
+    log p(draft), p(draft) as torch's softmax gives it), probabilities). The last is block
+    refinement's confidence, which it ranks: the same bits as diffusers' (torch.softmax), so ties
+    break alike."""
     # The draft, as the sampling rows find it (the first block holding the max, its first entry
     # at the max), then the probabilities of x - max <= 0
     top, draft = chunk_draft(per_block(scaled, torch.amax), scaled, 0)
@@ -91,9 +137,10 @@ def _greedy_positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Te
     # entropy = -sum p log p = log S - sum p (x - max), S = sum exp(x - max) = 1 / p(draft): two
     # terms >= 0, so no cancellation. An entry of -inf adds 0 x -inf = nan: its true term is 0.
     weighted = per_block(shifted.mul_(probs), torch.sum).nan_to_num_(nan=0.0).sum(dim=-1)
-    log_p_draft = torch.log(probs.gather(-1, draft[..., None]).squeeze(-1) / mass)
+    p_draft = probs.gather(-1, draft[..., None]).squeeze(-1)
+    log_p_draft = torch.log(p_draft / mass)
     entropy = -log_p_draft - weighted / mass
-    return (draft, entropy, mass, log_p_draft), probs
+    return (draft, entropy, mass, log_p_draft, p_draft), probs
 
 
 def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch.Tensor, normalizer: float) -> torch.Tensor:
@@ -102,9 +149,19 @@ def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch
     return torch.matmul(weights.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
 
 
-def _in_tile_order(parts: list[tuple[list[int], Rows]], device: torch.device) -> Rows:
-    """The kinds' outputs as whole-tile tensors, rows back in tile order."""
-    if len(parts) == 1:
+def _in_tile_order(parts: list[tuple[list[int], Rows]], n: int, inputs: TileInputs, embed_weight: torch.Tensor,
+                   device: torch.device) -> Rows:
+    """The kinds' outputs as whole-tile tensors, rows back in tile order; a corrector sweep's row
+    (in no part) reads its canvas as its draft and zeros (its state keeps its predictor's)."""
+    if len(parts) == 1 and len(parts[0][0]) == n:
         return parts[0][1]
-    order = torch.tensor([i for rows, _ in parts for i in rows], device=device).argsort()
-    return tuple(torch.cat(pieces)[order] for pieces in zip(*(outputs for _, outputs in parts)))  # type: ignore[return-value]
+    canvas_length = inputs.history.shape[-1]
+    like = inputs.canvas if inputs.canvas is not None else torch.zeros(n, canvas_length, dtype=torch.long, device=device)
+    out = [like.clone(), like.clone(), torch.zeros(n, canvas_length, device=device),
+           torch.zeros(n, canvas_length, embed_weight.shape[1], dtype=embed_weight.dtype, device=device),
+           torch.zeros(n, canvas_length, device=device), torch.zeros(n, canvas_length, device=device)]
+    for rows, outputs in parts:
+        index = torch.tensor(rows, device=device)
+        for whole, piece in zip(out, outputs):
+            whole[index] = piece.to(whole.dtype)
+    return tuple(out)  # type: ignore[return-value]

@@ -19,6 +19,7 @@ from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
 from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, TileResult, group_bytes_for
 from dgemma.sampling.reference import reference_tile
+from dgemma.sampling.schedulers import Phase, phase
 from dgemma.sampling.start import CanvasStart
 from dgemma.sampling.steps import StepLayout, step_for
 
@@ -60,8 +61,13 @@ class _HostSlot:
     steps: int = 0  # denoising steps done on the current canvas
     pinned: bool = False  # the current canvas holds pinned positions (`TiledSampler.pins`)
 
+    def phase(self) -> Phase:
+        """Where this canvas's next forward falls in its scheduler's plan."""
+        return phase(self.params, self.steps)
+
     def row(self) -> RowKey:
-        return RowKey(self.params.seed, self.canvas_index, self.steps, self.params.greedy)
+        p = self.params
+        return RowKey(p.seed, self.canvas_index, self.steps, not p.samples, p.scheduler, self.phase().sweep > 0)
 
 
 class TiledSampler:
@@ -116,6 +122,7 @@ class TiledSampler:
         self.soft = torch.zeros(S, CL, H, dtype=embed_weight.dtype, device=dev)
         self.logprobs = torch.zeros(S, CL, dtype=torch.float32, device=dev)
         self.pins = torch.full((S, CL), -1, dtype=torch.long, device=dev)  # a pinned position's token, else -1
+        self.committed = torch.zeros(S, CL, dtype=torch.bool, device=dev)  # block refinement's committed positions
         # Output buffers: cleared once per call, each tile writes only its own slots' rows.
         self.out_entropy = torch.zeros(S, CL, dtype=torch.float32, device=dev)
         self.out_accepted = torch.zeros(S, CL, dtype=torch.bool, device=dev)
@@ -138,6 +145,7 @@ class TiledSampler:
         if start:
             place_start(self.canvas[slot], self.pins[slot], start)
         self.draft[slot] = self.canvas[slot]
+        self.committed[slot] = self.pins[slot] >= 0  # a pinned position counts as committed
         self.phase[slot] = DENOISING
         self.history[slot] = -1
         self.history_valid[slot] = False
@@ -149,7 +157,13 @@ class TiledSampler:
         self._host[slot] = _HostSlot()
 
     def steps_done(self, slot: int) -> int:
+        """Decoder forwards the slot's canvas has taken (a corrector sweep is one)."""
         return self._host[slot].steps
+
+    def swept(self, slot: int) -> bool:
+        """Whether the slot's last forward was a corrector sweep (not a predictor step)."""
+        host = self._host[slot]
+        return host.steps > 0 and phase(host.params, host.steps - 1).sweep > 0
 
     def soft_embeds(self, slots: Sequence[int]) -> torch.Tensor:
         """[n, CL, hidden] self-conditioning input for the decoder (zeros on a canvas's first step)."""
@@ -193,8 +207,17 @@ class TiledSampler:
         remaining = max_steps - steps
         temperature = t_min + (t_max - t_min) * remaining / max_steps
         dev = self.device
+        rows = [h.row() for h in hosts]
+        others = [i for i, h in enumerate(hosts) if h.params.scheduler != "entropy_bound"]
+        scheduled = {}
+        if others:  # block refinement and DDIM read the raw distribution (temperature 1) and their plan
+            phases = [h.phase() for h in hosts]
+            temperature[others] = 1.0
+            remaining[others] = torch.tensor([float(not phases[i].last) for i in others]) + 1
+            scheduled = dict(params=[h.params for h in hosts], phases=phases, canvas=self.canvas[idx],
+                             committed=self.committed[idx])
         return TileInputs(
-            rows=[h.row() for h in hosts],
+            rows=rows,
             temperature=temperature.to(dev, non_blocking=True),
             entropy_bound=bound.to(dev, non_blocking=True),
             confidence_threshold=threshold.to(dev, non_blocking=True),
@@ -205,17 +228,28 @@ class TiledSampler:
             # Only a tile holding a pinned row reads pins: the others pay nothing for them.
             pins=self.pins[idx] if any(h.pinned for h in hosts) else None,
             repeats=self._repeats,
+            **scheduled,
         )
 
     def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
         idx = self._index(slots)
         result = run_tile(self.tile_fn, self._repeats, scores, self._tile_inputs(slots, idx), self.embed_weight, self.normalizer)
-        # Write state only once the whole tile succeeded (a failed tile leaves no trace).
+        # Write state only once the whole tile succeeded (a failed tile leaves no trace). A corrector
+        # sweep changes only the canvas: the draft, history and self-conditioning stay its predictor's.
         self.canvas[idx] = result.next_canvas
+        if result.committed is not None:
+            self.committed[idx] = result.committed
+        predicted = [i for i, s in enumerate(slots) if not self._host[s].row().sweep]
+        if len(predicted) < len(slots):
+            keep = torch.tensor(predicted, dtype=torch.long, device=idx.device)
+            idx = idx[keep]
+            result = replace(result, draft=result.draft[keep], history=result.history[keep],
+                             soft_embeds=result.soft_embeds[keep], logprobs=result.logprobs[keep])
         self.draft[idx] = result.draft
         self.history[idx] = result.history
         self.soft[idx] = result.soft_embeds.to(self.soft.dtype)
         self.logprobs[idx] = result.logprobs
+        idx = self._index(slots)
         self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
         self.out_entropy[idx] = result.entropy
         self.out_accepted[idx] = result.accepted
@@ -319,11 +353,11 @@ class TiledSampler:
 def run_tile(tile_fn: TileFn, repeats: Repeats, scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor,
              normalizer: float) -> TileResult:
     """`tile_fn` over one tile, counted once per shape: a tile allocates what its size, its rows'
-    kinds (greedy or sampling), its pins and its input's kind say, so under the tracker (the
+    kinds (scheduler, greedy or sampling, corrector sweep), its pins and its input's kind say, so under the tracker (the
     budgeted virtual device) the first tile of each shape is counted op by op and the rest are
     charged its peak (memory/repeats.py), since counting a tile's few hundred small ops (keyed
     noise, phases 4-6) one by one in every tile is a measurable share of a step."""
-    shape = (len(inputs.rows), tuple(row.greedy for row in inputs.rows), inputs.pins is None, scores.logits is None)
+    shape = (len(inputs.rows), tuple(row.kind for row in inputs.rows), inputs.pins is None, scores.logits is None)
     with repeats.body(("tile", shape), f"a tile of {len(inputs.rows)} requests") as keep:
         result = tile_fn(scores, inputs, embed_weight, normalizer)
         keep(*(getattr(result, f.name) for f in fields(result)))  # what the tile hands on: fresh tensors all
