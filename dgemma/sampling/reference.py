@@ -56,14 +56,14 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
 
     # ---- Phases 4-6: acceptance, re-noising, stability, convergence (each row by its scheduler)
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
-    swept = sweep_rows(inputs, lambda rows: _raw_logits(scores, inputs, rows))
+    swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))
     draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
         inputs, draft, sampled, confidence, entropy, renoise, scores.vocab_size, swept)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
                       committed)
 
 
-def _raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
+def raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
     """The rows' fp32 logits [r, CL, vocab], softcapped, untempered (their temperature is 1)."""
     logits, temper = scores.tempered_by_rows(inputs.temperature, 0, None, rows)
     temper(0, logits.shape[0] * logits.shape[1])
@@ -72,23 +72,28 @@ def _raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Te
 
 def _tempered_samples(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows' samples of softmax(logits / T) by the block race (keyed) and their probabilities [r, CL]."""
-    canvas_length = inputs.history.shape[-1]
-    keys = [inputs.rows[i] for i in rows]
-    race = BlockRace(*race_noise(keys, canvas_length, scores.vocab_size, inputs.temperature.device), scores.vocab_size)
-    temperature = torch.tensor([inputs.params[i].temperature for i in rows], dtype=torch.float32,
-                               device=inputs.temperature.device)
-    at = replace(inputs, temperature=torch.ones_like(inputs.temperature).index_copy_(
-        0, torch.tensor(rows, device=temperature.device), temperature))
+    race, tempered = tempered_race(scores, inputs, rows)
 
     def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         pieces, shifted = softmax_pieces(scaled)
         top, _ = chunk_draft(pieces.block_max, shifted, 0)
         race.update(pieces, shifted, 0, span)
-        return (pieces.scale_to(top),), pieces.exp
+        return (top, pieces.total_at(top)), pieces.exp
 
-    (total,), exp = in_position_groups(scores, at, rows, positions)
-    sample = race.sample().view(total.shape)
-    return sample, exp.gather(-1, sample[..., None]).squeeze(-1) / total
+    (top, total), _ = in_position_groups(scores, tempered, rows, positions)
+    sample, logit = race.sample_with_logit()
+    return sample.view(top.shape), torch.exp(logit.view(top.shape) - top - torch.log(total))
+
+
+def tempered_race(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[BlockRace, TileInputs]:
+    """The block race of block refinement's and DDIM's tile rows `rows` (temperature > 0), and the
+    tile's inputs with those rows at their own temperature."""
+    device = inputs.temperature.device
+    keys = [inputs.rows[i] for i in rows]
+    race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, device), scores.vocab_size)
+    temperature = torch.tensor([inputs.params[i].temperature for i in rows], dtype=torch.float32, device=device)
+    index = torch.tensor(rows, device=device)
+    return race, replace(inputs, temperature=inputs.temperature.clone().index_copy_(0, index, temperature))
 
 
 def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:

@@ -360,7 +360,7 @@ def run_tile(tile_fn: TileFn, repeats: Repeats, scores: Scores, inputs: TileInpu
     shape = (len(inputs.rows), tuple(row.kind for row in inputs.rows), inputs.pins is None, scores.logits is None)
     with repeats.body(("tile", shape), f"a tile of {len(inputs.rows)} requests") as keep:
         result = tile_fn(scores, inputs, embed_weight, normalizer)
-        keep(*(getattr(result, f.name) for f in fields(result)))  # what the tile hands on: fresh tensors all
+        keep(*(getattr(result, f.name) for f in fields(result) if getattr(result, f.name) is not None))  # what the tile hands on: fresh tensors all
     return result
 
 
