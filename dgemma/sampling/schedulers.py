@@ -194,7 +194,8 @@ def _select(cond: torch.Tensor, canvas: torch.Tensor, rows: list[RowKey], params
     uniform = keyed_uniform(row_keys(rows, SELECT, canvas.device), canvas_length)
     keys = torch.empty(r, canvas_length, dtype=torch.float64, device=canvas.device)
     for selection in {q.corrector_selection for q in params}:
-        which = torch.tensor([i for i, q in enumerate(params) if q.corrector_selection == selection], device=canvas.device)
+        chosen = [i for i, q in enumerate(params) if q.corrector_selection == selection]
+        which = torch.tensor(chosen, device=canvas.device)
         if selection == "random":
             keys[which] = uniform[which].double()
             continue
@@ -206,7 +207,7 @@ def _select(cond: torch.Tensor, canvas: torch.Tensor, rows: list[RowKey], params
         else:  # lowest_log_margin
             log_current = torch.gather(c, -1, current).squeeze(-1)
             confidence = -(log_current - c.clone().scatter_(-1, current, float("-inf")).max(dim=-1).values)
-        tau = torch.tensor([params[i].corrector_selection_tau for i in which.tolist()], dtype=torch.float64,
+        tau = torch.tensor([params[i].corrector_selection_tau for i in chosen], dtype=torch.float64,
                            device=canvas.device)
         u = uniform[which].clamp_(1e-12, 1.0 - 1e-12)
         keys[which] = confidence / tau[:, None] + (-torch.log(-torch.log(u)))

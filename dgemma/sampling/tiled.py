@@ -14,7 +14,7 @@ from dgemma.errors import first_line
 from dgemma.events import TilePlan, TileSplit
 from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, split_tiles
 from dgemma.memory.repeats import Repeats
-from dgemma.sampling.calibration import calibrate_tile
+from dgemma.sampling.calibration import calibrate_tile, row_kind
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
 from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, TileResult, group_bytes_for
@@ -109,7 +109,9 @@ class TiledSampler:
         self.memory = memory if memory is not None else HostMemory()
         self.fraction = fraction
         self.tile_fn, self.impl = tile_fn, impl
-        self._calibration = calibration  # None: measured on first use
+        # Transient per request by the costliest row a request puts in a tile (calibration.COSTLIEST),
+        # each measured on first use; `calibration` given: the entropy bound's sampling row's.
+        self._calibrations: dict[str, Calibration] = {} if calibration is None else {"sample": calibration}
         self.lm_head = lm_head  # set: step() may take hidden states and project them per tile
 
         S, CL, H, dev = max_num_seqs, canvas_length, embed_weight.shape[1], self.device
@@ -178,20 +180,22 @@ class TiledSampler:
 
     # ---- memory
 
-    def calibration(self) -> Calibration:
-        """Transient bytes per request of this sampler's step, measured once on meta tensors."""
-        if self._calibration is None:
-            self._calibration = calibrate_tile(
-                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight, self.lm_head
+    def calibration(self, slots: Sequence[int] | None = None) -> Calibration:
+        """Transient bytes per request of this sampler's step for the requests in `slots` (None: the
+        entropy bound's), measured once per kind of row on meta tensors: the costliest kind among them."""
+        kinds = {"sample"} if slots is None else {row_kind(self._host[s].params) for s in slots}
+        for kind in kinds - set(self._calibrations):
+            self._calibrations[kind] = calibrate_tile(
+                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight, self.lm_head, kind=kind
             )
-        return self._calibration
+        return max((self._calibrations[k] for k in kinds), key=lambda c: (c.bytes_per_request, c.fixed_bytes))
 
-    def _group(self, n: int, free: int) -> int:
+    def _group(self, n: int, free: int, calibration: Calibration) -> int:
         """Requests per tile: all of them (off), the planner's pick (auto) or the fixed size."""
         if self.tiling == "off":
             return n
         if self.tiling == "auto":
-            return plan_tiles(n, free, self.calibration(), self.fraction)
+            return plan_tiles(n, free, calibration, self.fraction)
         return max(1, min(n, self.tiling))
 
     # ---- the step
@@ -288,7 +292,7 @@ class TiledSampler:
                 ran.append(end - start)
             except torch.OutOfMemoryError as err:
                 if self.tiling == "off" or not self.split or end - start == 1:
-                    raise TileOutOfMemory(end - start, self.calibration().tile_bytes(end - start), free,
+                    raise TileOutOfMemory(end - start, self.calibration(slots).tile_bytes(end - start), free,
                                           first_line(err, 300)) from None
                 splits.append(TileSplit(start, end - start, first_line(err, 300)))
                 mid = start + (end - start) // 2
@@ -302,8 +306,8 @@ class TiledSampler:
         scores = self._scores(logits, hidden, len(slots))
         started = time.time()
         free = self.memory.free_bytes()
-        group = self._group(len(slots), free)
-        calibration = self.calibration()
+        calibration = self.calibration(slots)
+        group = self._group(len(slots), free, calibration)
 
         # Clear this call's output rows once: each tile writes only its own rows. Other slots
         # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran).
