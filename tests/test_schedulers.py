@@ -112,3 +112,15 @@ def test_a_pinned_position_holds_its_token_and_counts_as_committed():
         assert (state["canvas"][:, 1] == 42).all() and (state["canvas"][:, 4] == 7).all()
         assert (state["draft"][:, 1] == 42).all() and (state["draft"][:, 4] == 7).all()
         assert state["committed"][0, [1, 4]].all()  # block refinement's row
+
+
+def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
+    params = [SamplingParams(seed=3, scheduler="block_refinement", max_denoising_steps=STEPS)]
+    sampler = build_sampler("reference", 1, CL, V, embed(), 2.0, tiling="off")
+    sampler.start_canvas(0, params[0], 0)
+    for step in range(STEPS):
+        logits = logits_for(params, step)
+        sampler.step(logits, [0])
+    assert bool(sampler.out_converged[0])
+    want = torch.log_softmax(logits[0], dim=-1).gather(-1, sampler.draft[0][:, None]).squeeze(-1)
+    torch.testing.assert_close(sampler.take_logprobs(0), want, rtol=1e-5, atol=1e-5)

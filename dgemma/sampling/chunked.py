@@ -28,7 +28,7 @@ from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups
 from dgemma.sampling.reference import raw_logits, tempered_race
-from dgemma.sampling.schedulers import settle_tile, sweep_rows
+from dgemma.sampling.schedulers import committed_logprobs, settle_tile, sweep_rows
 
 MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
 MIN_CHUNK = BLOCK
@@ -79,7 +79,7 @@ def chunked_tile(
     width = max(BLOCK, chunk_size - chunk_size % BLOCK)
     # Only the entropy bound's sampling rows race here; block refinement and DDIM rows read the raw
     # distribution (temperature 1) and, with a temperature, race in a pass of their own
-    stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy and row.scheduler == "entropy_bound"]
+    stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass]
     race = None
     if stochastic:
         race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size)
@@ -111,14 +111,16 @@ def chunked_tile(
         sampled[stochastic] = race.sample().view(n, canvas_length)[stochastic]
     logprobs = (best.value - (softmax.m + log_s)).view(n, canvas_length)
     confidence = torch.exp(logprobs)  # block refinement's: p(draft), from the streamed sums
-    tempered = [i for i, row in enumerate(inputs.rows) if not row.greedy and row.scheduler != "entropy_bound" and not row.sweep]
+    tempered = [i for i, row in enumerate(inputs.rows) if row.tempered]
     if tempered:
         index = torch.tensor(tempered, device=device)
         sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered, width)
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
     swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))  # no streamed form: see below
+    argmax = draft
     draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
         inputs, draft, sampled, confidence, entropy, renoise, vocab_size, swept)
+    logprobs = committed_logprobs(scores, inputs, argmax, draft, logprobs)
 
     soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype).view(n, canvas_length, -1)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,

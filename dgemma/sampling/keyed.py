@@ -67,6 +67,18 @@ class RowKey:
     sweep: bool = False
 
     @property
+    def greedy_pass(self) -> bool:
+        """Whether the row's softmax is a greedy row's (no race in it): the entropy bound's greedy
+        rows, and block refinement's and DDIM's, which read the raw distribution (a temperature's
+        sample is a pass of its own)."""
+        return self.greedy or self.scheduler != "entropy_bound"
+
+    @property
+    def tempered(self) -> bool:
+        """A block refinement or DDIM predictor row that samples at a temperature (its own pass)."""
+        return not self.greedy and self.scheduler != "entropy_bound" and not self.sweep
+
+    @property
     def kind(self) -> tuple[str, bool, bool]:
         """What decides the row's work in a tile (and so what a tile of such rows allocates)."""
         return self.scheduler, self.greedy, self.sweep

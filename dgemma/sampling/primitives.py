@@ -93,6 +93,15 @@ class Scores:
             return Scores(logits=self.logits[start:stop])
         return Scores(hidden=self.hidden[start:stop], head=self.head)
 
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The fp32 logits [n, CL] of one token per position (untempered): a gather, or the LM head
+        applied to those tokens' rows only."""
+        if self.logits is not None:
+            return self.logits.gather(-1, tokens[..., None]).squeeze(-1).float()
+        rows = self.head.weight.shape[0]
+        products = (self.hidden * self.head.weight[tokens.clamp(max=rows - 1)]).float().sum(dim=-1)
+        return self.head.cap_(products[..., None])[..., 0].masked_fill(tokens >= rows, PAD_LOGIT)
+
     def full(self) -> torch.Tensor:
         """The tile's fp32 logits over the whole vocabulary, untempered (the seed's step)."""
         return self.head.project(self.hidden) if self.logits is None else self.logits.float()

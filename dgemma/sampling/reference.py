@@ -7,7 +7,11 @@ exponentials, per request. Each row computes one softmax, the way its kind of ro
   sample (the block race), the entropy and the self-conditioning probabilities;
 - a greedy row draws no sample, so it takes torch's own softmax, the cheaper kernel (its
   exponential is faster than `torch.exp`, and it is one pass where blocks take four), and reads
-  the draft, the entropy and the log-probability off it.
+  the draft, the entropy and the log-probability off it;
+- a block refinement or DDIM row (sampling/schedulers.py) is a greedy row at temperature 1 (they
+  read the raw distribution, and block refinement ranks torch's softmax value, as diffusers does);
+  with a temperature it proposes a sample of softmax(logits / T) from a second pass, the block
+  race alone; a DDIM corrector sweep takes its logits whole, in float64.
 
 Which way a row goes depends on that row alone, never on its tile-mates, so its tokens do not
 either. Every pass after the projection reads and writes one position's [vocab] at a time, so a
@@ -25,7 +29,7 @@ import torch
 from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups
-from dgemma.sampling.schedulers import settle_tile, sweep_rows
+from dgemma.sampling.schedulers import committed_logprobs, settle_tile, sweep_rows
 
 # What each kind of row's phases 1-3 and 7 return for its rows:
 # (draft, sample, entropy, soft embeddings, log p(draft), p(draft)); the last is block
@@ -42,13 +46,12 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     # ---- Phases 1-3 and 7's probabilities, greedy rows and sampling rows each their own way
     # (block refinement and DDIM rows read the raw distribution: greedy rows at temperature 1;
     # a corrector sweep reads its logits whole, below)
-    stepping = [i for i, row in enumerate(inputs.rows) if not row.sweep]
-    greedy = [i for i in stepping if inputs.rows[i].greedy or inputs.rows[i].scheduler != "entropy_bound"]
-    sampling = [i for i in stepping if not (inputs.rows[i].greedy or inputs.rows[i].scheduler != "entropy_bound")]
+    greedy = [i for i, row in enumerate(inputs.rows) if row.greedy_pass and not row.sweep]
+    sampling = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass and not row.sweep]
     parts = [(rows, kind(scores, inputs, None if len(rows) == n else rows, embed_weight, normalizer))
              for rows, kind in ((greedy, _greedy_rows), (sampling, _sampling_rows)) if rows]  # fmt: skip
     draft, sampled, entropy, soft_embeds, logprobs, confidence = _in_tile_order(parts, n, inputs, embed_weight, device)
-    tempered = [i for i in greedy if not inputs.rows[i].greedy and inputs.rows[i].scheduler != "entropy_bound"]
+    tempered = [i for i, row in enumerate(inputs.rows) if row.tempered]
     if tempered:  # block refinement and DDIM rows with temperature > 0 propose a sample of softmax(logits / T)
         index = torch.tensor(tempered, device=device)
         sampled, confidence = sampled.clone(), confidence.clone()
@@ -57,8 +60,10 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     # ---- Phases 4-6: acceptance, re-noising, stability, convergence (each row by its scheduler)
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
     swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))
+    argmax = draft
     draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
         inputs, draft, sampled, confidence, entropy, renoise, scores.vocab_size, swept)
+    logprobs = committed_logprobs(scores, inputs, argmax, draft, logprobs)
     return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
                       committed)
 

@@ -32,7 +32,7 @@ import torch
 
 from dgemma.sampling.keyed import RESAMPLE, ROUTE, SELECT, RowKey, keyed_categorical, keyed_uniform, row_keys
 from dgemma.sampling.params import SamplingParams
-from dgemma.sampling.primitives import TileInputs, settle, stop_test
+from dgemma.sampling.primitives import Scores, TileInputs, settle, stop_test
 
 # What a tile's phases 4-6 return: (draft, next canvas, accepted, history, mean entropy, converged, committed).
 Settled = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
@@ -278,3 +278,22 @@ def settle_tile(
         out_draft[index], next_canvas[index], accepted[index] = d, nc, acc
         history[index], mean_entropy[index], converged[index] = hist, mean, conv
     return out_draft, next_canvas, accepted, history, mean_entropy, converged, committed
+
+
+def committed_logprobs(scores, inputs: TileInputs, argmax: torch.Tensor, draft: torch.Tensor,
+                       logprobs: torch.Tensor) -> torch.Tensor:
+    """log p of what block refinement's and DDIM's rows commit [n, CL]: where that is not the
+    argmax (their canvas at the last step, a pin), log p(argmax) + x(token) - x(argmax) on the raw
+    logits (no device sync to skip it where none differs: it is a product per position)."""
+    rows = [i for i, row in enumerate(inputs.rows) if row.scheduler != "entropy_bound" and not row.sweep]
+    if not rows:
+        return logprobs
+    index = torch.tensor(rows, device=draft.device)
+    ours, theirs = draft[index], argmax[index]
+    tile = scores.tile(0, scores.rows)
+    picked = Scores(**{name: getattr(tile, name)[index] if name != "head" else tile.head
+                       for name in ("logits", "hidden", "head") if getattr(tile, name) is not None})
+    shift = picked.at(ours) - picked.at(theirs)
+    out = logprobs.clone()
+    out[index] = torch.where(ours == theirs, logprobs[index], logprobs[index] + shift)
+    return out
