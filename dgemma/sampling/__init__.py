@@ -2,7 +2,8 @@
 
 params (what a request asks, how a run is laid out), keyed (keyed randomness), primitives (the
 step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
-reference / chunked (the step implementations, by name in steps), seed
+reference / chunked (the step implementations, by name in steps), schedulers (block refinement's
+and discrete DDIM's phases 4-6, beside the entropy bound's in primitives), seed
 (the seed's step, a baseline), calibration (memory on meta tensors), tiled (the slot state and
 the tiling loop).
 """
