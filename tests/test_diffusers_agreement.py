@@ -93,3 +93,10 @@ def test_the_engine_gives_diffusers_tokens_and_steps(engine, embedded_model, cas
     print(f"{case}: {tokens_equal}/{len(PROMPTS)} prompts equal, {steps_equal}/{len(PROMPTS)} step counts equal, "
           f"{at_limit} reached the entropy bound's last step")
     assert (tokens_equal, steps_equal) == (len(PROMPTS), len(PROMPTS))
+
+
+@pytest.mark.parametrize("case", ["block_refinement", "discrete_ddim-corrector-1"])
+def test_the_chunked_step_gives_the_reference_tokens_and_steps_on_the_embedded_model(engine, embedded_model, case):
+    settings = CASES[case][0]
+    with Engine(embedded_model, EngineConfig(max_num_seqs=16, sampler="chunked")) as chunked:
+        assert engine_runs(chunked, embedded_model.model, settings) == engine_runs(engine, embedded_model.model, settings)
