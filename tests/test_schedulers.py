@@ -124,3 +124,16 @@ def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
     assert bool(sampler.out_converged[0])
     want = torch.log_softmax(logits[0], dim=-1).gather(-1, sampler.draft[0][:, None]).squeeze(-1)
     torch.testing.assert_close(sampler.take_logprobs(0), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_corrector_sweep_resamples_k_positions_and_keeps_its_predictors_draft_entropy_and_self_conditioning():
+    params = SamplingParams(seed=7, scheduler="discrete_ddim", corrector_steps=1, corrector_k=2, max_denoising_steps=STEPS)
+    sampler = build_sampler("reference", 1, CL, V, embed(), 2.0, tiling="off")
+    sampler.start_canvas(0, params, 0)
+    sampler.step(logits_for([params], 0), [0])  # the predictor step
+    before = {name: getattr(sampler, name)[0].clone() for name in ("canvas", "draft", "soft", "out_entropy")}
+    sampler.step(logits_for([params], 1), [0])  # its sweep
+    assert sampler.swept(0) and not bool(sampler.out_converged[0])
+    assert int((sampler.canvas[0] != before["canvas"]).sum()) <= 2 and int(sampler.out_accepted[0].sum()) == 2
+    for name in ("draft", "soft", "out_entropy"):
+        assert torch.equal(getattr(sampler, name)[0], before[name]), name

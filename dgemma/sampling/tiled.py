@@ -243,22 +243,23 @@ class TiledSampler:
         self.canvas[idx] = result.next_canvas
         if result.committed is not None:
             self.committed[idx] = result.committed
+        self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
+        self.out_accepted[idx] = result.accepted  # a sweep's: the positions it resampled
+        self.out_converged[idx] = result.converged
+        # A sweep's frame shows its predictor's draft and entropy (it computes neither).
         predicted = [i for i, s in enumerate(slots) if not self._host[s].row().sweep]
         if len(predicted) < len(slots):
             keep = torch.tensor(predicted, dtype=torch.long, device=idx.device)
             idx = idx[keep]
-            result = replace(result, draft=result.draft[keep], history=result.history[keep],
-                             soft_embeds=result.soft_embeds[keep], logprobs=result.logprobs[keep])
+            result = replace(result, draft=result.draft[keep], history=result.history[keep], entropy=result.entropy[keep],
+                             mean_entropy=result.mean_entropy[keep], soft_embeds=result.soft_embeds[keep],
+                             logprobs=result.logprobs[keep])  # fmt: skip
         self.draft[idx] = result.draft
         self.history[idx] = result.history
         self.soft[idx] = result.soft_embeds.to(self.soft.dtype)
         self.logprobs[idx] = result.logprobs
-        idx = self._index(slots)
-        self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
         self.out_entropy[idx] = result.entropy
-        self.out_accepted[idx] = result.accepted
         self.out_mean_entropy[idx] = result.mean_entropy
-        self.out_converged[idx] = result.converged
         for s in slots:
             self._host[s].steps += 1
 
@@ -310,10 +311,12 @@ class TiledSampler:
         group = self._group(len(slots), free, calibration)
 
         # Clear this call's output rows once: each tile writes only its own rows. Other slots
-        # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran).
+        # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran); a
+        # corrector sweep's row keeps its predictor's entropy.
         idx = self._index(slots)
+        predicting = self._index([s for s in slots if not self._host[s].row().sweep])
         for out in (self.out_entropy, self.out_accepted, self.out_mean_entropy, self.out_converged):
-            out[idx] = 0  # (False, for the boolean ones)
+            out[idx if out.dtype == torch.bool else predicting] = 0  # (False, for the boolean ones)
         with self.memory.measure() as measured:
             ran, splits = self._run_tiles(scores, slots, group, free)
 
