@@ -10,6 +10,11 @@ and the peak transient of one sampler call four ways (docs/tiling.md walks throu
             engine runs it (hidden states in, the LM head applied per tile);
 - chunked:  the vocab-chunked step at the chunk size the sampler picks, tiled by the planner.
 
+The closing line adds the tiled step's copies per request for each scheduler's costliest row
+(`calibration.COSTLIEST`): the entropy bound's sample (block refinement and DDIM at temperature 0
+cost the same), a tempered sample (block refinement or DDIM at a temperature), a DDIM corrector
+sweep (float64 logits).
+
 Nothing touches a device: the weights are a published size or a local config's estimate, and
 every step is calibrated on meta tensors (`calibrate_tile`), shapes without memory.
 """
@@ -31,6 +36,7 @@ from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, ZEROGPU_SIZES, Gpu
 from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
 from dgemma.sampling.blocks import num_blocks
+from dgemma.sampling.calibration import COSTLIEST
 from dgemma.sampling.chunked import chunk_ladder
 
 FRACTION = 0.5  # the planner's share of free memory, as the sampler uses it
@@ -85,6 +91,13 @@ def tiled_calibration(canvas_length: int, vocab_size: int, hidden_size: int, sof
     """This project's reference step as the engine builds it: hidden states in, LM head per tile."""
     embed = _meta_embed(vocab_size, hidden_size)
     return calibrate_tile(reference_tile, canvas_length, vocab_size, embed, LMHead(embed, softcap))
+
+
+@functools.lru_cache(maxsize=64)
+def row_calibration(kind: str, canvas_length: int, vocab_size: int, hidden_size: int, softcap: float | None) -> Calibration:
+    """`tiled_calibration` for a tile of `kind`'s rows (a key of `calibration.COSTLIEST`)."""
+    embed = _meta_embed(vocab_size, hidden_size)
+    return calibrate_tile(reference_tile, canvas_length, vocab_size, embed, LMHead(embed, softcap), kind=kind)
 
 
 @functools.lru_cache(maxsize=256)
@@ -186,6 +199,8 @@ def summary(rows: list[dict], model: ModelSpec, seconds: float) -> dict:
             untiled=round(untiled_calibration(cl, vocab, hidden).copies_per_request, 3), seed_assumed=SEED_COPIES,
             tiled=round(tiled_calibration(cl, vocab, hidden, model.softcap).copies_per_request, 3),
             chunked={str(c): round(v, 4) for c, v in chunked.items()},
+            tiled_by_row={kind: round(row_calibration(kind, cl, vocab, hidden, model.softcap).copies_per_request, 3)
+                          for kind in COSTLIEST},
         ),
         gpus_fitting_weights=sorted({r["gpu"] for r in rows if r["fits_weights"]}),
         zerogpu_size=zerogpu_size(model, rows[0]["reserve_bytes"]),
@@ -304,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     chunked = ", ".join(f"{v} (chunk {c})" for c, v in copies["chunked"].items()) or "-"
     print(f"copies per request: untiled {copies['untiled']}, seed assumes {copies['seed_assumed']}, tiled "
           f"{copies['tiled']}, chunked {chunked}; {closing['seconds']} s")  # fmt: skip
+    rows_ = copies["tiled_by_row"]
+    print(f"tiled, by scheduler: entropy bound (and block refinement or DDIM at temperature 0) {rows_['sample']}, "
+          f"block refinement or DDIM at a temperature {rows_['tempered']}, a DDIM corrector sweep {rows_['sweep']}")
     size = closing["zerogpu_size"]
     print(f"on ZeroGPU: spaces.GPU(size={size!r}) holds it" if size else "on ZeroGPU: no workload size holds it")
     return 0

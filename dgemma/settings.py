@@ -27,7 +27,7 @@ from typing import Any
 
 from dgemma.errors import SettingsError
 from dgemma.sampling import MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling
-from dgemma.sampling.params import BOUNDS, describe
+from dgemma.sampling.params import BOUNDS, CORRECTOR_SELECTIONS, SCHEDULERS, describe
 from dgemma.sampling.start import pin_position, resolve_start
 
 
@@ -38,8 +38,8 @@ class Setting:
 
     widget: "integer" | "number" | "checkbox" | "choice" (one of `choices`; with `custom`, also
     anything the parser takes, as tiling's N) | "text" (empty: the default) | "pins" (position: token
-    pairs). group: where the page puts it ("length", "sampling", "layout": a row of the settings panel;
-    "canvas": the first-canvas inputs).
+    pairs). group: where the page puts it ("length", "sampling", "scheduler", "layout": a row of the
+    settings panel; "canvas": the first-canvas inputs).
     """
 
     name: str
@@ -65,15 +65,34 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_denoising_steps", "denoising steps", "denoising steps a canvas may take before it is committed",
             "integer", "length"),
     Setting("seed", "seed (request i gets seed + i)", "request i gets the seed S + i", "integer", "length"),
-    Setting("greedy", "greedy", "argmax sampling, no noise", "checkbox", "length"),
-    Setting("t_min", "t_min", "the lowest noise level of a denoising step", "number", "sampling"),
-    Setting("t_max", "t_max", "the highest noise level of a denoising step (at least t_min)", "number", "sampling"),
-    Setting("entropy_bound", "entropy bound", "a position is accepted while the entropy it adds stays under this",
-            "number", "sampling"),
+    Setting("greedy", "greedy", "entropy_bound: argmax sampling, no noise (the others: temperature 0)", "checkbox",
+            "length"),
+    Setting("t_min", "t_min", "entropy_bound: the lowest noise level of a denoising step", "number", "sampling"),
+    Setting("t_max", "t_max", "entropy_bound: the highest noise level of a denoising step (at least t_min)", "number",
+            "sampling"),
+    Setting("entropy_bound", "entropy bound",
+            "entropy_bound: a position is accepted while the entropy it adds stays under this", "number", "sampling"),
     Setting("confidence_threshold", "confidence threshold",
             "a canvas converges when its mean entropy drops below this", "number", "sampling"),
     Setting("stability_threshold", "stability threshold",
             f"steps the draft must stay unchanged to converge (at most {MAX_STABILITY})", "integer", "sampling"),
+    Setting("scheduler", "scheduler", "entropy_bound: accept positions while their entropy stays under the bound; "
+            "block_refinement: commit the most confident, an even share of the canvas a step; discrete_ddim: the "
+            "uniform corruption's posterior, with optional corrector sweeps", "choice", "scheduler", SCHEDULERS),
+    Setting("temperature", "temperature", "block_refinement and discrete_ddim: the sample's temperature (0: argmax)",
+            "number", "scheduler"),
+    Setting("commit_threshold", "commit threshold", "block_refinement: a position whose confidence is above this "
+            "commits beyond the step's share", "number", "scheduler"),
+    Setting("editing_threshold", "editing threshold", "block_refinement: a committed token is replaced when the model "
+            "prefers another with confidence above this; empty or off: no editing", "number", "scheduler"),
+    Setting("corrector_steps", "corrector steps", "discrete_ddim: corrector sweeps (one decoder forward each) after "
+            "each early step, within the denoising steps", "integer", "scheduler"),
+    Setting("corrector_k", "corrector k", "discrete_ddim: positions each corrector sweep resamples", "integer",
+            "scheduler"),
+    Setting("corrector_selection", "corrector selection", "discrete_ddim: how a sweep picks the positions it "
+            "resamples", "choice", "scheduler", CORRECTOR_SELECTIONS),
+    Setting("corrector_selection_tau", "corrector selection tau", "discrete_ddim: temperature of the sweep's "
+            "position pick (lower: greedier)", "number", "scheduler"),
     Setting("tiling", "tiling", "auto: tiles sized from free memory; off: one tile; N: N requests per tile",
             "choice", "layout", ("auto", "off"), custom=True),
     Setting("sampler", "sampler step", "reference: eager, ~2 fp32 vocab copies per request (~1 on a CPU); "

@@ -74,6 +74,17 @@ def test_real_run_reports_time_and_identical_tokens():
     assert rows["tiled"]["seconds"] > 0 and rows["untiled"]["seconds"] > 0
 
 
+def test_scheduler_rows_come_in_the_same_run_each_with_its_floor_and_identical_when_tiled():
+    result = bench("sampler", "--vocab", "2048", "--canvas-length", "16", "--num-decode", "6", "--budget", "2MiB",
+                   "--repeats", "1", "--scheduler", "entropy_bound", "block_refinement", "discrete_ddim", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {(row["scheduler"], row["mode"]): row for row in map(json.loads, result.stdout.splitlines())}
+    for scheduler in ("entropy_bound", "block_refinement", "discrete_ddim"):
+        tiled = rows[scheduler, "tiled"]
+        assert tiled["tiles"] > 1 and tiled["identical_to_untiled"] is True
+        assert tiled["floor_seconds"] > 0 and tiled["time_ratio_vs_floor"] > 0
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

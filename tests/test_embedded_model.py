@@ -63,6 +63,21 @@ def test_eval_pins_reports_answers_with_a_right_and_a_wrong_token_pinned(capsys)
     assert 0 <= row["pinned_wrong_rest_correct"] <= 1 and 0 <= row["pinned_correct_exact_match"] <= 1
 
 
+def test_eval_scores_the_engine_with_a_scheduler_and_its_steps(capsys):
+    argv = ["--json", "--impl", "engine", "--n", "2", "--families", "add", "--scheduler", "discrete_ddim", "--steps", "8"]
+    assert evaluation.main(argv) == 0
+    *rows, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[0]["scheduler"] == summary["summary"]["scheduler"] == "discrete_ddim"
+    assert 1 <= rows[0]["mean_steps"] <= 8
+
+
+def test_eval_refuses_a_scheduler_for_transformers_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        evaluation.parse_args(["--scheduler", "block_refinement"])
+    assert exit_.value.code == 2
+    assert "runs on the engine only" in capsys.readouterr().err
+
+
 def test_eval_rejects_a_bad_model_dir_with_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         evaluation.parse_args(["--model", str(tmp_path)])

@@ -20,6 +20,10 @@ embedding again).
 text (half its canvas) and pins every fourth position, and `time_ratio_pinned_vs_tiled` against
 the same step without them (docs/benchmarks.md: what pins and starts cost).
 
+--scheduler NAME ... runs every row once per scheduler (sampling/params.py's SCHEDULERS, each at
+its defaults; the entropy bound's rows sample unless --greedy, block refinement's and DDIM's take
+the argmax, their default temperature 0), each case with its own floor, in one run.
+
 --meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
 of transient) cost no memory, and the tracker still counts every byte the step allocates.
 """
@@ -37,7 +41,7 @@ import torch
 from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
-from dgemma.sampling import SAMPLER_STEPS, LMHead, TiledSampler, build_sampler, seed_tile
+from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.start import CanvasStart
 
@@ -57,6 +61,7 @@ class Case:
     greedy: bool
     chunk_size: int | None = None
     clock: str = "wall"  # wall: perf_counter; cpu: this process's CPU seconds (all its threads)
+    scheduler: str = "entropy_bound"
 
     def now(self) -> float:
         return time.process_time() if self.clock == "cpu" else time.perf_counter()
@@ -107,7 +112,7 @@ def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch
 def _start(sampler: TiledSampler, case: Case, pinned: bool = False) -> None:
     for slot in range(case.num_decode):
         start = _canvas_start(case, slot) if pinned else None
-        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy), 0, start)
+        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy, scheduler=case.scheduler), 0, start)
 
 
 def _canvas_start(case: Case, slot: int) -> CanvasStart:
@@ -179,6 +184,7 @@ class _Config:
     def row(self) -> dict:
         case, plan = self.case, self.plan
         return {
+            "scheduler": case.scheduler,
             "impl": self.impl,
             "mode": self.mode,
             "num_decode": case.num_decode,
@@ -306,12 +312,12 @@ def _table(rows: list[dict]) -> str:
     def fmt(value, spec):
         return "-" if value is None else format(value, spec) if spec else str(value)
 
-    head = (f"{'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
+    head = (f"{'scheduler':>16} {'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
             f"{'seconds':>8} {'t/u':>6} {'floor':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6} {'p/t':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
+            f"{r['scheduler']:>16} {r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
             f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
             f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r.get('floor_time_ratio_tiled_vs_untiled'), '.3f'):>6} "
             f"{fmt(r['identical_to_untiled'], ''):>8} "
@@ -336,6 +342,8 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
     p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
+    p.add_argument("--scheduler", nargs="+", choices=SCHEDULERS, default=["entropy_bound"],
+                   help="the schedulers to run, each at its defaults (default: entropy_bound)")
     p.add_argument("--pins", action="store_true", help="also time the tiled step with starts and pins (a 'pinned' row)")
     p.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
@@ -365,21 +373,23 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     rows = []
     for n in args.num_decode:
-        case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats, args.greedy, args.chunk_size,
-                    args.clock)
-        _check_fits_in_ram(case)
-        for row in run_case(case, args.impl, args.baseline, args.pins):
-            rows.append(row)
-            if args.json:
-                print(json.dumps(row), flush=True)
+        for scheduler in args.scheduler:
+            case = Case(args.vocab, args.canvas_length, args.hidden, n, device, args.meta, args.budget, args.repeats,
+                        args.greedy, args.chunk_size, args.clock, scheduler)  # fmt: skip
+            _check_fits_in_ram(case)
+            for row in run_case(case, args.impl, args.baseline, args.pins):
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
     if not args.json:
         budget = "free memory" if args.budget is None else format_bytes(args.budget)
         clock = "" if args.clock == "wall" else ", CPU seconds"
         print(f"sampler step, CL={args.canvas_length} vocab={args.vocab} device={'meta' if args.meta else device}, tiled against {budget}{clock}")
         print(_table(rows))
-        floors = sorted({(r["num_decode"], r["floor_seconds"]) for r in rows if r["floor_seconds"] is not None})
-        for n, seconds in floors:
-            print(f"floor_seconds (n={n}: projection + one softmax + the self-conditioning matmul): {seconds:.4f}")
+        floors = sorted({(r["num_decode"], r["scheduler"], r["floor_seconds"]) for r in rows if r["floor_seconds"] is not None})
+        for n, scheduler, seconds in floors:
+            print(f"floor_seconds (n={n}, {scheduler}'s rounds: projection + one softmax + the self-conditioning matmul): "
+                  f"{seconds:.4f}")
         if any(r.get("floor_time_ratio_tiled_vs_untiled") for r in rows):
             print("floor (t/u): the floor run tile by tile as the tiled row's plan tiles it, over the floor in one"
                   " tile: what the same split costs the least any step can do")

@@ -5,8 +5,12 @@ Each implementation ("impl") is one function in `IMPLS` that turns a batch of pr
 rule (stable and confident) fired before `max_denoising_steps`. Adding an implementation (the
 project's engine) is adding one function there.
 
+`--scheduler NAME` runs the engine's impls with that scheduler (sampling/params.py's SCHEDULERS, at
+its defaults; `--steps N` is `--max-denoising-steps N`): the quality-against-steps curve.
+
 Figures per (impl, family): exact_match (checkable families), converged_fraction (canvases the
-stopping rule ended before max steps), mean_steps (decoder passes per canvas), and for prose
+stopping rule ended before max steps; with DDIM's corrector sweeps, before its predictor steps),
+mean_steps (decoder passes per canvas), and for prose
 lexicon_fraction (share of generated words that belong to the grammar's lexicon).
 """
 
@@ -32,6 +36,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 
 from dgemma.embedded import corpus
 from dgemma.events import RequestEvent
+from dgemma.sampling.params import SCHEDULERS
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "model"
 
@@ -125,15 +130,18 @@ def generate_transformers(
 
 def generate_engine(
     model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int, sampler: str = "reference",
-    pins: list[dict[int, str]] | None = None,
+    pins: list[dict[int, str]] | None = None, scheduler: str = "entropy_bound",
 ) -> list[Generation]:
-    """The engine's generations; `pins` (one {position: piece} per prompt) holds tokens of the first canvas."""
+    """The engine's generations with `scheduler`; `pins` (one {position: piece} per prompt) holds
+    tokens of the first canvas."""
     # Imported here: the engine is another room, and the transformers impl must not depend on it.
     from dgemma.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
     from dgemma.sampling import SamplingParams
+    from dgemma.sampling.schedulers import budget
 
     params = dict(
+        scheduler=scheduler,
         max_denoising_steps=config.max_denoising_steps,
         t_min=config.t_min,
         t_max=config.t_max,
@@ -149,20 +157,27 @@ def generate_engine(
                           pins=pins[i] if pins else None)
             for i, prompt in enumerate(prompts)
         ]
+        predictor_budget = budget(SamplingParams(**params))[0]
         for handle in handles:
-            # Committed and done events carry the running step count: their differences are per-canvas steps.
-            totals = [e.steps for e in handle.events() if isinstance(e, RequestEvent) and e.status == "committed"]
+            # Committed and done events carry the running step counts: their differences are per-canvas steps
+            # (forwards, and predictor steps: fewer by DDIM's corrector sweeps).
+            events = [e for e in handle.events() if isinstance(e, RequestEvent) and e.status == "committed"]
             final = handle.result()
             if final.status != "done":
                 raise RuntimeError(f"engine request {handle.id} ended {final.status}: {final.error}")
-            totals.append(final.steps)
-            steps = [b - a for a, b in zip([0, *totals], totals)]
-            canvases = tuple(Canvas(n, n < config.max_denoising_steps) for n in steps)
+            forwards, predicted = (per_canvas([*(pick(e) for e in events), pick(final)])
+                                   for pick in (lambda e: e.steps, lambda e: e.extra["predictor_steps"]))  # fmt: skip
+            canvases = tuple(Canvas(n, p < predictor_budget) for n, p in zip(forwards, predicted))
             results.append(Generation(final.text, canvases))
     return results
 
 
-Impl = Callable[[Path, list[str], DiffusionGemmaGenerationConfig, int], list[Generation]]
+def per_canvas(totals: list[int]) -> list[int]:
+    """Running totals -> each canvas's own count."""
+    return [b - a for a, b in zip([0, *totals], totals)]
+
+
+Impl = Callable[..., list[Generation]]
 IMPLS: dict[str, Impl] = {
     "transformers": generate_transformers,
     "engine": generate_engine,  # the reference sampler step
@@ -229,13 +244,15 @@ def evaluate(
     config: DiffusionGemmaGenerationConfig,
     seed: int = 0,
     examples_shown: int = 0,
+    scheduler: str = "entropy_bound",
 ) -> tuple[list[dict], list[str]]:
     """Per-family score rows, and every generated text in order (to compare impls)."""
     rows, texts = [], []
+    generate = IMPLS[impl] if impl == "transformers" else functools.partial(IMPLS[impl], scheduler=scheduler)
     for family in families:
         examples = corpus.heldout(family, n)
-        generations = IMPLS[impl](model_dir, [ex.prompt for ex in examples], config, seed)
-        rows.append(score_family(impl, family, examples, generations))
+        generations = generate(model_dir, [ex.prompt for ex in examples], config, seed)
+        rows.append({"scheduler": scheduler, **score_family(impl, family, examples, generations)})
         texts += [g.text for g in generations]
         for ex, g in list(zip(examples, generations))[:examples_shown]:
             print(f"  {ex.prompt!r} -> {g.text!r}" + ("" if g.text == ex.answer else f"  (want {ex.answer!r})"))
@@ -257,8 +274,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--pins", action="store_true", help="also run the engine with a right and a wrong token "
                         "pinned in each checkable answer (dgemma/embedded/pinned.py)")
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default="entropy_bound",
+                        help="the engine's scheduler, at its defaults (transformers has the entropy bound only)")
     tuning = parser.add_argument_group("generation overrides (default: the model's generation_config.json)")
-    tuning.add_argument("--max-denoising-steps", type=int)
+    tuning.add_argument("--max-denoising-steps", "--steps", dest="max_denoising_steps", type=int)
     tuning.add_argument("--t-min", type=float)
     tuning.add_argument("--t-max", type=float)
     tuning.add_argument("--entropy-bound", type=float)
@@ -269,6 +288,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--n must be in 1..{corpus.HELDOUT_POOL}, got {args.n}")
     if not (args.model / "config.json").is_file():
         parser.error(f"--model {args.model}: no config.json there (not a model directory)")
+    if args.scheduler != "entropy_bound" and args.impl in ("transformers", "all"):
+        parser.error(f"--scheduler {args.scheduler} runs on the engine only: add --impl engine or --impl engine-chunked")
     return args
 
 
@@ -301,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     impls = list(IMPLS) if args.impl == "all" else [args.impl]
     texts = {}
     for impl in impls:
-        rows, texts[impl] = evaluate(args.model, impl, args.families, args.n, config, args.seed, args.show)
+        rows, texts[impl] = evaluate(args.model, impl, args.families, args.n, config, args.seed, args.show, args.scheduler)
         for row in rows:
             print(json.dumps(row) if args.json else _format_row(row), flush=True)
-        summary = summarize(rows)
+        summary = {"scheduler": args.scheduler, **summarize(rows)}
         print(json.dumps({"summary": summary}) if args.json else _format_row({**summary, "family": "SUMMARY"}))
     if args.pins:
         from dgemma.embedded.pinned import pinned_rows

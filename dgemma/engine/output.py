@@ -92,11 +92,12 @@ def start_event(req: Request, canvas: list[int], vocab_size: int, detok: Detoken
 
 def request_event(req: Request, status: str, detok: Detokenizer | None = None, error: str = "",
                   extra: dict | None = None) -> RequestEvent:
-    """A RequestEvent with the request's committed text so far (none without `detok`)."""
+    """A RequestEvent with the request's committed text so far (none without `detok`); `steps` counts
+    decoder forwards, extra's `predictor_steps` the scheduler's steps (fewer by DDIM's corrector sweeps)."""
     return RequestEvent(
         req.id, status, text=detok.text(req.tokens) if detok is not None else "", token_ids=tuple(req.tokens),
         canvases=req.canvas_index, steps=req.steps, error=error, seed=req.params.seed, prompt=req.prompt,
-        extra=extra or {},
+        extra={"predictor_steps": req.predictor_steps, **(extra or {})},
     )
 
 

@@ -184,7 +184,9 @@ class ModelPhases:
         life.subscribers.emit_plan(out.plan, rows)
         for i, req in enumerate(rows):
             req.steps += 1
-            step = self.pool[req.options].steps_done(req.slot)
+            sampler = self.pool[req.options]
+            req.predictor_steps += not sampler.swept(req.slot)
+            step = sampler.steps_done(req.slot)
             if not finite[i]:
                 life.finish(req, "error", error=(
                     f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "

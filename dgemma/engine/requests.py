@@ -42,7 +42,8 @@ class Request:
     pending_commit: list[int] | None = None  # a converged canvas (or the prompt) waiting for the encoder
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    steps: int = 0
+    steps: int = 0  # decoder forwards, all canvases (a corrector sweep is one)
+    predictor_steps: int = 0  # the scheduler's steps among them (steps less corrector sweeps)
     stop_reason: str = ""
     submitted: float = field(default_factory=time.monotonic)
     started: float | None = None
@@ -57,7 +58,7 @@ class Request:
     def restart_from_prompt(self) -> None:
         """Forget all progress (a preempted request recomputes; its keyed randomness repeats)."""
         self.status = "queued"
-        self.canvas_index, self.steps, self.stop_reason = 0, 0, ""
+        self.canvas_index, self.steps, self.predictor_steps, self.stop_reason = 0, 0, 0, ""
         self.tokens, self.logprobs, self.pending_commit = [], [], None
         self.canvas_tokens, self.decoder_seconds, self.sampler_seconds = 0, 0.0, 0.0
 

@@ -2,7 +2,8 @@
 
 params (what a request asks, how a run is laid out), keyed (keyed randomness), primitives (the
 step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
-reference / chunked (the step implementations, by name in steps), seed
+reference / chunked (the step implementations, by name in steps), schedulers (block refinement's
+and discrete DDIM's phases 4-6, beside the entropy bound's in primitives), seed
 (the seed's step, a baseline), calibration (memory on meta tensors), tiled (the slot state and
 the tiling loop).
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from dgemma.lazy import lazy_attributes
 
 from dgemma.sampling.params import (
-    MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling,
+    MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, SCHEDULERS, Bound, RunOptions, SamplingParams, check_number, parse_tiling,
 )  # fmt: skip
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from dgemma.sampling.tiled import StepOutput, TiledSampler, TileOutOfMemory, build_sampler
 
 __all__ = [
-    "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplingParams",
+    "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplingParams",
     "Scores", "StepOutput", "TileInputs", "TileOutOfMemory", "TileResult", "TiledSampler", "build_sampler",
     "calibrate_tile",
     "check_number", "chunked_tile", "meta_tile_inputs", "parse_tiling", "reference_tile", "seed_tile",

@@ -76,6 +76,12 @@ class Pieces:
         return total, weighted
 
 
+    def total_at(self, shift: torch.Tensor) -> torch.Tensor:
+        """sum exp(x - shift) [n, CL] over the chunk (the exponentials untouched): the mass a
+        sample's probability is read against."""
+        return (torch.exp(self.block_max - shift[..., None]) * self.mass).sum(dim=-1)
+
+
 def softmax_pieces(scaled: torch.Tensor) -> tuple[Pieces, torch.Tensor]:
     """Block pieces of tempered logits `scaled` [n, CL, width] (a whole number of blocks but for
     the vocabulary's last), and the blocks' shifted values x - m_b (`scaled`, overwritten)."""
@@ -152,6 +158,7 @@ class BlockRace:
         self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
         self.best = RunningArgmax((positions,), device)
         self.values = torch.full((positions, self.span), float("-inf"), device=device)
+        self.winner_max = torch.full((positions,), float("-inf"), device=device)  # the winning block's max
 
     def update(self, pieces: Pieces, shifted: torch.Tensor, start: int, rows: slice = slice(None)) -> None:
         """Fold in a chunk (vocab entries start.., start a multiple of BLOCK) of positions `rows`:
@@ -161,14 +168,21 @@ class BlockRace:
         score, block = (pieces.block_max + pieces.mass.log() + noise).max(dim=-1)
         better = self.best.update(score, block + first, rows)
         self.values[rows] = torch.where(better[..., None], gather_block(shifted, block, self.span), self.values[rows])
+        self.winner_max[rows] = torch.where(better, pieces.block_max.gather(-1, block[..., None]).squeeze(-1),
+                                            self.winner_max[rows])
 
     def sample(self) -> torch.Tensor:
         """Token ids [positions]: in the winning block, the first entry whose cumulative mass
         passes u x the block's mass (never an entry of zero mass)."""
+        return self.sample_with_logit()[0]
+
+    def sample_with_logit(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sample()` and each sampled token's (tempered) logit [positions]."""
         cumulative = torch.cumsum(torch.exp(self.values), dim=-1)
         total = cumulative[..., -1:]
         target = self.uniform[..., None] * total
         within = torch.searchsorted(cumulative, target, right=True)
         last = torch.searchsorted(cumulative, total.contiguous())  # the last entry with mass: where the sum is reached
         within = torch.minimum(within, last).clamp_(max=self.span - 1).squeeze(-1)
-        return self.best.index * BLOCK + within
+        logit = self.values.gather(-1, within[..., None]).squeeze(-1) + self.winner_max
+        return self.best.index * BLOCK + within, logit

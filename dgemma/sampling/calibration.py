@@ -8,15 +8,43 @@ import torch
 
 from dgemma.memory import Calibration, calibrate
 from dgemma.sampling.keyed import RowKey
+from dgemma.sampling.params import SamplingParams
 from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, group_bytes_for
+from dgemma.sampling.schedulers import Phase
+
+# The rows a tile is sized for, by their costliest step: (params, forward). "sample": the entropy
+# bound's sampling row (greedy rows and block refinement's and DDIM's at temperature 0 cost no
+# more); "tempered": block refinement's or DDIM's at a temperature (a second pass over the
+# vocabulary); "sweep": a DDIM corrector sweep (its logits whole, in float64).
+COSTLIEST = {
+    "sample": (SamplingParams(), 0),
+    "tempered": (SamplingParams(scheduler="block_refinement", temperature=1.0), 0),
+    "sweep": (SamplingParams(scheduler="discrete_ddim", corrector_steps=1, max_denoising_steps=4), 1),
+}
 
 
-def meta_tile_inputs(n: int, canvas_length: int, group_bytes: int | None = None) -> TileInputs:
-    """Tile inputs on the meta device: shapes without values, for measuring memory at any scale.
-    Every row samples (greedy rows draw no noise), so the measure is the costlier case."""
+def row_kind(params: SamplingParams) -> str:
+    """The costliest row (a key of `COSTLIEST`) a request with `params` ever puts in a tile."""
+    if params.scheduler == "discrete_ddim" and params.corrector_steps > 0:
+        return "sweep"
+    if params.scheduler != "entropy_bound" and params.temperature > 0:
+        return "tempered"
+    return "sample"
+
+
+def meta_tile_inputs(n: int, canvas_length: int, group_bytes: int | None = None, kind: str = "sample") -> TileInputs:
+    """Tile inputs on the meta device: shapes without values, for measuring memory at any scale, of
+    n rows of `kind`'s costliest row (`COSTLIEST`)."""
     meta = torch.device("meta")
+    params, forward = COSTLIEST[kind]
+    sweep = forward > 0
+    scheduled = {} if kind == "sample" else dict(
+        params=[params] * n, phases=[Phase(0, 3, int(sweep))] * n,
+        canvas=torch.empty(n, canvas_length, dtype=torch.long, device=meta),
+        committed=torch.empty(n, canvas_length, dtype=torch.bool, device=meta))  # fmt: skip
     return TileInputs(
-        rows=[RowKey(0, 0, 0)] * n,
+        rows=[RowKey(0, 0, forward, False, params.scheduler, sweep)] * n,
+        **scheduled,
         temperature=torch.empty(n, device=meta),
         entropy_bound=torch.empty(n, device=meta),
         confidence_threshold=torch.empty(n, device=meta),
@@ -34,13 +62,14 @@ def calibrate_tile(
     embed_weight: torch.Tensor,
     lm_head: LMHead | None = None,
     device: torch.device | None = None,
+    kind: str = "sample",
 ) -> Calibration:
     """Measure `tile_fn`'s transient on meta tensors at the real shapes (no RAM, milliseconds).
 
     With an `lm_head` the tile takes hidden states and its projection's output counts as
     transient; without, the logits are the caller's input and do not. The tile is laid out as it
     runs on `device` (default: `embed_weight`'s; `group_bytes_for`): a CPU's groups of positions,
-    a GPU's all at once.
+    a GPU's all at once. `kind`: whose costliest row the tile holds (`COSTLIEST`).
     """
     group_bytes = group_bytes_for(embed_weight.device if device is None else device)
     meta = torch.device("meta")
@@ -52,7 +81,7 @@ def calibrate_tile(
             scores = Scores(logits=torch.empty(n, canvas_length, vocab_size, dtype=torch.float32, device=meta))
         else:
             scores = Scores(hidden=torch.empty(n, canvas_length, head.weight.shape[1], dtype=head.weight.dtype, device=meta), head=head)
-        inputs = meta_tile_inputs(n, canvas_length, group_bytes)
+        inputs = meta_tile_inputs(n, canvas_length, group_bytes, kind)
         return lambda: tile_fn(scores, inputs, embed, 1.0)
 
     return calibrate(prepare, canvas_length, vocab_size)

@@ -5,6 +5,16 @@ and the block race's winner are accumulated chunk by chunk with online-softmax r
 the LM head (with its softcap) is applied per chunk, so no [n, CL, vocab] tensor exists. Chunks
 hold whole vocab blocks (sampling/blocks.py), so every block's figures are the reference's, bit
 for bit; a chunk size is rounded down to a multiple of `BLOCK` (at least one block).
+
+Block refinement's and discrete DDIM's rows stream too: their raw distribution is a greedy row's
+at temperature 1, and a temperature's sample (and its probability) a second streamed pass. Two
+parts have no streamed form here. A DDIM corrector sweep takes its rows' logits whole, in float64:
+it ranks every position by its whole leave-one-out conditional and draws from a chosen position's
+whole conditional, bit for bit as diffusers does (a streamed form needs a float64 running
+log-sum-exp and a second pass for the chosen positions). And block refinement's confidence here
+is p(draft) from the streamed sums, equal to the reference's torch.softmax value up to rounding,
+so where two positions' confidences tie in fp32 the two steps may commit them in another order
+(on the embedded model's held-out prompts they commit alike: tests/test_diffusers_agreement.py).
 """
 
 from __future__ import annotations
@@ -17,7 +27,9 @@ from dgemma.memory import plan_tiles
 from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, race_noise, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
-from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups, settle
+from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups
+from dgemma.sampling.reference import raw_logits, tempered_race
+from dgemma.sampling.schedulers import committed_logprobs, settle_tile, sweep_rows
 
 MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
 MIN_CHUNK = BLOCK
@@ -66,7 +78,9 @@ def chunked_tile(
     vocab_size = scores.vocab_size
     device = inputs.temperature.device
     width = max(BLOCK, chunk_size - chunk_size % BLOCK)
-    stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy]
+    # Only the entropy bound's sampling rows race here; block refinement and DDIM rows read the raw
+    # distribution (temperature 1) and, with a temperature, race in a pass of their own
+    stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass]
     race = None
     if stochastic:
         race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size)
@@ -96,12 +110,46 @@ def chunked_tile(
     sampled = draft.clone()
     if race is not None:
         sampled[stochastic] = race.sample().view(n, canvas_length)[stochastic]
+    logprobs = (best.value - (softmax.m + log_s)).view(n, canvas_length)
+    confidence = torch.exp(logprobs)  # block refinement's: p(draft), from the streamed sums
+    tempered = [i for i, row in enumerate(inputs.rows) if row.tempered]
+    if tempered:
+        index = torch.tensor(tempered, device=device)
+        sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered, width)
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
-    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
+    swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))  # no streamed form: see below
+    argmax = draft
+    draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
+        inputs, draft, sampled, confidence, entropy, renoise, vocab_size, swept)
+    logprobs = committed_logprobs(scores, inputs, argmax, draft, logprobs)
 
     soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype).view(n, canvas_length, -1)
-    logprobs = (best.value - (softmax.m + log_s)).view(n, canvas_length)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
+                      committed)
+
+
+def _tempered_samples(scores: Scores, inputs: TileInputs, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`reference._tempered_samples`, streaming the vocabulary: the race and the running max and mass."""
+    race, tempered = tempered_race(scores, inputs, rows)
+    positions_total = len(rows) * inputs.history.shape[-1]
+    device = inputs.temperature.device
+    m = torch.full((positions_total,), float("-inf"), device=device)
+    s = torch.zeros(positions_total, device=device)
+    for start in range(0, scores.vocab_size, width):
+
+        def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+            pieces, shifted = softmax_pieces(scaled)
+            chunk_max, _ = chunk_draft(pieces.block_max, shifted, start)
+            race.update(pieces, shifted, start, span)
+            m_new = torch.maximum(m[span], chunk_max)
+            s[span] = s[span] * torch.exp(m[span] - m_new) + pieces.total_at(m_new)
+            m[span] = m_new
+            return (), pieces.exp
+
+        in_position_groups(scores, tempered, rows, positions, start, min(start + width, scores.vocab_size))
+    sample, logit = race.sample_with_logit()
+    shape = (len(rows), inputs.history.shape[-1])
+    return sample.view(shape), torch.exp(logit - m - torch.log(s)).view(shape)
 
 
 def chunk_ladder(vocab_size: int) -> list[int]:

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-# Purposes of keyed random numbers: a request draws each of these once per (canvas, step).
-# GUMBEL: the block race's noise; PICK: the uniform that picks the token inside the winning block.
-INIT, GUMBEL, RENOISE, PICK = 1, 2, 3, 4
+# Purposes of keyed random numbers: a request draws each of these once per (canvas, step), the
+# step counting the canvas's decoder forwards (a corrector sweep is one). GUMBEL: the block race's
+# noise; PICK: the uniform that picks the token inside the winning block; RENOISE: the tokens of the
+# positions not kept (every scheduler's); ROUTE: discrete DDIM's route per position (clean, stay or
+# noise); SELECT: a corrector sweep's Gumbel-top-k over positions (or its scores, selection
+# "random"); RESAMPLE: the uniform that draws a selected position's new token.
+INIT, GUMBEL, RENOISE, PICK, ROUTE, SELECT, RESAMPLE = 1, 2, 3, 4, 5, 6, 7
 
 _U64 = 1 << 64
 
@@ -51,13 +55,33 @@ def stream_key(seed: int, canvas_index: int, step: int, purpose: int) -> int:
 
 @dataclass(frozen=True)
 class RowKey:
-    """Who a tile row is, for its random numbers: the request's seed, canvas and step, and
-    whether it samples at all (a greedy row draws no Gumbel noise)."""
+    """Who a tile row is, for its random numbers: the request's seed, canvas and step (forwards
+    done on the canvas), whether it samples at all (a greedy row draws no Gumbel noise), its
+    scheduler and whether this forward is a corrector sweep (discrete DDIM): together, the row's kind."""
 
     seed: int
     canvas_index: int
     step: int
     greedy: bool = False
+    scheduler: str = "entropy_bound"
+    sweep: bool = False
+
+    @property
+    def greedy_pass(self) -> bool:
+        """Whether the row's softmax is a greedy row's (no race in it): the entropy bound's greedy
+        rows, and block refinement's and DDIM's, which read the raw distribution (a temperature's
+        sample is a pass of its own)."""
+        return self.greedy or self.scheduler != "entropy_bound"
+
+    @property
+    def tempered(self) -> bool:
+        """A block refinement or DDIM predictor row that samples at a temperature (its own pass)."""
+        return not self.greedy and self.scheduler != "entropy_bound" and not self.sweep
+
+    @property
+    def kind(self) -> tuple[str, bool, bool]:
+        """What decides the row's work in a tile (and so what a tile of such rows allocates)."""
+        return self.scheduler, self.greedy, self.sweep
 
     def key(self, purpose: int) -> int:
         return stream_key(self.seed, self.canvas_index, self.step, purpose)
@@ -112,3 +136,12 @@ def keyed_block_gumbel(keys: torch.Tensor, canvas_length: int, first_block: int,
     blocks = torch.arange(first_block, first_block + num_blocks, device=keys.device) * _signed(_GOLDEN << 20)
     z = _counters(keys, canvas_length)[..., None] + blocks
     return _unit(z).log_().neg_().log_().neg_()
+
+
+def keyed_categorical(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The inverse-CDF draw [...] from unnormalised `weights` [..., k] with `uniform` [...] in
+    [0, 1): the first entry whose cumulative weight passes u x the total (never one of weight 0
+    but by rounding at the very top, where the last entry is taken)."""
+    cumulative = weights.cumsum(dim=-1)
+    target = uniform.to(cumulative.dtype)[..., None] * cumulative[..., -1:]
+    return (cumulative[..., :-1] <= target).sum(dim=-1)

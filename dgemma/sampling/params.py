@@ -19,6 +19,12 @@ MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold ma
 # The step implementations' names; sampling/steps.py maps each to its tile function. Typed only here,
 # where RunOptions checks them without importing torch.
 SAMPLER_STEPS = ("reference", "chunked")
+# The schedulers a request may denoise with (diffusers 0.42.1's three for Diffusion-Gemma; docs/design.md,
+# the schedulers): what a step accepts, commits and re-noises.
+SCHEDULERS = ("entropy_bound", "block_refinement", "discrete_ddim")
+# How discrete DDIM's corrector picks the positions it resamples (diffusers' `corrector_selection`).
+CORRECTOR_SELECTIONS = ("lowest_log_margin", "lowest_maxprob", "lowest_current_prob", "random")
+CHOICES = {"scheduler": SCHEDULERS, "corrector_selection": CORRECTOR_SELECTIONS}
 
 MAX_SEED = 2**63 - 1  # a request's seed is a signed 64-bit integer; seed S gives prompt i the seed S + i
 
@@ -42,6 +48,12 @@ BOUNDS: dict[str, Bound] = {
     "confidence_threshold": Bound(float, 0.0, math.inf, above=True),
     "stability_threshold": Bound(int, 0, MAX_STABILITY),
     "seed": Bound(int, 0, MAX_SEED),
+    "temperature": Bound(float, 0.0, 10.0),
+    "commit_threshold": Bound(float, 0.0, 1.0),
+    "editing_threshold": Bound(float, 0.0, 1.0),
+    "corrector_steps": Bound(int, 0, 64),
+    "corrector_k": Bound(int, 1, 4096),
+    "corrector_selection_tau": Bound(float, 0.0, math.inf, above=True),
 }
 
 
@@ -91,6 +103,14 @@ def check_number(name: str, value: Any, bound: Bound) -> int | float:
     raise SettingsError(f"Setting '{name}' must be between {low} and {high}, got {_shown(value)}.")
 
 
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of `choices` (any case, surrounding spaces ignored), or a SettingsError naming them."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in choices:
+        return text
+    raise SettingsError(f"Setting '{name}' must be one of {', '.join(choices)}, got {_shown(value)}.")
+
+
 def check_bool(name: str, value: Any) -> bool:
     """true/false, 1/0, yes/no (any case) as a bool, or a SettingsError."""
     if isinstance(value, bool):
@@ -104,7 +124,16 @@ def check_bool(name: str, value: Any) -> bool:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling settings; the defaults are transformers' DiffusionGemma defaults."""
+    """Per-request sampling settings; the defaults are transformers' DiffusionGemma defaults.
+
+    `scheduler` picks the step (SCHEDULERS); each reads its own options and ignores the others':
+    entropy_bound reads t_min, t_max, entropy_bound and greedy; block_refinement reads temperature,
+    commit_threshold (diffusers' `threshold`) and editing_threshold (None: no editing; any number,
+    0 included, edits as diffusers does); discrete_ddim reads temperature and the corrector_*
+    options (diffusers' names). `max_denoising_steps` is diffusers' `num_inference_steps` (with
+    corrector sweeps, the forwards a canvas may take), the stopping rule (confidence_threshold,
+    stability_threshold) is every scheduler's.
+    """
 
     max_denoising_steps: int = 48
     t_min: float = 0.4
@@ -114,6 +143,14 @@ class SamplingParams:
     stability_threshold: int = 1
     greedy: bool = False
     seed: int = 0
+    scheduler: str = "entropy_bound"
+    temperature: float = 0.0  # block_refinement and discrete_ddim: 0 is greedy (argmax)
+    commit_threshold: float = 0.95
+    editing_threshold: float | None = None
+    corrector_steps: int = 0
+    corrector_k: int = 1
+    corrector_selection: str = "lowest_log_margin"
+    corrector_selection_tau: float = 1.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -122,10 +159,22 @@ class SamplingParams:
         """Normalise each field ("16" -> 16) and check it against BOUNDS; a SettingsError on the first bad one."""
         for f in fields(self):
             value = getattr(self, f.name)
-            checked = check_bool(f.name, value) if f.name == "greedy" else check_number(f.name, value, BOUNDS[f.name])
+            if f.name == "greedy":
+                checked = check_bool(f.name, value)
+            elif f.name in CHOICES:
+                checked = check_choice(f.name, value, CHOICES[f.name])
+            elif f.name == "editing_threshold" and (value is None or str(value).strip().lower() in ("", "off", "none")):
+                checked = None  # no editing (a front end's empty box or "off")
+            else:
+                checked = check_number(f.name, value, BOUNDS[f.name])
             object.__setattr__(self, f.name, checked)
         if self.t_max < self.t_min:
             raise SettingsError(f"Setting 't_max' ({self.t_max:g}) must not be below 't_min' ({self.t_min:g}).")
+
+    @property
+    def samples(self) -> bool:
+        """Whether this request draws its tokens at random (else it takes the argmax)."""
+        return not self.greedy if self.scheduler == "entropy_bound" else self.temperature > 0
 
     def for_prompt(self, index: int) -> SamplingParams:
         """The `index`-th prompt's params of a call seeded S: seed S + index, all else the same."""

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -92,6 +93,15 @@ class Scores:
             return Scores(logits=self.logits[start:stop])
         return Scores(hidden=self.hidden[start:stop], head=self.head)
 
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The fp32 logits [n, CL] of one token per position (untempered): a gather, or the LM head
+        applied to those tokens' rows only."""
+        if self.logits is not None:
+            return self.logits.gather(-1, tokens[..., None]).squeeze(-1).float()
+        rows = self.head.weight.shape[0]
+        products = (self.hidden * self.head.weight[tokens.clamp(max=rows - 1)]).float().sum(dim=-1)
+        return self.head.cap_(products[..., None])[..., 0].masked_fill(tokens >= rows, PAD_LOGIT)
+
     def full(self) -> torch.Tensor:
         """The tile's fp32 logits over the whole vocabulary, untempered (the seed's step)."""
         return self.head.project(self.hidden) if self.logits is None else self.logits.float()
@@ -155,6 +165,25 @@ class TileInputs:
     # The position groups' bodies counted so far (memory/repeats.py): the sampler keeps one for all
     # its tiles, chunks and steps, so a group of a size it has counted once is charged from then on.
     repeats: Repeats | None = None
+    # What block refinement and discrete DDIM rows read (sampling/schedulers.py); None in a tile of
+    # entropy-bound rows only. params / phases: each row's settings and place in its plan; canvas:
+    # the canvas the decoder read; committed: block refinement's committed positions.
+    params: list[Any] | None = None
+    phases: list[Any] | None = None
+    canvas: torch.Tensor | None = None  # [n, CL] long
+    committed: torch.Tensor | None = None  # [n, CL] bool
+
+    def select(self, rows: list[int]) -> TileInputs:
+        """The inputs of the tile's rows `rows` only."""
+        index = torch.tensor(rows, device=self.temperature.device)
+        picked: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                picked[f.name] = value.index_select(0, index)
+            elif isinstance(value, list):
+                picked[f.name] = [value[i] for i in rows]
+        return replace(self, **picked)
 
 
 @dataclass
@@ -168,6 +197,7 @@ class TileResult:
     history: torch.Tensor  # [n, MAX_STABILITY, CL] long
     soft_embeds: torch.Tensor  # [n, CL, hidden]
     logprobs: torch.Tensor  # [n, CL] float32: log p(draft token)
+    committed: torch.Tensor | None = None  # [n, CL] bool: block refinement's committed positions after the step
 
 
 # What a step does to a group of positions: (tempered logits [positions, width], which it may
@@ -242,12 +272,18 @@ def settle(
         accepted |= held
     next_canvas = torch.where(accepted, sampled, renoise)
 
+    history, mean_entropy, stops = stop_test(draft, entropy, inputs)
+    return draft, next_canvas, accepted, history, mean_entropy, stops | inputs.last_step
+
+
+def stop_test(draft: torch.Tensor, entropy: torch.Tensor, inputs: TileInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Phases 5-6, every scheduler's stopping rule: (new history, mean entropy, whether the row
+    stops: its draft is stable and confident)."""
     # ---- Phase 5: stability: the draft equals each of the last `stability_threshold` drafts
     same = (inputs.history == draft[:, None, :]).all(dim=-1) | ~inputs.history_valid
     stable = same.all(dim=-1)
     history = torch.cat([inputs.history[:, 1:], draft[:, None, :]], dim=1)
 
-    # ---- Phase 6: convergence: stable and confident (mean entropy under the threshold), or the last step
+    # ---- Phase 6: convergence: stable and confident (mean entropy under the threshold); the caller adds the last step
     mean_entropy = entropy.mean(dim=-1)
-    converged = (stable & (mean_entropy < inputs.confidence_threshold)) | inputs.last_step
-    return draft, next_canvas, accepted, history, mean_entropy, converged
+    return history, mean_entropy, stable & (mean_entropy < inputs.confidence_threshold)

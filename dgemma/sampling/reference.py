@@ -7,7 +7,11 @@ exponentials, per request. Each row computes one softmax, the way its kind of ro
   sample (the block race), the entropy and the self-conditioning probabilities;
 - a greedy row draws no sample, so it takes torch's own softmax, the cheaper kernel (its
   exponential is faster than `torch.exp`, and it is one pass where blocks take four), and reads
-  the draft, the entropy and the log-probability off it.
+  the draft, the entropy and the log-probability off it;
+- a block refinement or DDIM row (sampling/schedulers.py) is a greedy row at temperature 1 (they
+  read the raw distribution, and block refinement ranks torch's softmax value, as diffusers does);
+  with a temperature it proposes a sample of softmax(logits / T) from a second pass, the block
+  race alone; a DDIM corrector sweep takes its logits whole, in float64.
 
 Which way a row goes depends on that row alone, never on its tile-mates, so its tokens do not
 either. Every pass after the projection reads and writes one position's [vocab] at a time, so a
@@ -18,15 +22,20 @@ two. A GPU takes all positions at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
-from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups, settle
+from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups
+from dgemma.sampling.schedulers import committed_logprobs, settle_tile, sweep_rows
 
 # What each kind of row's phases 1-3 and 7 return for its rows:
-# (draft, sample, entropy, soft embeddings, log p(draft)).
-Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# (draft, sample, entropy, soft embeddings, log p(draft), p(draft)); the last is block
+# refinement's confidence (its rows are greedy rows here; with temperature > 0 `_tempered_samples`
+# gives the sample and its probability).
+Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
@@ -35,16 +44,61 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     device = inputs.temperature.device
 
     # ---- Phases 1-3 and 7's probabilities, greedy rows and sampling rows each their own way
-    greedy = [i for i, row in enumerate(inputs.rows) if row.greedy]
-    sampling = [i for i, row in enumerate(inputs.rows) if not row.greedy]
+    # (block refinement and DDIM rows read the raw distribution: greedy rows at temperature 1;
+    # a corrector sweep reads its logits whole, below)
+    greedy = [i for i, row in enumerate(inputs.rows) if row.greedy_pass and not row.sweep]
+    sampling = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass and not row.sweep]
     parts = [(rows, kind(scores, inputs, None if len(rows) == n else rows, embed_weight, normalizer))
              for rows, kind in ((greedy, _greedy_rows), (sampling, _sampling_rows)) if rows]  # fmt: skip
-    draft, sampled, entropy, soft_embeds, logprobs = _in_tile_order(parts, device)
+    draft, sampled, entropy, soft_embeds, logprobs, confidence = _in_tile_order(parts, n, inputs, embed_weight, device)
+    tempered = [i for i, row in enumerate(inputs.rows) if row.tempered]
+    if tempered:  # block refinement and DDIM rows with temperature > 0 propose a sample of softmax(logits / T)
+        index = torch.tensor(tempered, device=device)
+        sampled, confidence = sampled.clone(), confidence.clone()
+        sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered)
 
-    # ---- Phases 4-6: acceptance, re-noising, stability, convergence
+    # ---- Phases 4-6: acceptance, re-noising, stability, convergence (each row by its scheduler)
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
-    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))
+    argmax = draft
+    draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
+        inputs, draft, sampled, confidence, entropy, renoise, scores.vocab_size, swept)
+    logprobs = committed_logprobs(scores, inputs, argmax, draft, logprobs)
+    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
+                      committed)
+
+
+def raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
+    """The rows' fp32 logits [r, CL, vocab], softcapped, untempered (their temperature is 1)."""
+    logits, temper = scores.tempered_by_rows(inputs.temperature, 0, None, rows)
+    temper(0, logits.shape[0] * logits.shape[1])
+    return logits
+
+
+def _tempered_samples(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows' samples of softmax(logits / T) by the block race (keyed) and their probabilities [r, CL]."""
+    race, tempered = tempered_race(scores, inputs, rows)
+
+    def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        pieces, shifted = softmax_pieces(scaled)
+        top, _ = chunk_draft(pieces.block_max, shifted, 0)
+        race.update(pieces, shifted, 0, span)
+        return (top, pieces.total_at(top)), pieces.exp
+
+    (top, total), _ = in_position_groups(scores, tempered, rows, positions)
+    sample, logit = race.sample_with_logit()
+    return sample.view(top.shape), torch.exp(logit.view(top.shape) - top - torch.log(total))
+
+
+def tempered_race(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[BlockRace, TileInputs]:
+    """The block race of block refinement's and DDIM's tile rows `rows` (temperature > 0), and the
+    tile's inputs with those rows at their own temperature."""
+    device = inputs.temperature.device
+    keys = [inputs.rows[i] for i in rows]
+    race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, device), scores.vocab_size)
+    temperature = torch.tensor([inputs.params[i].temperature for i in rows], dtype=torch.float32, device=device)
+    index = torch.tensor(rows, device=device)
+    return race, replace(inputs, temperature=inputs.temperature.clone().index_copy_(0, index, temperature))
 
 
 def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
@@ -67,19 +121,21 @@ def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, e
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
     sampled = race.sample().view(draft.shape)
-    return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total
+    return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total, torch.exp(-log_total)
 
 
 def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
     """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits."""
-    (draft, entropy, mass, log_p_draft), probs = in_position_groups(scores, inputs, rows, _greedy_positions)
+    (draft, entropy, mass, log_p_draft, p_draft), probs = in_position_groups(scores, inputs, rows, _greedy_positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
-    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft
+    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft, p_draft
 
 
 def _greedy_positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """Phases 2-3 for greedy rows' tempered logits [positions, vocab]: ((draft, entropy, mass,
-    log p(draft)), probabilities)."""
+    log p(draft), p(draft) as torch's softmax gives it), probabilities). The last is block
+    refinement's confidence, which it ranks: the same bits as diffusers' (torch.softmax), so ties
+    break alike."""
     # The draft, as the sampling rows find it (the first block holding the max, its first entry
     # at the max), then the probabilities of x - max <= 0
     top, draft = chunk_draft(per_block(scaled, torch.amax), scaled, 0)
@@ -91,9 +147,10 @@ def _greedy_positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Te
     # entropy = -sum p log p = log S - sum p (x - max), S = sum exp(x - max) = 1 / p(draft): two
     # terms >= 0, so no cancellation. An entry of -inf adds 0 x -inf = nan: its true term is 0.
     weighted = per_block(shifted.mul_(probs), torch.sum).nan_to_num_(nan=0.0).sum(dim=-1)
-    log_p_draft = torch.log(probs.gather(-1, draft[..., None]).squeeze(-1) / mass)
+    p_draft = probs.gather(-1, draft[..., None]).squeeze(-1)
+    log_p_draft = torch.log(p_draft / mass)
     entropy = -log_p_draft - weighted / mass
-    return (draft, entropy, mass, log_p_draft), probs
+    return (draft, entropy, mass, log_p_draft, p_draft), probs
 
 
 def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch.Tensor, normalizer: float) -> torch.Tensor:
@@ -102,9 +159,19 @@ def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch
     return torch.matmul(weights.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
 
 
-def _in_tile_order(parts: list[tuple[list[int], Rows]], device: torch.device) -> Rows:
-    """The kinds' outputs as whole-tile tensors, rows back in tile order."""
-    if len(parts) == 1:
+def _in_tile_order(parts: list[tuple[list[int], Rows]], n: int, inputs: TileInputs, embed_weight: torch.Tensor,
+                   device: torch.device) -> Rows:
+    """The kinds' outputs as whole-tile tensors, rows back in tile order; a corrector sweep's row
+    (in no part) reads its canvas as its draft and zeros (its state keeps its predictor's)."""
+    if len(parts) == 1 and len(parts[0][0]) == n:
         return parts[0][1]
-    order = torch.tensor([i for rows, _ in parts for i in rows], device=device).argsort()
-    return tuple(torch.cat(pieces)[order] for pieces in zip(*(outputs for _, outputs in parts)))  # type: ignore[return-value]
+    canvas_length = inputs.history.shape[-1]
+    like = inputs.canvas if inputs.canvas is not None else torch.zeros(n, canvas_length, dtype=torch.long, device=device)
+    out = [like.clone(), like.clone(), torch.zeros(n, canvas_length, device=device),
+           torch.zeros(n, canvas_length, embed_weight.shape[1], dtype=embed_weight.dtype, device=device),
+           torch.zeros(n, canvas_length, device=device), torch.zeros(n, canvas_length, device=device)]
+    for rows, outputs in parts:
+        index = torch.tensor(rows, device=device)
+        for whole, piece in zip(out, outputs):
+            whole[index] = piece.to(whole.dtype)
+    return tuple(out)  # type: ignore[return-value]

@@ -14,11 +14,12 @@ from dgemma.errors import first_line
 from dgemma.events import TilePlan, TileSplit
 from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, split_tiles
 from dgemma.memory.repeats import Repeats
-from dgemma.sampling.calibration import calibrate_tile
+from dgemma.sampling.calibration import calibrate_tile, row_kind
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
 from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, TileResult, group_bytes_for
 from dgemma.sampling.reference import reference_tile
+from dgemma.sampling.schedulers import Phase, phase
 from dgemma.sampling.start import CanvasStart
 from dgemma.sampling.steps import StepLayout, step_for
 
@@ -60,8 +61,13 @@ class _HostSlot:
     steps: int = 0  # denoising steps done on the current canvas
     pinned: bool = False  # the current canvas holds pinned positions (`TiledSampler.pins`)
 
+    def phase(self) -> Phase:
+        """Where this canvas's next forward falls in its scheduler's plan."""
+        return phase(self.params, self.steps)
+
     def row(self) -> RowKey:
-        return RowKey(self.params.seed, self.canvas_index, self.steps, self.params.greedy)
+        p = self.params
+        return RowKey(p.seed, self.canvas_index, self.steps, not p.samples, p.scheduler, self.phase().sweep > 0)
 
 
 class TiledSampler:
@@ -103,7 +109,9 @@ class TiledSampler:
         self.memory = memory if memory is not None else HostMemory()
         self.fraction = fraction
         self.tile_fn, self.impl = tile_fn, impl
-        self._calibration = calibration  # None: measured on first use
+        # Transient per request by the costliest row a request puts in a tile (calibration.COSTLIEST),
+        # each measured on first use; `calibration` given: the entropy bound's sampling row's.
+        self._calibrations: dict[str, Calibration] = {} if calibration is None else {"sample": calibration}
         self.lm_head = lm_head  # set: step() may take hidden states and project them per tile
 
         S, CL, H, dev = max_num_seqs, canvas_length, embed_weight.shape[1], self.device
@@ -116,6 +124,7 @@ class TiledSampler:
         self.soft = torch.zeros(S, CL, H, dtype=embed_weight.dtype, device=dev)
         self.logprobs = torch.zeros(S, CL, dtype=torch.float32, device=dev)
         self.pins = torch.full((S, CL), -1, dtype=torch.long, device=dev)  # a pinned position's token, else -1
+        self.committed = torch.zeros(S, CL, dtype=torch.bool, device=dev)  # block refinement's committed positions
         # Output buffers: cleared once per call, each tile writes only its own slots' rows.
         self.out_entropy = torch.zeros(S, CL, dtype=torch.float32, device=dev)
         self.out_accepted = torch.zeros(S, CL, dtype=torch.bool, device=dev)
@@ -138,6 +147,7 @@ class TiledSampler:
         if start:
             place_start(self.canvas[slot], self.pins[slot], start)
         self.draft[slot] = self.canvas[slot]
+        self.committed[slot] = self.pins[slot] >= 0  # a pinned position counts as committed
         self.phase[slot] = DENOISING
         self.history[slot] = -1
         self.history_valid[slot] = False
@@ -149,7 +159,13 @@ class TiledSampler:
         self._host[slot] = _HostSlot()
 
     def steps_done(self, slot: int) -> int:
+        """Decoder forwards the slot's canvas has taken (a corrector sweep is one)."""
         return self._host[slot].steps
+
+    def swept(self, slot: int) -> bool:
+        """Whether the slot's last forward was a corrector sweep (not a predictor step)."""
+        host = self._host[slot]
+        return host.steps > 0 and phase(host.params, host.steps - 1).sweep > 0
 
     def soft_embeds(self, slots: Sequence[int]) -> torch.Tensor:
         """[n, CL, hidden] self-conditioning input for the decoder (zeros on a canvas's first step)."""
@@ -164,20 +180,22 @@ class TiledSampler:
 
     # ---- memory
 
-    def calibration(self) -> Calibration:
-        """Transient bytes per request of this sampler's step, measured once on meta tensors."""
-        if self._calibration is None:
-            self._calibration = calibrate_tile(
-                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight, self.lm_head
+    def calibration(self, slots: Sequence[int] | None = None) -> Calibration:
+        """Transient bytes per request of this sampler's step for the requests in `slots` (None: the
+        entropy bound's), measured once per kind of row on meta tensors: the costliest kind among them."""
+        kinds = {"sample"} if slots is None else {row_kind(self._host[s].params) for s in slots}
+        for kind in kinds - set(self._calibrations):
+            self._calibrations[kind] = calibrate_tile(
+                self.tile_fn, self.canvas_length, self.vocab_size, self.embed_weight, self.lm_head, kind=kind
             )
-        return self._calibration
+        return max((self._calibrations[k] for k in kinds), key=lambda c: (c.bytes_per_request, c.fixed_bytes))
 
-    def _group(self, n: int, free: int) -> int:
+    def _group(self, n: int, free: int, calibration: Calibration) -> int:
         """Requests per tile: all of them (off), the planner's pick (auto) or the fixed size."""
         if self.tiling == "off":
             return n
         if self.tiling == "auto":
-            return plan_tiles(n, free, self.calibration(), self.fraction)
+            return plan_tiles(n, free, calibration, self.fraction)
         return max(1, min(n, self.tiling))
 
     # ---- the step
@@ -193,8 +211,17 @@ class TiledSampler:
         remaining = max_steps - steps
         temperature = t_min + (t_max - t_min) * remaining / max_steps
         dev = self.device
+        rows = [h.row() for h in hosts]
+        others = [i for i, h in enumerate(hosts) if h.params.scheduler != "entropy_bound"]
+        scheduled = {}
+        if others:  # block refinement and DDIM read the raw distribution (temperature 1) and their plan
+            phases = [h.phase() for h in hosts]
+            temperature[others] = 1.0
+            remaining[others] = torch.tensor([float(not phases[i].last) for i in others]) + 1
+            scheduled = dict(params=[h.params for h in hosts], phases=phases, canvas=self.canvas[idx],
+                             committed=self.committed[idx])
         return TileInputs(
-            rows=[h.row() for h in hosts],
+            rows=rows,
             temperature=temperature.to(dev, non_blocking=True),
             entropy_bound=bound.to(dev, non_blocking=True),
             confidence_threshold=threshold.to(dev, non_blocking=True),
@@ -205,22 +232,34 @@ class TiledSampler:
             # Only a tile holding a pinned row reads pins: the others pay nothing for them.
             pins=self.pins[idx] if any(h.pinned for h in hosts) else None,
             repeats=self._repeats,
+            **scheduled,
         )
 
     def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
         idx = self._index(slots)
         result = run_tile(self.tile_fn, self._repeats, scores, self._tile_inputs(slots, idx), self.embed_weight, self.normalizer)
-        # Write state only once the whole tile succeeded (a failed tile leaves no trace).
+        # Write state only once the whole tile succeeded (a failed tile leaves no trace). A corrector
+        # sweep changes only the canvas: the draft, history and self-conditioning stay its predictor's.
         self.canvas[idx] = result.next_canvas
+        if result.committed is not None:
+            self.committed[idx] = result.committed
+        self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
+        self.out_accepted[idx] = result.accepted  # a sweep's: the positions it resampled
+        self.out_converged[idx] = result.converged
+        # A sweep's frame shows its predictor's draft and entropy (it computes neither).
+        predicted = [i for i, s in enumerate(slots) if not self._host[s].row().sweep]
+        if len(predicted) < len(slots):
+            keep = torch.tensor(predicted, dtype=torch.long, device=idx.device)
+            idx = idx[keep]
+            result = replace(result, draft=result.draft[keep], history=result.history[keep], entropy=result.entropy[keep],
+                             mean_entropy=result.mean_entropy[keep], soft_embeds=result.soft_embeds[keep],
+                             logprobs=result.logprobs[keep])  # fmt: skip
         self.draft[idx] = result.draft
         self.history[idx] = result.history
         self.soft[idx] = result.soft_embeds.to(self.soft.dtype)
         self.logprobs[idx] = result.logprobs
-        self.phase[idx] = torch.where(result.converged, COMMITTING, DENOISING).to(torch.int8)
         self.out_entropy[idx] = result.entropy
-        self.out_accepted[idx] = result.accepted
         self.out_mean_entropy[idx] = result.mean_entropy
-        self.out_converged[idx] = result.converged
         for s in slots:
             self._host[s].steps += 1
 
@@ -254,7 +293,7 @@ class TiledSampler:
                 ran.append(end - start)
             except torch.OutOfMemoryError as err:
                 if self.tiling == "off" or not self.split or end - start == 1:
-                    raise TileOutOfMemory(end - start, self.calibration().tile_bytes(end - start), free,
+                    raise TileOutOfMemory(end - start, self.calibration(slots).tile_bytes(end - start), free,
                                           first_line(err, 300)) from None
                 splits.append(TileSplit(start, end - start, first_line(err, 300)))
                 mid = start + (end - start) // 2
@@ -268,14 +307,16 @@ class TiledSampler:
         scores = self._scores(logits, hidden, len(slots))
         started = time.time()
         free = self.memory.free_bytes()
-        group = self._group(len(slots), free)
-        calibration = self.calibration()
+        calibration = self.calibration(slots)
+        group = self._group(len(slots), free, calibration)
 
         # Clear this call's output rows once: each tile writes only its own rows. Other slots
-        # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran).
+        # keep theirs (a caller retrying after an out-of-memory still reads the tiles that ran); a
+        # corrector sweep's row keeps its predictor's entropy.
         idx = self._index(slots)
+        predicting = self._index([s for s in slots if not self._host[s].row().sweep])
         for out in (self.out_entropy, self.out_accepted, self.out_mean_entropy, self.out_converged):
-            out[idx] = 0  # (False, for the boolean ones)
+            out[idx if out.dtype == torch.bool else predicting] = 0  # (False, for the boolean ones)
         with self.memory.measure() as measured:
             ran, splits = self._run_tiles(scores, slots, group, free)
 
@@ -319,14 +360,14 @@ class TiledSampler:
 def run_tile(tile_fn: TileFn, repeats: Repeats, scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor,
              normalizer: float) -> TileResult:
     """`tile_fn` over one tile, counted once per shape: a tile allocates what its size, its rows'
-    kinds (greedy or sampling), its pins and its input's kind say, so under the tracker (the
+    kinds (scheduler, greedy or sampling, corrector sweep), its pins and its input's kind say, so under the tracker (the
     budgeted virtual device) the first tile of each shape is counted op by op and the rest are
     charged its peak (memory/repeats.py), since counting a tile's few hundred small ops (keyed
     noise, phases 4-6) one by one in every tile is a measurable share of a step."""
-    shape = (len(inputs.rows), tuple(row.greedy for row in inputs.rows), inputs.pins is None, scores.logits is None)
+    shape = (len(inputs.rows), tuple(row.kind for row in inputs.rows), inputs.pins is None, scores.logits is None)
     with repeats.body(("tile", shape), f"a tile of {len(inputs.rows)} requests") as keep:
         result = tile_fn(scores, inputs, embed_weight, normalizer)
-        keep(*(getattr(result, f.name) for f in fields(result)))  # what the tile hands on: fresh tensors all
+        keep(*(getattr(result, f.name) for f in fields(result) if getattr(result, f.name) is not None))  # what the tile hands on: fresh tensors all
     return result
 
 

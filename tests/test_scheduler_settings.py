@@ -1,0 +1,50 @@
+"""The scheduler setting and its options: one table row each, checked with one sentence."""
+
+from __future__ import annotations
+
+import pytest
+
+from dgemma.errors import SettingsError
+from dgemma.sampling import SCHEDULERS, SamplingParams
+from dgemma.settings import BY_NAME, Settings, parse_settings
+
+
+def test_every_scheduler_option_is_a_setting_of_the_scheduler_group():
+    for name in ("scheduler", "temperature", "commit_threshold", "editing_threshold", "corrector_steps",
+                 "corrector_k", "corrector_selection", "corrector_selection_tau"):
+        assert BY_NAME[name].group == "scheduler"
+    assert BY_NAME["scheduler"].choices == SCHEDULERS
+
+
+def test_the_defaults_are_the_entropy_bound_and_diffusers_scheduler_defaults():
+    p = SamplingParams()
+    assert (p.scheduler, p.temperature, p.commit_threshold, p.editing_threshold) == ("entropy_bound", 0.0, 0.95, None)
+    assert (p.corrector_steps, p.corrector_k, p.corrector_selection, p.corrector_selection_tau) == (0, 1, "lowest_log_margin", 1.0)
+
+
+def test_a_scheduler_and_its_options_parse_from_text_as_a_cli_gives_them():
+    s = parse_settings({"scheduler": "discrete_ddim", "corrector-steps": "2", "corrector_selection": "random",
+                        "temperature": "0.5"}, Settings())
+    assert (s.params.scheduler, s.params.corrector_steps, s.params.corrector_selection, s.params.temperature) == (
+        "discrete_ddim", 2, "random", 0.5)
+
+
+@pytest.mark.parametrize("off", ["off", "", "none"])
+def test_editing_off_is_none(off):
+    assert SamplingParams(scheduler="block_refinement", editing_threshold=off).editing_threshold is None
+    assert SamplingParams(editing_threshold="0").editing_threshold == 0.0  # 0 edits, as diffusers does
+
+
+@pytest.mark.parametrize("raw, sentence", [
+    ({"scheduler": "ddpm"}, "Setting 'scheduler' must be one of entropy_bound, block_refinement, discrete_ddim, got 'ddpm'."),
+    ({"corrector_selection": "best"}, "Setting 'corrector_selection' must be one of lowest_log_margin, lowest_maxprob, "
+                                      "lowest_current_prob, random, got 'best'."),
+    ({"corrector_k": 0}, "Setting 'corrector_k' must be between 1 and 4096, got 0."),
+    ({"corrector_selection_tau": 0}, "Setting 'corrector_selection_tau' must be greater than 0, got 0."),
+    ({"temperature": -0.5}, "Setting 'temperature' must be between 0 and 10, got -0.5."),
+    ({"editing_threshold": "high"}, "Setting 'editing_threshold' must be a number, got 'high'."),
+])  # fmt: skip
+def test_a_bad_scheduler_value_gets_one_sentence(raw, sentence):
+    with pytest.raises(SettingsError) as err:
+        parse_settings(raw, Settings())
+    assert str(err.value) == sentence
