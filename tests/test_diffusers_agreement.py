@@ -21,9 +21,9 @@ from dgemma.embedded import corpus
 from dgemma.engine import Engine, EngineConfig
 from dgemma.events import RequestEvent
 from dgemma.sampling import SamplingParams
-from diffusers_noise import PromptProcessor, keyed_pipeline
+diffusers = pytest.importorskip("diffusers")  # it needs Python 3.11: not installed on 3.10
 
-diffusers = pytest.importorskip("diffusers")
+from diffusers_noise import PromptProcessor, keyed_pipeline  # noqa: E402
 from diffusers import BlockRefinementScheduler, DiffusionGemmaPipeline, DiscreteDDIMScheduler, EntropyBoundScheduler  # noqa: E402
 
 MAX_NEW_TOKENS = 32  # two canvases: the second starts from the first's commit
