@@ -261,7 +261,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
 def main_zerogpu(args: argparse.Namespace, started: float) -> int:
     """ZeroGPU: the model is loaded and put on "cuda" here, in the main thread, before launch
     (spaces' CUDA emulation is thread-local), so the page comes after the model on a Space."""
-    from dgemma.serving.gpu_backend import make_zerogpu_backend
+    from dgemma.serving.zerogpu import make_zerogpu_backend
     from dgemma.ui.page import build_demo
 
     try:

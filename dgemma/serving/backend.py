@@ -1,18 +1,16 @@
-"""The serving contract: what the views need from the engine, in one small interface (no torch).
-
-`Backend.start` submits one call's prompts and returns a `Run`: poll it for events, cancel it,
-or wait for its results. The real backend (dgemma/serving/engine_backend.py) wraps dgemma.engine.engine;
-keeping the interface this small is what lets the views and the API be tested and read alone.
-"""
+"""The serving contract (no torch): `Backend.start` submits one call's prompts and returns a `Run`
+to poll for events, cancel, or read to its end (`results`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from dgemma.events import Event, TilePlan
+from dgemma.events import FINAL, Event, RequestEvent, TilePlan
 from dgemma.recording import Recording
+from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.serving.inputs import Limits
+from dgemma.serving.lesson_budget import lesson_model, suggest_budget
 from dgemma.settings import Settings
 
 
@@ -43,9 +41,6 @@ class Run(Protocol):
     def close(self) -> None:
         """The reader is done: cancel anything unfinished and stop delivering events."""
 
-    def results(self) -> tuple[list[Output], list[TilePlan]]:
-        """Block until every request finished; outputs in submission order, the run's tile plans."""
-
 
 class Backend(Protocol):
     defaults: Settings
@@ -71,7 +66,48 @@ class LoadState:
     message: str  # one sentence: "Loading model … (4 s): reading the weights." | the failure | ""
 
 
+def results(run: Run) -> tuple[list[Output], list[TilePlan]]:
+    """Read `run` until every request has ended: outputs in submission order (each from its final
+    event), and the run's tile plans."""
+    finals: dict[int, RequestEvent] = {}  # request id -> its last event, in the order they first came
+    plans: list[TilePlan] = []
+    while len(finals) < run.size or any(e.status not in FINAL for e in finals.values()):
+        for e in run.poll(0.1):
+            if isinstance(e, TilePlan):
+                plans.append(e)
+            elif isinstance(e, RequestEvent):
+                finals[e.request_id] = e
+    return [Output(e.prompt, e.text, e.steps, e.seed or 0, e.error or ("" if e.status == "done" else e.status),
+                   e.extra.get("metrics")) for e in finals.values()], plans
+
+
 def backend_state(backend: Backend) -> LoadState:
     """A backend that loads its model after the page is served has a state; any other is ready."""
     state = getattr(backend, "state", None)
     return state() if state is not None else LoadState(True, False, "")
+
+
+class ModelBackend:
+    """What every backend over a loaded model shares: its limits, defaults, facts and the lesson's budget."""
+
+    def __init__(self, loaded: Any, config: Any, limits: Limits, budget_text: str | None,
+                 device: str | None = None):
+        self.loaded, self.config, self.limits, self.budget_text = loaded, config, limits, budget_text
+        self.max_num_seqs = config.max_num_seqs
+        # Plain values read now: on ZeroGPU spaces moves the main process's weights to disk after launch.
+        self.lesson_model = lesson_model(loaded, config.max_num_seqs, device)
+        p = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
+        # Two canvases by default: enough to watch a commit, short enough for a laptop (the CLI's too).
+        self.defaults = Settings(params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),
+                                 max_new_tokens=min(limits.max_new_tokens, 64))
+        self._facts = loaded.facts()
+
+    def info(self) -> dict:
+        return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
+                "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False)}
+
+    def suggest_budget(self, requests: int, real_scale: bool) -> str:
+        return suggest_budget(self.lesson_model, requests, real_scale)
+
+    def close(self) -> None:
+        pass

@@ -29,7 +29,7 @@ from dgemma.metrics import run_summary
 from dgemma.recording import Recording, RecordingError, load_file, recording_bound, run_header
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
-from dgemma.serving.backend import Backend, Output, Run
+from dgemma.serving.backend import Backend, Output, Run, results
 from dgemma.serving.held_runs import HeldRuns, Holder, Reserved
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
 from dgemma.serving.runfiles import RunFiles
@@ -378,7 +378,7 @@ class RunService:
                 run.recording = Recording(run_header(facts, settings, batch))
             started = time.monotonic()
             try:
-                outputs, plans = run.results()
+                outputs, plans = results(run)
             finally:
                 run.close()
                 self._disown(tab, owned)
