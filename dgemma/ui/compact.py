@@ -167,16 +167,11 @@ def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = 
     }  # fmt: skip
 
 
-def canvas_length(board: Board) -> int:
-    """The canvas length of the run: the longest live canvas on the board (0 before any step)."""
-    return max((len(v.last_step.token_ids) for v in board.requests.values() if v.last_step is not None), default=0)
-
-
 def frame(board: Board, length: int | None = None, refine: bool = True) -> dict:
-    """The whole board as one frame. `length`: the canvas length when known (a board whose
-    requests have all finished no longer shows one); else read from the board. `refine`: finished
-    cards carry their Refine (and click-to-pin) data; a view without Refine (the lesson's) sends none."""
-    length = length or canvas_length(board)
+    """The whole board as one frame. `length`: the canvas length (default: the board's, from its step
+    frames). `refine`: finished cards carry their Refine (and click-to-pin) data; a view without Refine
+    (the lesson's) sends none."""
+    length = length or board.canvas_length
     # Click-to-pin sends each finished card's first canvas, pieces the frame has not carried since its
     # canvas committed: affordable for a batch of moderate size, not within 64 KB a frame at 32 x 256.
     pinnable = len(board.requests) * length <= PINNABLE_POSITIONS

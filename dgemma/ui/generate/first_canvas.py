@@ -17,7 +17,6 @@ settings parser, then the model's tokenizer): one sentence on the status line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import gradio as gr
@@ -30,7 +29,6 @@ from dgemma.ui.compact import is_special, refinable
 from dgemma.ui.seek import Seeker
 
 REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Refine on one."
-COMPARE_SIDES = ("a", "b")  # Compare's two runs: a compare card's Refine names its side (its view's id ends in it)
 
 # Runs once when the cards' HTML mounts (after assets/board_view.js, whose `trigger` it uses); listens
 # on it for clicks on what every redraw puts there.
@@ -97,23 +95,14 @@ def canvas_settings(start: str | None, pins: str | None, template: str | None) -
     return {"start": start or None, "pins": held or None}
 
 
-def refine_request(card: Mapping[str, Any] | None, run: str | None,
-                   held_card: Callable[[int, str | None], tuple[str, int, str]]) -> tuple[str, int, str]:
-    """A Refine event's card (its data: {"request": row}) of the view of `run` (None: the Generate
-    tab's; "a" or "b": a compare side's) as (prompt, seed, start): `held_card(row, run)`'s."""
+def refine_request(card: object, recording: Recording | None, kept: Seeker, gone: str = "") -> tuple[str, int, str]:
+    """A Refine event's card (its data: {"request": row}) as (prompt, seed, start text), read off the run of
+    the view it is in (`recording`, folded with its `kept` seeker): a finished request's first canvas never
+    changes again, so the board at the run's last step has it. `gone`: why the view holds no run."""
     try:
         row = int(card["request"])  # type: ignore[index]
     except (ValueError, KeyError, TypeError):
         raise SettingsError(REFINE_NEEDS_A_CARD) from None
-    if run is not None and run not in COMPARE_SIDES:
-        raise SettingsError(REFINE_NEEDS_A_CARD)
-    return held_card(row, run)
-
-
-def finished_card(recording: Recording | None, kept: Seeker, row: int, gone: str = "") -> tuple[str, int, str]:
-    """Refine's (prompt, seed, start text) for card `row` of a tab's run (`recording`, folded with the
-    tab's `kept` seeker): a finished request's first canvas never changes again, so the board at the
-    run's last step has it. `gone`: why the tab holds no run, when the memory cap took it."""
     if recording is None:
         raise SettingsError(gone or REFINE_NEEDS_A_CARD)
     with kept.at(recording, recording.steps) as board:

@@ -101,14 +101,13 @@ def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bo
     """Cards and both charts at `step`: the fold of the events up to it (continued from `kept`'s
     board where it can be), the step marked on the charts (left as they are when not `charts`)."""
     with (kept or Seeker()).at(recording, step) as board:
-        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
         if not charts:
-            return frame(board, length), gr.skip(), gr.skip()
+            return frame(board), gr.skip(), gr.skip()
         last = recording.steps
         taken = max((v.steps for v in board.requests.values()), default=0)
         entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
         tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
-        return frame(board, length), plot(entropy), plot(tiles)
+        return frame(board), plot(entropy), plot(tiles)
 
 
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
