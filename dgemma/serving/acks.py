@@ -1,25 +1,9 @@
-"""How fast a stream sends frames: as its page draws them, or at the plain rate.
-
-The one pacing of every stream the page gets (a live run, Compare's sides, a replay). A page that
-draws frames says so: its script (assets/board_view.js) posts "TOKEN SEQ" to ACK_PATH once it has
-drawn a frame, the frame's stream's token and number (`Pace.stamp`). Such a stream sends a frame
-only while fewer than its window are in flight: one, or two where the page drew the last within
-QUICK_ROUND_TRIP_S of its sending (on a quick link the next travels while the page draws). A slow
-link then carries one frame at a time, the state of the moment it could take it, whatever the
-sockets and the link's own buffers would take in; the frames due meanwhile are skipped (each
-frame is the state of its moment, so a skipped one loses nothing).
-
-A client that never acknowledges (the API, gradio_client) gets frames at the stream's plain rate.
-The page is told apart before its first frame: the script posts once as it loads, and the route's
-answer sets the COOKIE that the page's later requests, its streams' included, carry
-(`paces_by_acks`). A stream of a page whose cookie did not arrive (a browser that refuses it) goes
-at the plain rate until its page acknowledges a frame, then by the window.
-
-The route is public: it answers every POST with 204 whatever it holds (an unknown token is
-ignored and told nothing), refuses a body over MAX_BODY bytes unread (413), changes two numbers of
-an entry that exists only while its stream runs, and at most MAX_STREAMS entries exist (past that,
-a stream goes at the plain rate).
-"""
+"""How fast a stream sends frames: as its page draws them, or at the plain rate (docs/architecture.md,
+"Pacing"). A page's script posts "TOKEN SEQ" to ACK_PATH once it has drawn a frame; its stream sends
+a frame only while fewer than its window are in flight, so a slow link carries one frame at a time,
+the state of the moment it could take it (a skipped frame loses nothing: each is a whole state).
+The route is public: every POST gets 204 whatever it holds, a body over MAX_BODY is refused unread,
+and at most MAX_STREAMS entries exist (past that, a stream goes at the plain rate)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The API endpoints: `generate` (prompts and settings in, texts and tile plans out) and `info`.
-
-Listed on the app's API page (gr.api derives its schema from the type hints). Settings use the
-CLI's names and meanings (`seed` S gives the i-th prompt the seed S + i), so one call gives the
-same tokens through the API, the CLI and the UI. Bad input is a gr.Error with one sentence, and no
-traceback in the server's log (a visitor's mistake is not the server's failure).
-"""
+"""The API endpoints: `generate` (prompts and settings in, texts and tile plans out) and `info`, listed
+on the app's API page (gr.api derives the schema from the type hints). Settings use the CLI's names
+and meanings, so one call gives the same tokens through the API, the CLI and the UI. Bad input is a
+gr.Error with one sentence, and no traceback in the log (a visitor's mistake is not the server's failure)."""
 
 from __future__ import annotations
 

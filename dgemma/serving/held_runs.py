@@ -1,20 +1,6 @@
-"""What all tabs' recordings and kept boards hold in memory, under one cap.
-
-Every tab keeps its last run (a `Recording`, up to 80 MB at its bound) and the board it last showed,
-and one for each side of its comparison; an API call with `record: true` holds one while it runs. A
-public app cannot let visitors add these up without end, so each holder is registered here under
-its slot (dgemma/serving/runs.py `slot_key`) with what it holds:
-
-- `hold(slot, holder)` counts (or recounts) what the holder holds;
-- when the total passes the cap, the least recently used idle holder goes first (its `last_used`:
-  a view of its run, the slider, play): its `evict(sentence)` drops its recording and board, and its
-  page says the sentence when next used; a live holder (a run still recording) is never evicted,
-  nor the one being held now;
-- `admit(slot, holder)` is `hold` for a recording that may be refused: an API call with
-  `record: true` counts the most its recording can hold, and is refused (False) when evicting every
-  idle run cannot make room for it;
-- `release(slot)` frees what a slot holds and forgets it (its tab closed).
-"""
+"""What all tabs' recordings and kept boards hold in memory, under one cap: each holder (a tab's
+Playback, a side of its comparison, an API call's recording) is counted under its slot; past the cap
+the least recently used idle holder is evicted (told one sentence) and a live one never."""
 
 from __future__ import annotations
 

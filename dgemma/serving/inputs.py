@@ -1,9 +1,4 @@
-"""The UI's and the API's input: prompts and limits, and settings parsed under those limits.
-
-Settings themselves are dgemma.settings' (the CLI's names and meanings, one parser for the CLI,
-the API and the UI). Anything wrong raises `SettingsError` (a ValueError) whose message is one
-sentence a person can act on; the API turns it into a `gr.Error`, the page shows it on its status line.
-"""
+"""A call's prompts and limits, checked; settings parsed under those limits (one sentence per mistake)."""
 
 from __future__ import annotations
 

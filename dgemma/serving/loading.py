@@ -1,11 +1,6 @@
-"""Page first: a Backend that answers while the model is still loading on a thread of its own.
-
-`python app.py` binds its port and serves the page before torch, transformers and the weights have
-loaded (they take most of the start-up). Until then every run says "the model is still loading"
-as one sentence; the page polls `state()` to show "loading model … (n s)" and enables Run when
-ready; while a hub checkpoint downloads, the stage is its bytes ("downloading weights 12.3 / 52.0
-GB", from `download`). A load that fails stays reported here (page and API) until the process exits.
-"""
+"""Page first: a Backend that answers while the model loads on a thread of its own. Until then every
+run says "the model is still loading" in one sentence and `state()` says how far it has come (a hub
+download in bytes); a load that fails stays reported (page and API) until the process exits."""
 
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
 """The files visitors cause, on disk: one directory per start of the app, every file an age, all of them a total.
 
-Every Run on the page writes its run file (Download run), and every upload (Load a run) is a file
-Gradio writes before any handler sees it. A public app cannot keep them for ever, so `RunFiles`
-owns one directory for this start of the app, and Gradio's upload folder (GRADIO_TEMP_DIR) is
-that directory: Gradio stores uploads there, and serves a run file saved there without copying it
-(it copies only files from outside its folder), so each run is one file on disk, not two.
-
-- A restart starts clean: the directory is emptied at start, and those of earlier starts whose
-  process has gone (their lock file is no longer locked) are removed.
-- A tab's files go when the tab closes (`release(slot)` for each of its slots, from the page's unload hook).
-- A file older than `max_age_s` goes (`sweep`, every SWEEP_PERIOD_S on a thread).
-- All files together stay under `max_bytes` (and MAX_FILES): after every save and every sweep the oldest go first;
-  an upload reserves its declared size before a byte of it is stored (dgemma/serving/upload_guard.py), and
-  is refused when even the oldest files' removal cannot make room.
-"""
+Gradio's upload folder (GRADIO_TEMP_DIR) is this directory, so Gradio serves a run file saved here
+without copying it, and its uploads count under the same caps. A restart starts clean (earlier
+starts' directories whose lock is free go); a closed tab's files go (`release`); a file past
+`max_age_s` goes (`sweep`, on a thread); past `max_bytes` or MAX_FILES the oldest go first, and an
+upload reserves its declared size before a byte is stored (dgemma/serving/upload_guard.py).
+Gradio's `delete_cache` would cover one of these cases (an old file its Blocks tracked) and none of
+the others (a total cap, a tab's files, an earlier start's), so one sweep here does all."""
 
 from __future__ import annotations
 

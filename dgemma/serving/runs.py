@@ -1,15 +1,7 @@
-"""A run's whole life, in one place: the tab's cap, the start, its owner, its recording and file, its pacing, its close.
-
-Every run goes through `RunService`: the page's Run, Refine and Compare (and the lesson's runs)
-through `stream`, whose ticks a view folds into its board and draws; a replay through `paced`;
-the API's `/generate` through `results`. Three words, three things:
-
-- a *tab* is one browser tab, Gradio's session hash (an API client's is its own): Stop cancels its
-  runs, and it may have at most `limits.max_queued` requests waiting or running;
-- a *slot* is where a tab's kept run is held, on disk and under the memory cap: its last run, or a
-  side of its comparison (`slot_key`; dgemma/serving/runfiles.py, dgemma/serving/held_runs.py);
-- the engine's own subscriptions (dgemma/engine/) are keyed by the backend, never by these.
-"""
+"""A run's whole life, in one place: the tab's cap, the start, its owner, its recording and file, its
+pacing, its close (docs/architecture.md, "Serving"). A *tab* is one browser tab (Gradio's session
+hash; an API client's is its own); a *slot* is where a tab's kept run is held, on disk and under the
+memory cap (`slot_key`); the engine's subscriptions are the backend's own, never these."""
 
 from __future__ import annotations
 

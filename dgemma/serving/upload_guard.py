@@ -1,13 +1,7 @@
-"""Uploads sized before they are stored: a layer in front of the app's routes.
-
-Gradio refuses a file over its `max_file_size` only once that many bytes have arrived, and it
-writes them to disk meanwhile; a page's browser checks the size first, a script does not. Here a
-file upload (a multipart request) must declare its size (Content-Length), which the server then
-enforces: one larger than a run file can be is refused before a byte is read, and the rest reserve
-their size in the app's files (`RunFiles.reserve`), so uploads under way count against the disk
-cap too, and one that does not fit even after the oldest files are removed is refused. Each
-refusal is one sentence, as plain text.
-"""
+"""Uploads sized before they are stored. Gradio refuses a file over its `max_file_size` only once that
+many bytes have arrived (a browser checks first, a script does not): here a multipart request must
+declare its size, one larger than a run file can be is refused unread, and the rest reserve their
+size against the disk cap (`RunFiles.reserve`). Each refusal is one sentence, as plain text."""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
 """Page first, on the page: until the model has loaded, a timer refreshes the status line; at ready
-it shows the model's header, enables Run, fills in the model's own defaults and example prompts,
-and stops.
+it shows the header, enables Run and sends the model's defaults and example prompts as one `fill`.
 
-Every fresh page gets one tick, 0.5 s after it opens, even when the model was ready long before, and
-the visitor may be typing by then. So the tick never writes a field itself: it sends the model's
-values (`fill`), and the browser, when they arrive, writes each into its field only if the visitor
-has not touched that field (typed, picked or ticked in it, or has it focused) and it still shows what
-the page was built with. Decided there, at that moment: a tick in flight while the visitor types
-cannot overwrite what they typed.
-
-A touch is kept by the field's id (its elem_id, which every filled field must have: Gradio gives an
-element without one no id), in a set the page holds from when it opens, not as a mark on the input
-element, which Gradio may replace when it redraws the field.
-"""
+Every fresh page gets one tick even when the model was ready long before, and the visitor may be
+typing by then: so the tick writes no field itself, and the browser, as the fill arrives, writes
+each value only into a field the visitor has not touched (by its elem_id, kept in a page-wide set:
+Gradio may redraw the input element) and that still shows what the page was built with."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The page, top to bottom: the title, the Generate tab, the Tiling-vs-OOM tab, and the API.
-
-It only composes: each tab builds and wires its own components (dgemma/ui/generate/,
-dgemma/ui/lesson/), the API is served by dgemma/serving/api.py, and all work goes through the
-Backend the page is given (dgemma/serving/backend.py).
-"""
+"""The page, top to bottom: the title, the Generate tab, the Tiling-vs-OOM tab, and the API. It only
+composes: each tab builds and wires its own components, and all work goes through the Backend."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Seeking a recording: the board at any step from the nearest keyframe, never from step 0.
-
-A board at step k is the fold of the recording's events up to k (dgemma/recording.py). Playing
-folds one step onto the board last shown; a jump folds from the nearest keyframe below it, since
-refolding from step 0 would cost the whole run's fold. `Seeker` keeps, besides the board last
-shown, a copy of the board every `every` steps it folds past (a keyframe), so a jump folds at most
-`every` - 1 steps. A keyframe is cheap: the views' lists are copied as lists of references (the
-entropy points and step frames they hold are immutable and shared); a kept step boundary never
-moves, since the recording only grows after it.
-"""
+"""Seeking a recording: the board at any step from the nearest keyframe, never from step 0. `Seeker`
+keeps the board last shown and a copy every `every` steps it folds past, so a jump folds at most
+`every` - 1 steps; a copy shares the views' immutable items (entropy points, step frames), and a
+kept step boundary never moves, since the recording only grows after it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The Generate tab's inputs, by setting name: the prompts, how many requests, the settings panel
-(made from the one table, dgemma/settings.py's `SETTINGS`) and the first canvas's inputs; and how
-their values become the settings a run is checked against.
-
-The handlers take the inputs as one dict, `Panel.fields` given to Gradio as `inputs_kwargs`, so a
-new setting is a row of the table and nothing here.
-"""
+"""The Generate tab's inputs by setting name (the panel made from dgemma/settings.py's `SETTINGS`) and
+how their values become a run's settings. Handlers take them as one dict (`Panel.fields`, Gradio's
+`inputs_kwargs`), so a new setting is a row of the table and nothing here."""
 
 from __future__ import annotations
 

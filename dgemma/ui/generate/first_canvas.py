@@ -1,19 +1,11 @@
-"""The Generate tab's first-canvas inputs: start from text (edit), pin tokens (infill), Refine.
+"""The Generate tab's first-canvas inputs: start from text (edit), pin tokens (infill), and Refine.
 
-- Start from: text whose tokens fill the first canvas from position 0 (transformers'
-  `decoder_input_ids`); the rest starts random and any of it may change.
-- Pins: `position=token` per line, held in the first canvas for the whole denoising. A click on a
-  token of a finished card's first canvas writes its line here (the script below).
-- Template: cells separated by `|`, `_` (or nothing) a free position, anything else pinned there:
-  `4|_|_|1` pins position 0 to "4" and position 3 to "1".
-- Refine (a finished card's button): the script triggers the cards' own `refine` event with the
-  card's row number (gr.HTML's `trigger`); the run takes the panel's settings with that card's
-  prompt and seed, its first canvas starting from its first canvas's text, which the server reads
-  off the run of the view the card is in (a real-scale frame has no room to carry them).
-
-Whether a piece is one token and a position inside the canvas is the server's to say (the one
-settings parser, then the model's tokenizer): one sentence on the status line.
-"""
+Start from: text whose tokens fill the first canvas from position 0; the rest starts random. Pins:
+`position=token` lines held for the whole denoising (a click on a finished card's token adds one).
+Template: cells split by `|`, `_` or nothing free (`4|_|_|1` pins positions 0 and 3). Refine: the
+card's `refine` event names its row, and its prompt, seed and first canvas's text are read off the
+run of the view it is in (a real-scale frame has no room to carry them). Whether a piece is one
+token is the server's to say: one sentence on the status line."""
 
 from __future__ import annotations
 

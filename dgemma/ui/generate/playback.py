@@ -1,13 +1,7 @@
-"""Playback on the Generate tab: watch a run at human speed, step by step, and keep it.
-
-Every Run is recorded (dgemma/recording.py). A step slider with back / play / pause / forward and
-a pace of 0.25-2 s per step sets every card to its state at step k -- the fold of the recorded
-events up to that step, drawn by the same renderers as the live view -- and marks step k on both
-charts. While a run streams, the view follows it live until the user takes the slider (or a
-button); the next Run follows again. "Download run" saves the run as JSON lines; "Load a run"
-replays such a file in the same views with no model (it works while the model is still loading).
-Where the file and the run are kept, and under which caps: dgemma/serving/runs.py.
-"""
+"""Playback on the Generate tab: every run is recorded (dgemma/recording.py); a step slider with back /
+play / pause / forward and a pace sets every card to its state at step k (the fold up to it, drawn as
+the live view) and marks step k on both charts. The view follows a live run until the user takes
+the slider. "Download run" saves it; "Load a run" replays a file with no model."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Loading a run file, saying how far its upload has come.
-
-A run file at real scale is megabytes; over a visitor's uplink (2 Mbit/s) that is seconds to
-minutes. gr.UploadButton uploads with no progress at all: the page looked idle until the run
-appeared. gr.File's upload area is Gradio's own that reports it: it sends the file with an
-`upload_id` and follows the server's `/gradio_api/upload_progress` stream (the bytes the server has
-received), drawing a bar. `NOTE_JS` reads that bar and says it in words beside it ("Uploading
-run.jsonl: 1.2 of 4.6 MB (26 %)"), then "Reading the run ..." until the run is shown (the status
-line changes) or refused (an error appears), since reading a real-scale run takes a moment too.
-"""
+"""Loading a run file, saying how far its upload has come. Gradio's upload area sends the file with an
+`upload_id` and follows `/gradio_api/upload_progress`, drawing a small bar; NOTE_JS reads that bar
+and says it in words ("Uploading run.jsonl: 1.2 of 4.6 MB (26 %)"), then "reading the run ..." until
+the run is shown or refused: a real-scale run file over a visitor's uplink takes seconds to minutes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The lesson's result boxes: each run's outcome (completed with its tiles, or out of memory with
-its numbers), the chunked run's, a run that could not happen, and the verdict on the tokens.
-
-`summarize` reads one run's outcome from its events (the run's recording): its tile plans, the
-requests of each sampler call, the tokens each request committed and, for a run whose tile ran
-out of memory (`RunOptions.fail_on_oom`), the numbers its requests' final events carry. The rest
-is pure: outcomes in, HTML out."""
+"""The lesson's result boxes: a run's outcome read from its events by `summarize` (its plans, each
+call's requests, the tokens committed, the out-of-memory figures its requests' final events carry),
+and the boxes drawn from outcomes (pure)."""
 
 from __future__ import annotations
 

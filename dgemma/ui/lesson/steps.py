@@ -1,12 +1,6 @@
-"""The lesson, call by call: step through the untiled, tiled and chunked runs with the same controls
-as the Generate tab's playback (a call slider, back / play / pause / forward).
-
-At call k the page shows which requests each tile held and the memory it used: the requests of
-every tile (the tiles run in row order, so tile j holds the rows after tiles 0..j-1), the tile's
-calibrated transient (its requests x the calibrated bytes per request), the call's measured peak,
-free memory before it and the budget. The untiled run's last call is the one that ran out of
-memory: one tile of every request, what it needed and what was free.
-"""
+"""The lesson, call by call: step through its runs with a call slider and back / play / pause / forward.
+At call k: which requests each tile held (tiles run in row order), each tile's calibrated transient,
+the call's peak, free memory and the budget; the untiled run's last call is the one that ran out of memory."""
 
 from __future__ import annotations
 
