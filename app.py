@@ -150,7 +150,7 @@ def _open_files(args: argparse.Namespace) -> None:
     from dgemma.serving.runfiles import RunFiles
 
     parent = os.environ.get("GRADIO_TEMP_DIR")  # one set by the user is where the directory goes
-    args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent).start()
+    args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent)
     os.environ["GRADIO_TEMP_DIR"] = str(args.files.root)
 
 

@@ -58,7 +58,7 @@ class Keeping:
         """For a page built outside app.py (as tests build one): a directory of its own, the default caps."""
         files = RunFiles(tempfile.mkdtemp(prefix="dgemma-page-files-"), runfiles.DEFAULT_MAX_BYTES,
                          runfiles.DEFAULT_MAX_AGE_S)
-        return cls(files.start(), HeldRuns(held_runs.DEFAULT_MAX_BYTES))
+        return cls(files, HeldRuns(held_runs.DEFAULT_MAX_BYTES))
 
 
 class Keeper(Holder, Protocol):

@@ -19,11 +19,12 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
     """The whole app for one backend (one engine, one model); `keeping`: the directory and caps for
     visitors' run files and the cap on runs held in memory (app.py's; by default a directory of its own)."""
     service = RunService(backend, keeping)
+    keeping = service.keeping
     loading = backend_state(backend)
     facts = backend.info()
     examples = example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
 
-    with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
+    with gr.Blocks(title="dgemma: watch diffusion canvases denoise", delete_cache=keeping.files.delete_cache()) as demo:
         header = gr.Markdown(header_markdown(facts, backend.max_num_seqs))
         with gr.Tab("Generate"):
             gen = generate.build(backend, examples, loading.ready, loading.message)
