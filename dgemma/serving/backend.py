@@ -28,9 +28,6 @@ class Output:
 
 class Run(Protocol):
     size: int  # requests in this run
-    # None, or a Recording that every event `poll` returns is appended to (in order, none merged
-    # or dropped), so what the reader folds and what it keeps are the same events.
-    recording: Recording | None
 
     def poll(self, timeout: float) -> list[Event]:
         """Events that arrived within `timeout` seconds (possibly none)."""
@@ -66,19 +63,44 @@ class LoadState:
     message: str  # one sentence: "Loading model … (4 s): reading the weights." | the failure | ""
 
 
-def results(run: Run) -> tuple[list[Output], list[TilePlan]]:
-    """Read `run` until every request has ended: outputs in submission order (each from its final
-    event), and the run's tile plans."""
-    finals: dict[int, RequestEvent] = {}  # request id -> its last event, in the order they first came
-    plans: list[TilePlan] = []
-    while len(finals) < run.size or any(e.status not in FINAL for e in finals.values()):
-        for e in run.poll(0.1):
+class Progress:
+    """A run as its events tell it: each request's last event and the run's tile plans; every event
+    also appended to `recording` (None: not kept), so what a reader folds and what it keeps are the same."""
+
+    def __init__(self, size: int, recording: Recording | None = None) -> None:
+        self.size, self.recording = size, recording
+        self.last: dict[int, RequestEvent] = {}  # request id -> its last event, in the order they first came
+        self.plans: list[TilePlan] = []
+
+    def add(self, events: list[Event]) -> list[Event]:
+        if self.recording is not None:
+            self.recording.extend(events)
+        for e in events:
             if isinstance(e, TilePlan):
-                plans.append(e)
+                self.plans.append(e)
             elif isinstance(e, RequestEvent):
-                finals[e.request_id] = e
-    return [Output(e.prompt, e.text, e.steps, e.seed or 0, e.error or ("" if e.status == "done" else e.status),
-                   e.extra.get("metrics")) for e in finals.values()], plans
+                self.last[e.request_id] = e
+        return events
+
+    def ended(self) -> int:
+        return sum(e.status in FINAL for e in self.last.values())
+
+    @property
+    def over(self) -> bool:
+        return len(self.last) >= self.size and self.ended() == len(self.last)
+
+    def outputs(self) -> list[Output]:
+        return [Output(e.prompt, e.text, e.steps, e.seed or 0, e.error or ("" if e.status == "done" else e.status),
+                       e.extra.get("metrics")) for e in self.last.values()]
+
+
+def results(run: Run, recording: Recording | None = None) -> tuple[list[Output], list[TilePlan]]:
+    """Read `run` until every request has ended (into `recording` too): outputs in submission order,
+    each from its final event, and the run's tile plans."""
+    progress = Progress(run.size, recording)
+    while not progress.over:
+        progress.add(run.poll(0.1))
+    return progress.outputs(), progress.plans
 
 
 def backend_state(backend: Backend) -> LoadState:

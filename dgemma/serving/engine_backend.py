@@ -16,7 +16,6 @@ from dgemma.events import Event
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
-from dgemma.recording import Recording
 from dgemma.sampling import RunOptions
 from dgemma.serving.backend import ModelBackend
 from dgemma.serving.inputs import Limits
@@ -44,7 +43,6 @@ class EngineRun:
         self.notice = notice  # one sentence the page shows as a warning (e.g. the engine was restarted)
         self.key = f"run-{next(self._keys)}"
         self.size = len(prompts)
-        self.recording: Recording | None = None  # set by a reader that keeps the run (Run's contract)
         # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
         # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
         self.mailbox = engine.subscribe(self.key, coalesce=False)
@@ -57,10 +55,7 @@ class EngineRun:
         self._closed = False
 
     def poll(self, timeout: float) -> list[Event]:
-        events = self.mailbox.poll(timeout)
-        if self.recording is not None:
-            self.recording.extend(events)
-        return events
+        return self.mailbox.poll(timeout)
 
     def cancel(self) -> None:
         """Stop: the engine cancels this run's unfinished requests; their final events still come."""

@@ -16,12 +16,12 @@ from typing import Any, Protocol, TypeVar
 import gradio as gr
 
 from dgemma.errors import first_line
-from dgemma.events import FINAL, Event, RequestEvent, TilePlan
+from dgemma.events import Event, TilePlan
 from dgemma.metrics import run_summary
 from dgemma.recording import Recording, RecordingError, load_file, recording_bound, run_header
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
-from dgemma.serving.backend import Backend, Output, Run, results
+from dgemma.serving.backend import Backend, Output, Progress, Run, results
 from dgemma.serving.held_runs import HeldRuns, Holder, Reserved
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
 from dgemma.serving.runfiles import RunFiles
@@ -95,29 +95,6 @@ class Results:
     summary: dict  # the run's figures (dgemma/metrics.py)
     recording: str | None  # the run file's text, when asked for
     pid: int | None  # the process that ran the model (ZeroGPU: a worker)
-
-
-class _Progress:
-    """Which of a run's requests have ended, and their figures, from its events."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.status: dict[int, str] = {}
-        self.metrics: dict[int, dict] = {}
-
-    def add(self, events: Iterable[Event]) -> None:
-        for event in events:
-            if isinstance(event, RequestEvent):
-                self.status[event.request_id] = event.status
-                if "metrics" in event.extra:
-                    self.metrics[event.request_id] = event.extra["metrics"]
-
-    def ended(self) -> int:
-        return sum(status in FINAL for status in self.status.values())
-
-    @property
-    def over(self) -> bool:
-        return len(self.status) >= self.size and self.ended() == len(self.status)
 
 
 @dataclass(eq=False)  # each run is itself: two of one size are two
@@ -250,30 +227,23 @@ class RunService:
         if getattr(run, "notice", ""):
             gr.Warning(run.notice)
         key = slot_key(tab, slot)
+        recording = keeper.start(run_header(self.backend.info(), settings, batch)) if keeper is not None else None
         if keeper is not None:
-            run.recording = keeper.start(run_header(self.backend.info(), settings, batch))
             with self._lock:
                 self._slots.setdefault(tab, set()).add(key)
         started = time.monotonic()
-        progress = _Progress(run.size)
+        progress = Progress(run.size, recording)
         pace = Pace(paces_by_acks(request))
-
-        def poll(timeout: float) -> list[Event]:
-            events = run.poll(timeout)
-            progress.add(events)
-            return events
-
         try:
-            for tick in ticks(poll, lambda: progress.over, pace):
+            for tick in ticks(lambda timeout: progress.add(run.poll(timeout)), lambda: progress.over, pace):
                 tick.started = started
                 if keeper is not None:
                     self.keeping.held.hold(key, keeper)  # a live run's recording grows: idle runs make room
                 if tick.finished:
-                    tick.summary = run_summary([progress.metrics.get(r) for r in progress.status],
-                                               time.monotonic() - started)
+                    tick.summary = run_summary([o.metrics for o in progress.outputs()], time.monotonic() - started)
                     if keeper is not None:
-                        run.recording.summary = tick.summary  # in its file's end line
-                        tick.file = self._save(key, keeper, run.recording)
+                        recording.summary = tick.summary  # in its file's end line
+                        tick.file = self._save(key, keeper, recording)
                 yield tick
         except Exception as err:  # e.g. ZeroGPU refused the call (quota, queue, duration)
             if not isinstance(err, gr.Error):
@@ -366,20 +336,17 @@ class RunService:
             owned, batch, settings = self._start(tab, batch, settings, stream=record)  # step frames only for a recording
             run = owned.run
             assert run is not None
-            if record:
-                run.recording = Recording(run_header(facts, settings, batch))
+            recording = Recording(run_header(facts, settings, batch)) if record else None
             started = time.monotonic()
             try:
-                outputs, plans = results(run)
+                outputs, plans = results(run, recording)
             finally:
                 run.close()
                 self._disown(tab, owned)
             summary = run_summary([o.metrics for o in outputs], time.monotonic() - started)
-            text = None
-            if run.recording is not None:
-                run.recording.summary = summary
-                text = run.recording.text()
-            return Results(outputs, plans, summary, text, getattr(run, "pid", None))
+            if recording is not None:
+                recording.summary = summary
+            return Results(outputs, plans, summary, recording and recording.text(), getattr(run, "pid", None))
         finally:
             self.keeping.held.release(held_as)  # after the file's text is made: it counts while it lives
 

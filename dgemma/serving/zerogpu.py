@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 
 from dgemma.errors import first_line
 from dgemma.events import FINAL, Event, RequestEvent
-from dgemma.recording import Recording
 from dgemma.serving.backend import ModelBackend
 from dgemma.settings import Settings, run_options
 
@@ -192,7 +191,6 @@ class GpuRun:
     def __init__(self, job: Job, call: Callable[[Job], Iterator[Snapshot]]):
         self.size = len(job.prompts)
         self.pid: int | None = None  # the worker process that did the work (the API reports it)
-        self.recording: Recording | None = None  # set by a reader that keeps the run (Run's contract)
         self._stream = call(job)  # spaces schedules the GPU on the first next()
         self._stop = threading.Event()
         self._open: set[int] = set()  # requests the worker has not ended
@@ -202,10 +200,7 @@ class GpuRun:
     def poll(self, timeout: float) -> list[Event]:
         """The next snapshot's events (blocks for at most one snapshot period of the worker)."""
         with self._reading:
-            events = self._next()
-        if self.recording is not None:
-            self.recording.extend(events)
-        return events
+            return self._next()
 
     def _next(self) -> list[Event]:
         if self._ended:
