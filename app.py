@@ -156,11 +156,11 @@ def _open_files(args: argparse.Namespace) -> None:
 
 def _upload_limits(demo, args: argparse.Namespace) -> dict:
     """launch()'s arguments that size uploads: Gradio's own cap (the page checks it before sending),
-    and the guard that sizes every upload before a byte is stored (dgemma/serving/upload_guard.py)."""
+    and the guard that sizes every upload before a byte is stored (dgemma/serving/runfiles.py)."""
     from starlette.middleware import Middleware
 
     from dgemma.recording import MAX_FILE_BYTES
-    from dgemma.serving.upload_guard import UploadGuard
+    from dgemma.serving.runfiles import UploadGuard
 
     files = args.files
     largest = min(MAX_FILE_BYTES, files.max_bytes)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from dgemma.serving.runfiles import LOCK, PREFIX, RunFiles, remove_abandoned
-from dgemma.serving.upload_guard import FORM_OVERHEAD, UploadGuard
+from dgemma.serving.runfiles import FORM_OVERHEAD, UploadGuard
 
 MiB = 2**20
 

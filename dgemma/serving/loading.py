@@ -28,7 +28,7 @@ class LoadingBackend:
         self.defaults = Settings(max_new_tokens=min(limits.max_new_tokens, 64))  # the model's come at ready
         self.loaded = threading.Event()  # set when the load ended, either way
         self._real: Backend | None = None
-        self._error = ""
+        self.error = ""  # the load's failure, one sentence
         self._stage = "starting"
         self.download = DownloadProgress()  # the loader passes it to load_model for a hub checkpoint
         self._started = time.monotonic()
@@ -41,7 +41,7 @@ class LoadingBackend:
             real = build(self._set_stage)
         except Exception as err:  # noqa: BLE001 - any failure is shown as one sentence, never a traceback
             text = first_line(err)
-            self._error = f"{text[:1].upper()}{text[1:].rstrip('.')}."
+            self.error = f"{text[:1].upper()}{text[1:].rstrip('.')}."
         else:
             self._real = real
             self.defaults = real.defaults
@@ -53,27 +53,19 @@ class LoadingBackend:
 
     # ------------------------------------------------------------ what the page and the API see
 
-    @property
-    def real(self) -> Backend | None:
-        return self._real
-
-    @property
-    def error(self) -> str:
-        return self._error
-
     def state(self) -> LoadState:
         if self._real is not None:
             return LoadState(True, False, "")
-        if self._error:
-            return LoadState(False, True, f"The model failed to load: {self._error}")
+        if self.error:
+            return LoadState(False, True, f"The model failed to load: {self.error}")
         seconds = time.monotonic() - self._started
         stage = self.download.describe() or self._stage
         return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {stage}.")
 
     def _backend(self) -> Backend:
         if self._real is None:
-            if self._error:
-                raise ValueError(f"The model failed to load: {self._error}")
+            if self.error:
+                raise ValueError(f"The model failed to load: {self.error}")
             raise ValueError("The model is still loading; try again when the page says it is ready.")
         return self._real
 

@@ -5,8 +5,10 @@ without copying it, and its uploads count under the same caps. A file past `max_
 Gradio's own `delete_cache` (`delete_cache()`: every run file it served and every upload it stored
 are its Blocks' temp files). What it does not cover is here: a restart starts clean (earlier
 starts' directories whose lock is free go), a closed tab's files go (`release`), past `max_bytes` or
-MAX_FILES the oldest go first, and an upload reserves its declared size before a byte is stored
-(dgemma/serving/upload_guard.py)."""
+MAX_FILES the oldest go first, and an upload reserves its declared size before a byte is stored:
+Gradio refuses a file over its `max_file_size` only once that many bytes have arrived (a browser
+checks first, a script does not), so `UploadGuard` makes a multipart request declare its size,
+refuses one larger than a run file can be unread and reserves the rest; each refusal is one sentence."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:
     import fcntl
@@ -217,3 +223,50 @@ def _is_hash(name: str) -> bool:
 
 def _inside(path: str, root: Path) -> bool:
     return os.path.commonpath([path, str(root)]) == str(root)
+
+
+# A multipart body is the file plus its part headers and boundaries: a few hundred bytes.
+FORM_OVERHEAD = 64 * 1024
+
+
+class UploadGuard:
+    def __init__(self, app: ASGIApp, files: RunFiles, max_file_bytes: int):
+        self.app = app
+        self.files = files
+        self.max_file_bytes = max_file_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            await self.app(scope, receive, send)
+            return
+        length = _declared_length(request)
+        if length is None:
+            await _refuse(scope, receive, send, 411, "A file upload must say its size (a Content-Length header).")
+            return
+        if length > self.max_file_bytes + FORM_OVERHEAD:
+            await _refuse(scope, receive, send, 413, f"This file is {length / 2**20:.0f} MB, more than any run file can "
+                                                     f"be ({self.max_file_bytes / 2**20:.0f} MB); it was not stored.")
+            return
+        if not self.files.reserve(length):
+            await _refuse(scope, receive, send, 507, "The app's disk for visitors' files is full; try again in a few minutes.")
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.files.unreserve(length)
+
+
+def _declared_length(request: Request) -> int | None:
+    """The body's size as the request declares it; None when it does not (or streams it in chunks)."""
+    value = request.headers.get("content-length")
+    if value is None or "transfer-encoding" in request.headers or not value.isdigit():
+        return None
+    return int(value)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, sentence: str) -> None:
+    await PlainTextResponse(sentence, status_code=status, headers={"connection": "close"})(scope, receive, send)
