@@ -17,7 +17,6 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.generate import upload as loader
-from dgemma.ui.generate.upload import Loader
 from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
@@ -66,7 +65,7 @@ class Player:
     forward: gr.Button
     pace: gr.Slider
     download: gr.DownloadButton
-    upload: Loader
+    upload: gr.File  # Load a run
 
 
 def build() -> Player:
@@ -86,8 +85,9 @@ def build() -> Player:
             with gr.Row():
                 download = gr.DownloadButton("Download run", value=None, interactive=False, elem_id="download-run",
                                              size="sm", min_width=120)
-                upload_area = loader.build_file()
-            upload = Loader(upload_area, loader.build_note())  # and a note of how far its upload has come
+                upload = gr.File(label="Load a run (.jsonl)", file_types=[".jsonl"], file_count="single",
+                                 elem_id="load-run", height=100, min_width=160)
+            loader.note()  # how far an upload has come
     return Player(state, slider, back, play, pause, forward, pace, download, upload)
 
 
@@ -224,6 +224,6 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
     p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
     p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
     # Whatever the load made of it, the upload area is emptied for the next file.
-    p.upload.file.upload(load_run, [p.state, p.upload.file], [*outputs, p.download], **quiet).then(
-        lambda: None, None, p.upload.file, **quiet)
+    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download], **quiet).then(
+        lambda: None, None, p.upload, **quiet)
 

@@ -5,8 +5,6 @@ the run is shown or refused: a real-scale run file over a visitor's uplink takes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import gradio as gr
 
 # The script of the note (gr.HTML's js_on_load: `element` is the note). The size comes from the file
@@ -50,21 +48,7 @@ setInterval(() => {
 """
 
 
-@dataclass
-class Loader:
-    """The upload area for a run file and the note that says how far its upload has come."""
-
-    file: gr.File
-    note: gr.HTML
-
-
-def build_file() -> gr.File:
-    """The upload area: drop a run file on it or click it (call where it goes)."""
-    return gr.File(label="Load a run (.jsonl)", file_types=[".jsonl"], file_count="single", elem_id="load-run",
-                   height=100, min_width=160)
-
-
-def build_note() -> gr.HTML:
-    """The note of the upload under way, empty when none is (call where it goes: under the upload area)."""
+def note() -> gr.HTML:
+    """The note of an upload under way, empty when none is (call where it goes: under the upload area)."""
     return gr.HTML('<div class="upload-note" role="status" aria-live="polite"></div>', js_on_load=NOTE_JS,
                    elem_id="upload-note", padding=False, apply_default_css=False)
