@@ -22,7 +22,7 @@ from dgemma.recording import Recording, RecordingError, load_file, recording_bou
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
 from dgemma.serving.backend import Backend, Output, Progress, Run, results
-from dgemma.serving.held_runs import HeldRuns, Holder, Reserved
+from dgemma.serving.held_runs import HeldRuns, Holder
 from dgemma.serving.inputs import parse_call_settings, parse_prompts
 from dgemma.serving.runfiles import RunFiles
 from dgemma.settings import Settings
@@ -330,7 +330,7 @@ class RunService:
         if record:
             most = recording_bound(len(batch), settings.max_new_tokens, settings.params.max_denoising_steps,
                                    facts.get("canvas_length") or 256, facts.get("vocab_size") or 262_144)
-            if not self.keeping.held.admit(held_as, Reserved(most)):
+            if not self.keeping.held.admit(held_as, most):
                 raise ValueError(NO_ROOM)
         try:
             owned, batch, settings = self._start(tab, batch, settings, stream=record)  # step frames only for a recording
