@@ -26,7 +26,7 @@ from dgemma.ui.compact import frame
 from dgemma.ui.lesson import explorer
 from dgemma.ui.lesson import steps as lesson_steps
 from dgemma.ui.lesson.outcomes import CHUNKED, COMPARING, PENDING, TILED, UNTILED, LessonOutcome, summarize
-from dgemma.ui.lesson.outcomes import render_chunked, render_failure, render_outcome, render_verdict
+from dgemma.ui.lesson.outcomes import render_chunked, render_failure, render_not_compared, render_outcome, render_verdict
 from dgemma.units import format_bytes, parse_size
 
 INTRO = (
@@ -220,7 +220,7 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         if stage < 3:
             cards[stage] = render_failure((UNTILED, TILED, CHUNKED)[stage], sentence)
         else:
-            cards[3] = f'<div class="lesson-result oom" data-outcome="error">Tokens not compared: {html.escape(sentence)}</div>'
+            cards[3] = render_not_compared(sentence)
     yield outputs()
 
 
