@@ -222,7 +222,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
     """Serve the page at once, then load torch, transformers and the model on a thread."""
     import threading
 
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.loading import LoadingBackend
     from dgemma.ui.page import build_demo
 

@@ -112,7 +112,7 @@ def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_fra
     frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.runfiles import RunFiles
     from dgemma.serving.runs import Keeping, RunService
 

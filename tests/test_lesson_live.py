@@ -18,7 +18,7 @@ N, STEPS = 6, 3
 def backend(tiny_model):
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
     yield backend

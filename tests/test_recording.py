@@ -16,7 +16,7 @@ from dgemma.ui.generate import playback
 from dgemma.ui.seek import Seeker
 from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import CELLS, frame
-from dgemma.serving.inputs import Limits
+from dgemma.serving.backend import Limits
 from dgemma.serving.backend import Progress
 from dgemma.serving.runs import ticks
 

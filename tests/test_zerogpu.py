@@ -220,7 +220,7 @@ def gpu_backend():
     from dgemma.model.loading import load_model
     from dgemma.serving import zerogpu as gpu_worker
     from dgemma.serving.zerogpu import ZeroGpuBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
 
     loaded = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
     config = EngineConfig(max_num_seqs=8)

@@ -160,7 +160,7 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     from dgemma.model.loading import load_model, parse_dtype
     from dgemma.serving.backend import results
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.lesson_budget import lesson_prompts
     from dgemma.ui.lesson import tab
 

@@ -18,7 +18,7 @@ from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
 from dgemma.serving.backend import ModelBackend
-from dgemma.serving.inputs import Limits
+from dgemma.serving.backend import Limits
 from dgemma.settings import Settings, run_options
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dgemma.errors import first_line
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
 from dgemma.serving.backend import Backend, LoadState, Run
-from dgemma.serving.inputs import Limits
+from dgemma.serving.backend import Limits
 from dgemma.settings import Settings
 
 

@@ -23,7 +23,7 @@ from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
 from dgemma.serving.backend import Backend, Output, Progress, Run, results
 from dgemma.serving.held_runs import HeldRuns, Holder
-from dgemma.serving.inputs import parse_call_settings, parse_prompts
+from dgemma.serving.backend import parse_call_settings, parse_prompts
 from dgemma.serving.runfiles import RunFiles
 from dgemma.settings import Settings
 

@@ -14,7 +14,7 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
-from dgemma.serving.inputs import parse_call_settings
+from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.runs import RunService
 from dgemma.settings import SETTINGS
 from dgemma.ui import board_view

@@ -10,8 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import Limits, parse_prompts, prompts_from_text
+from dgemma.serving.backend import Backend, Limits, parse_prompts
 from dgemma.settings import SETTINGS, Setting, Settings
 from dgemma.ui.generate.first_canvas import canvas_settings
 
@@ -97,3 +96,12 @@ def settings_panel(backend: Backend) -> dict[str, gr.components.Component]:
                     extra = {"placeholder": budget} if s.name == "memory_budget" else {}
                     fields[s.name] = widget(s, page_value(s, backend.defaults), **extra)
     return fields
+
+
+def prompts_from_text(text: str, concurrent: int) -> list[str]:
+    """The UI's textbox: one prompt per non-empty line, cycled to fill `concurrent` requests."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return []
+    n = max(len(lines), int(concurrent or 0))
+    return [lines[i % len(lines)] for i in range(n)]

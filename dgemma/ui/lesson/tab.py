@@ -14,7 +14,7 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import parse_call_settings
+from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.lesson_budget import lesson_prompts
 from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
