@@ -140,7 +140,7 @@ def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
 
 
 def test_the_header_says_what_the_teaching_model_can_do_and_only_for_it():
-    from dgemma.ui.header import header_markdown as _header
+    from dgemma.ui.loading_tick import header_markdown as _header
 
     facts = {"model": "assets/model", "vocab_size": 45, "canvas_length": 16, "parameters": 1_100_000}
     assert "teaching model knows counting" in _header({**facts, "embedded": True}, 32)

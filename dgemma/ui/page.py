@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from dgemma.examples import example_sets
+from dgemma.examples import example_prompts, example_sets
 from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.serving.runs import Keeping, RunService, tab_of
 from dgemma.ui.generate import tab as generate
-from dgemma.ui.header import header_markdown
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui import loading_tick
+from dgemma.ui.loading_tick import header_markdown
 
 
 def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
@@ -22,7 +22,7 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
     keeping = service.keeping
     loading = backend_state(backend)
     facts = backend.info()
-    examples = example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
+    examples = example_sets(example_prompts(facts))
 
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise", delete_cache=keeping.files.delete_cache()) as demo:
         header = gr.Markdown(header_markdown(facts, backend.max_num_seqs))
