@@ -28,15 +28,13 @@ def model_info(facts: dict, max_num_seqs: int) -> dict:
 
 def _record_option(settings: object) -> tuple[object, bool]:
     """`record` is not a sampling setting: the settings without it, and whether to return the run file."""
-    if not isinstance(settings, dict) or "record" not in settings:
+    if not isinstance(settings, dict):
         return settings, False
     settings = dict(settings)
-    record = settings.pop("record")
-    if record is None:
-        return settings, False
-    if not isinstance(record, bool):
+    record = settings.pop("record", None)
+    if record is not None and not isinstance(record, bool):
         raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
-    return settings, record
+    return settings, bool(record)
 
 
 def register(service: RunService, embedded: bool = False) -> None:

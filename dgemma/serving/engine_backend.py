@@ -17,7 +17,7 @@ from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
-from dgemma.serving.backend import ModelBackend
+from dgemma.serving.backend import ModelBackend, sentence
 from dgemma.serving.backend import Limits
 from dgemma.settings import Settings, run_options
 
@@ -26,10 +26,6 @@ log = logging.getLogger(__name__)
 
 class BackendError(RuntimeError):
     """The app cannot start: one sentence for the terminal."""
-
-
-def sentence(problem: str) -> str:
-    return f"{problem[:1].upper()}{problem[1:].rstrip('.')}."
 
 
 class EngineRun:

@@ -12,8 +12,7 @@ from typing import Any
 from dgemma.errors import first_line
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
-from dgemma.serving.backend import Backend, LoadState, Run
-from dgemma.serving.backend import Limits
+from dgemma.serving.backend import Backend, Limits, LoadState, Run, sentence
 from dgemma.settings import Settings
 
 
@@ -38,18 +37,14 @@ class LoadingBackend:
     def load(self, build: Callable[[Callable[[str], None]], Backend]) -> None:
         """Run `build(report_stage)`; keep its backend, or its error's first line as the failure."""
         try:
-            real = build(self._set_stage)
+            real = build(lambda stage: setattr(self, "_stage", stage))
         except Exception as err:  # noqa: BLE001 - any failure is shown as one sentence, never a traceback
-            text = first_line(err)
-            self.error = f"{text[:1].upper()}{text[1:].rstrip('.')}."
+            self.error = sentence(first_line(err))
         else:
             self._real = real
             self.defaults = real.defaults
         finally:
             self.loaded.set()
-
-    def _set_stage(self, stage: str) -> None:
-        self._stage = stage
 
     # ------------------------------------------------------------ what the page and the API see
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from dgemma.errors import first_line
 from dgemma.events import FINAL, Event, RequestEvent
-from dgemma.serving.backend import ModelBackend
+from dgemma.serving.backend import ModelBackend, sentence
 from dgemma.settings import Settings, run_options
 
 
@@ -262,7 +262,7 @@ class ZeroGpuBackend(ModelBackend):
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> GpuRun:
         problem = settings.canvas_problem(len(prompts), self.loaded.canvas_length, self.loaded.encode_text)
         if problem:
-            raise ValueError(f"{problem[:1].upper()}{problem[1:]}.")
+            raise ValueError(sentence(problem))
         return GpuRun(self._job(settings, prompts=tuple(prompts), stream=stream), self._call)
 
     def info(self) -> dict:
