@@ -150,17 +150,17 @@ def _open_files(args: argparse.Namespace) -> None:
     from dgemma.serving.runfiles import RunFiles
 
     parent = os.environ.get("GRADIO_TEMP_DIR")  # one set by the user is where the directory goes
-    args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent).start()
+    args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent)
     os.environ["GRADIO_TEMP_DIR"] = str(args.files.root)
 
 
 def _upload_limits(demo, args: argparse.Namespace) -> dict:
     """launch()'s arguments that size uploads: Gradio's own cap (the page checks it before sending),
-    and the guard that sizes every upload before a byte is stored (dgemma/serving/upload_guard.py)."""
+    and the guard that sizes every upload before a byte is stored (dgemma/serving/runfiles.py)."""
     from starlette.middleware import Middleware
 
     from dgemma.recording import MAX_FILE_BYTES
-    from dgemma.serving.upload_guard import UploadGuard
+    from dgemma.serving.runfiles import UploadGuard
 
     files = args.files
     largest = min(MAX_FILE_BYTES, files.max_bytes)
@@ -222,7 +222,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
     """Serve the page at once, then load torch, transformers and the model on a thread."""
     import threading
 
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.loading import LoadingBackend
     from dgemma.ui.page import build_demo
 
@@ -261,7 +261,7 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
 def main_zerogpu(args: argparse.Namespace, started: float) -> int:
     """ZeroGPU: the model is loaded and put on "cuda" here, in the main thread, before launch
     (spaces' CUDA emulation is thread-local), so the page comes after the model on a Space."""
-    from dgemma.serving.gpu_backend import make_zerogpu_backend
+    from dgemma.serving.zerogpu import make_zerogpu_backend
     from dgemma.ui.page import build_demo
 
     try:

@@ -16,75 +16,77 @@ from dgemma.serving.runs import ticks
 from fake_clock import Clock
 
 
+def sent(pace: Pace, frames: int = 1) -> None:
+    for _ in range(frames):
+        pace.stamp({})
+
+
 def test_a_pages_frames_are_in_flight_from_the_first_until_drawn():
-    acks = Acks()
-    token = acks.open(by_acks=True)
-    acks.sent(token), acks.sent(token)
-    assert acks.in_flight(token) == 2 and acks.holding(token)
+    pace = Pace(True, Acks())
+    sent(pace, 2)
+    assert pace.in_flight == 2 and not pace.ready()
 
 
 def test_a_client_that_never_acknowledges_is_never_held_back():
-    acks = Acks()
-    token = acks.open(by_acks=False)
-    for _ in range(5):
-        acks.sent(token)
-    assert acks.in_flight(token) == 0 and not acks.holding(token)
+    pace = Pace(False, Acks())
+    sent(pace, 5)
+    assert pace.in_flight == 0 and pace.ready()
 
 
 def test_a_stream_whose_page_acknowledges_a_frame_is_paced_by_its_window_from_then_on():
     clock = Clock()
     acks = Acks(clock=clock)
-    token = acks.open(by_acks=False)  # its cookie did not arrive
-    acks.sent(token)
+    pace = Pace(False, acks)  # its cookie did not arrive
+    sent(pace)
     clock.now += 3
-    acks.drawn(token, 1)
-    acks.sent(token)
-    assert acks.in_flight(token) == 1 and acks.holding(token)
+    acks.drawn(pace.token, 1)
+    sent(pace)
+    assert pace.in_flight == 1 and not pace.ready()
 
 
 def test_an_acknowledgement_counts_up_to_the_frame_it_names():
     acks = Acks()
-    token = acks.open(by_acks=True)
-    for _ in range(3):
-        acks.sent(token)
-    acks.drawn(token, 3)
-    acks.drawn(token, 1)  # a late, older one
-    assert acks.in_flight(token) == 0
+    pace = Pace(True, acks)
+    sent(pace, 3)
+    acks.drawn(pace.token, 3)
+    acks.drawn(pace.token, 1)  # a late, older one
+    assert pace.in_flight == 0
 
 
 def test_a_page_that_draws_each_frame_quickly_may_have_two_in_flight():
     clock = Clock()
     acks = Acks(clock=clock)
-    token = acks.open(by_acks=True)
-    acks.sent(token)
+    pace = Pace(True, acks)
+    sent(pace)
     clock.now += 0.2
-    acks.drawn(token, 1)
-    acks.sent(token)
-    assert not acks.holding(token)
-    acks.sent(token)
-    assert acks.holding(token)
+    acks.drawn(pace.token, 1)
+    sent(pace)
+    assert pace.ready()
+    sent(pace)
+    assert not pace.ready()
 
 
 def test_an_unknown_token_or_a_frame_never_sent_is_ignored():
     acks = Acks()
-    token = acks.open(by_acks=True)
-    acks.sent(token)
-    assert not acks.drawn("no-such-stream", 1) and not acks.drawn(token, 2) and not acks.drawn(token, 0)
-    assert acks.in_flight(token) == 1 and len(acks) == 1
+    pace = Pace(True, acks)
+    sent(pace)
+    assert not acks.drawn("no-such-stream", 1) and not acks.drawn(pace.token, 2) and not acks.drawn(pace.token, 0)
+    assert pace.in_flight == 1 and len(acks) == 1
 
 
 def test_a_closed_stream_leaves_nothing_and_its_late_acknowledgement_is_ignored():
     acks = Acks()
-    token = acks.open(by_acks=True)
-    acks.sent(token)
-    acks.close(token)
-    assert len(acks) == 0 and not acks.drawn(token, 1) and acks.sent(token) == 0
+    pace = Pace(True, acks)
+    sent(pace)
+    pace.close()
+    assert len(acks) == 0 and not acks.drawn(pace.token, 1)
 
 
 def test_past_the_cap_a_stream_goes_at_the_plain_rate_and_registers_nothing():
     acks = Acks(max_streams=2)
-    tokens = [acks.open(by_acks=True) for _ in range(3)]
-    assert len(acks) == 2 and len(set(tokens)) == 3 and acks.sent(tokens[2]) == 0 and not acks.holding(tokens[2])
+    paces = [Pace(True, acks) for _ in range(3)]
+    sent(paces[2], 3)
+    assert len(acks) == 2 and paces[2].stamp({})["seq"] == 0 and paces[2].ready()
 
 
 def test_each_frame_a_pace_stamps_carries_its_stream_token_and_the_next_number():
@@ -150,11 +152,11 @@ def client_and_acks():
 
 def test_the_route_marks_the_frame_drawn(client_and_acks):
     client, acks = client_and_acks
-    token = acks.open(by_acks=True)
-    acks.drawn(token, acks.sent(token))
-    acks.sent(token)
-    answer = client.post(ACK_PATH, content=f"{token} 2")
-    assert answer.status_code == 204 and acks.in_flight(token) == 0
+    pace = Pace(True, acks)
+    acks.drawn(pace.token, pace.stamp({})["seq"])
+    sent(pace)
+    answer = client.post(ACK_PATH, content=f"{pace.token} 2")
+    assert answer.status_code == 204 and pace.in_flight == 0
 
 
 def test_the_routes_answer_sets_the_cookie_that_says_this_page_acknowledges(client_and_acks):

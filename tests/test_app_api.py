@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from dgemma.serving.backend import results
+
 import html
 import json
 import subprocess
@@ -262,7 +264,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         faults = install_faults(engine.core)
         faults.crash_steps = engine.config.max_restarts + 2
         first = backend.start(["add 12+34"], Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16))
-        outputs, _ = first.results()
+        outputs, _ = results(first)
         first.close()
         deadline = time.monotonic() + 30
         while engine.alive and time.monotonic() < deadline:  # it dies, restarts, dies ... and gives up
@@ -271,7 +273,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         faults.crash_steps = 0  # whatever killed it has passed
         second = backend.start(["add 12+34"], Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16))
         assert "restarted" in second.notice
-        outputs, plans = second.results()
+        outputs, plans = results(second)
         second.close()
         assert not outputs[0].error and plans
     finally:

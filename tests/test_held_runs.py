@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-from dgemma.serving.held_runs import EVICTED, HeldRuns, Reserved
+from dgemma.serving.held_runs import EVICTED, HeldRuns
 from dgemma.recording import MAX_POSITIONS, load, recording_bound
 from dgemma.ui.board import fold, held_bytes
 from dgemma.ui.generate.playback import Playback, view
@@ -71,11 +71,11 @@ def test_a_recorded_api_call_that_cannot_fit_beside_live_runs_is_refused_and_one
     most = recording_bound(8, 256, 64, 16, 45)
     held = HeldRuns(max_bytes=3 * most)
     held.hold("idle tab", tab_with_a_run(viewed=0))
-    assert held.admit("call 1", Reserved(most)) and held.admit("call 2", Reserved(most))
-    assert held.admit("call 3", Reserved(most))  # the idle tab's run made room
-    assert held.slots() == 3 and not held.admit("call 4", Reserved(most))  # three live calls fill the cap
+    assert held.admit("call 1", most) and held.admit("call 2", most)
+    assert held.admit("call 3", most)  # the idle tab's run made room
+    assert held.slots() == 3 and not held.admit("call 4", most)  # three live calls fill the cap
     held.release("call 1")
-    assert held.admit("call 4", Reserved(most))
+    assert held.admit("call 4", most)
 
 
 def test_the_bound_of_a_recording_is_what_the_recording_can_hold_at_most():
@@ -112,7 +112,7 @@ def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_fra
     frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.runfiles import RunFiles
     from dgemma.serving.runs import Keeping, RunService
 

@@ -9,7 +9,7 @@ import html
 import pytest
 
 from dgemma.serving.runs import RunService
-from dgemma.ui.lesson import live, tab
+from dgemma.ui.lesson import tab
 
 N, STEPS = 6, 3
 
@@ -18,7 +18,7 @@ N, STEPS = 6, 3
 def backend(tiny_model):
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
     yield backend
@@ -29,7 +29,7 @@ def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
     n, settings = tab._checked(backend, N, STEPS)
     budget_bytes = tab._budget_bytes(budget)
-    view = live.watch(RunService(backend), None, tab.lesson_prompts(n),
+    view = tab.watch(RunService(backend), None, tab.lesson_prompts(n),
                       tab._run_settings(settings, budget_bytes, tiling, "reference", False), "a budget")
     frames = []
     while True:

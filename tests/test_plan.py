@@ -218,7 +218,7 @@ def test_the_loaded_model_plans_as_its_checkpoint_directory_does(embedded_model)
 def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
     from dgemma.ui.lesson.explorer import explore
     from dgemma.serving.loading import LoadingBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
 
     loading = LoadingBackend(Limits(), 8, None)  # page first: the model has not loaded yet
     sentence, chart, table = explore(loading, plan.GPUS[0].key, "loaded", 0)

@@ -16,7 +16,8 @@ from dgemma.ui.generate import playback
 from dgemma.ui.seek import Seeker
 from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import CELLS, frame
-from dgemma.serving.inputs import Limits
+from dgemma.serving.backend import Limits
+from dgemma.serving.backend import Progress
 from dgemma.serving.runs import ticks
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park", "A", "B"]
@@ -34,16 +35,17 @@ def recorded(tiny_model):
         spy = backend.engine.subscribe(coalesce=False)
         settings = Settings(SamplingParams(max_denoising_steps=3, seed=7), max_new_tokens=2 * tiny_model.canvas_length)
         run = backend.start(PROMPTS, settings)
-        run.recording = Recording(run_header(backend.info(), settings, PROMPTS))
+        recording = Recording(run_header(backend.info(), settings, PROMPTS))
+        progress = Progress(run.size, recording)
         board = Board()
-        for tick in ticks(run.poll, lambda: board.finished and len(board.requests) >= run.size):
+        for tick in ticks(lambda timeout: progress.add(run.poll(timeout)), lambda: progress.over):
             fold(tick.events, board)
         live = []
         while batch := spy.poll(0.2):
             live += batch
     finally:
         backend.close()
-    return run.recording, board, live
+    return recording, board, live
 
 
 def test_the_recording_of_a_seeded_run_equals_its_live_events(recorded):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from dgemma.serving.runfiles import LOCK, PREFIX, RunFiles, remove_abandoned
-from dgemma.serving.upload_guard import FORM_OVERHEAD, UploadGuard
+from dgemma.serving.runfiles import FORM_OVERHEAD, UploadGuard
 
 MiB = 2**20
 
@@ -67,11 +67,24 @@ def test_a_tab_keeps_only_its_last_run_file_and_closing_it_removes_that(files):
     assert files.usage().bytes == 3000
 
 
-def test_a_file_older_than_the_age_goes_at_the_next_sweep(files):
-    old, new = files.save("a", writer(1000)), files.save("b", writer(1000))
-    aged(old, 61)
-    usage = files.sweep()
-    assert (usage.expired, usage.files) == (1, 1) and not os.path.exists(old) and os.path.exists(new)
+def test_a_file_past_its_age_goes_by_gradios_own_delete_cache(tmp_path, monkeypatch):
+    import gradio as gr
+    from gradio.route_utils import delete_files_created_by_app
+
+    store = RunFiles.for_this_start(10 * MiB, max_age_s=1, parent=tmp_path)
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(store.root))  # as app.py sets it before Gradio is imported
+    try:
+        with gr.Blocks(delete_cache=store.delete_cache()) as demo:
+            download = gr.DownloadButton()
+        old = store.save("a", writer(1000))
+        time.sleep(1.2)
+        new = store.save("b", writer(1000))
+        for path in (old, new):  # served as a Download run button serves it: from this directory, as is
+            assert download.move_resource_to_block_cache(path) == path
+        delete_files_created_by_app(demo, demo.delete_cache[1])  # what Gradio runs every delete_cache[0] s
+        assert not os.path.exists(old) and os.path.exists(new) and demo.delete_cache == (2, 1)
+    finally:
+        store.close()
 
 
 def test_past_the_total_cap_the_oldest_files_go_first(files):
@@ -109,18 +122,6 @@ def test_an_upload_once_read_is_removed_and_a_path_outside_the_directory_never(f
     assert files.remove(str(upload)) == 1 and not upload.parent.exists()
     assert files.remove(str(outside)) == 0 and outside.exists()
     assert files.remove(str(files.root / LOCK)) == 0
-
-
-def test_the_sweeper_thread_removes_expired_files_by_itself(tmp_path):
-    store = RunFiles.for_this_start(10 * MiB, max_age_s=0.5, parent=tmp_path, sweep_period_s=0.2).start()
-    try:
-        path = store.save("tab", writer(100))
-        deadline = time.monotonic() + 5
-        while os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not os.path.exists(path)
-    finally:
-        store.close()
 
 
 # ---------------------------------------------------------------- the upload guard (a real ASGI call)

@@ -10,7 +10,8 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
-from dgemma.serving.inputs import Limits, parse_call_settings, parse_prompts, prompts_from_text
+from dgemma.serving.backend import Limits, parse_call_settings, parse_prompts
+from dgemma.ui.generate.controls import prompts_from_text
 from dgemma.serving.runs import ticks
 from fake_clock import Clock
 
@@ -139,7 +140,7 @@ def test_a_failure_outside_any_request_ends_every_open_card_with_its_sentence():
 
 
 def test_the_header_says_what_the_teaching_model_can_do_and_only_for_it():
-    from dgemma.ui.header import header_markdown as _header
+    from dgemma.ui.loading_tick import header_markdown as _header
 
     facts = {"model": "assets/model", "vocab_size": 45, "canvas_length": 16, "parameters": 1_100_000}
     assert "teaching model knows counting" in _header({**facts, "embedded": True}, 32)
@@ -316,7 +317,7 @@ def lesson_runs(tiny_model, n: int, real_scale: bool, steps: int) -> dict:
     """The lesson's runs under its suggested budget, on an engine of the tiny model."""
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.runs import RunService
     from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson

@@ -16,6 +16,8 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 
 from __future__ import annotations
 
+from dgemma.serving.backend import results
+
 import dataclasses
 import json
 import os
@@ -216,9 +218,9 @@ def _plain(value) -> bool:
 def gpu_backend():
     from dgemma.engine import EngineConfig
     from dgemma.model.loading import load_model
-    from dgemma.serving import gpu_worker
-    from dgemma.serving.gpu_backend import ZeroGpuBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving import zerogpu as gpu_worker
+    from dgemma.serving.zerogpu import ZeroGpuBackend
+    from dgemma.serving.backend import Limits
 
     loaded = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
     config = EngineConfig(max_num_seqs=8)
@@ -227,7 +229,7 @@ def gpu_backend():
 
 
 def test_every_snapshot_pickles_and_is_plain(gpu_backend):
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
 
     job = gpu_backend._job(gpu_backend.defaults, prompts=tuple(PROMPTS))
     snapshots = list(gpu_worker.run_on_gpu(job))
@@ -238,7 +240,7 @@ def test_every_snapshot_pickles_and_is_plain(gpu_backend):
 
 
 def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(gpu_backend):
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
     from dgemma.ui.lesson import tab
 
     n, settings = tab._checked(gpu_backend, 4, 2)
@@ -264,7 +266,7 @@ def test_the_lesson_through_the_gpu_call_runs_out_of_memory_untiled_and_complete
 
 
 def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
     from dgemma.ui.board import Board, apply
 
     run = gpu_backend.start(PROMPTS * 2, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256))
@@ -282,17 +284,17 @@ def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
 
 
 def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, monkeypatch):
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
 
     monkeypatch.setattr(gpu_worker, "duration", lambda job: 0)  # the GPU time is used up at once
     run = gpu_backend.start(PROMPTS, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), stream=False)
-    outputs, _ = run.results()
+    outputs, _ = results(run)
     assert len(outputs) == len(PROMPTS)
     assert {o.error for o in outputs} == {gpu_worker.TIME_UP}
 
 
 def test_the_workload_size_is_large_for_a_small_model_and_a_sentence_beyond_xlarge(gpu_backend):
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
 
     assert gpu_worker.size_for(gpu_backend.loaded) == "large"
     huge = dataclasses.replace(gpu_backend.loaded, weight_bytes=200 * 1024**3)
@@ -301,7 +303,7 @@ def test_the_workload_size_is_large_for_a_small_model_and_a_sentence_beyond_xlar
 
 
 def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
 
     small = gpu_backend._job(gpu_backend.defaults, prompts=("a",))
     big = gpu_backend._job(dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), prompts=("a",) * 64)
@@ -314,7 +316,7 @@ def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
 def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
     from gradio.exceptions import Error
 
-    from dgemma.serving import gpu_worker
+    from dgemma.serving import zerogpu as gpu_worker
 
     settings = dataclasses.replace(  # 1 KiB: less than the weights
         gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))

@@ -158,8 +158,9 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     recorded: step k is the board after its k-th sampler call."""
     from dgemma.engine import EngineConfig
     from dgemma.model.loading import load_model, parse_dtype
+    from dgemma.serving.backend import results
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.inputs import Limits
+    from dgemma.serving.backend import Limits
     from dgemma.serving.lesson_budget import lesson_prompts
     from dgemma.ui.lesson import tab
 
@@ -172,15 +173,15 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
         budget = tab._budget_bytes(backend.suggest_budget(n, True))
         tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
         handle = backend.start(lesson_prompts(n), tab._run_settings(settings, budget, tiling, impl, True))
-        handle.recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
-        outputs, _ = handle.results()
+        recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
+        outputs, _ = results(handle, recording)
         handle.close()
     finally:
         backend.close()
     failed = [o.error for o in outputs if o.error]
     if failed:
         raise ValueError(f"the lesson's {run} run did not complete: {failed[0]}")
-    return handle.recording
+    return recording
 
 
 def main(argv: list[str] | None = None) -> int:

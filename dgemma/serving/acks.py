@@ -1,25 +1,9 @@
-"""How fast a stream sends frames: as its page draws them, or at the plain rate.
-
-The one pacing of every stream the page gets (a live run, Compare's sides, a replay). A page that
-draws frames says so: its script (assets/board_view.js) posts "TOKEN SEQ" to ACK_PATH once it has
-drawn a frame, the frame's stream's token and number (`Pace.stamp`). Such a stream sends a frame
-only while fewer than its window are in flight: one, or two where the page drew the last within
-QUICK_ROUND_TRIP_S of its sending (on a quick link the next travels while the page draws). A slow
-link then carries one frame at a time, the state of the moment it could take it, whatever the
-sockets and the link's own buffers would take in; the frames due meanwhile are skipped (each
-frame is the state of its moment, so a skipped one loses nothing).
-
-A client that never acknowledges (the API, gradio_client) gets frames at the stream's plain rate.
-The page is told apart before its first frame: the script posts once as it loads, and the route's
-answer sets the COOKIE that the page's later requests, its streams' included, carry
-(`paces_by_acks`). A stream of a page whose cookie did not arrive (a browser that refuses it) goes
-at the plain rate until its page acknowledges a frame, then by the window.
-
-The route is public: it answers every POST with 204 whatever it holds (an unknown token is
-ignored and told nothing), refuses a body over MAX_BODY bytes unread (413), changes two numbers of
-an entry that exists only while its stream runs, and at most MAX_STREAMS entries exist (past that,
-a stream goes at the plain rate).
-"""
+"""How fast a stream sends frames: as its page draws them, or at the plain rate (docs/architecture.md,
+"Pacing"). A page's script posts "TOKEN SEQ" to ACK_PATH once it has drawn a frame; its stream sends
+a frame only while fewer than its window are in flight, so a slow link carries one frame at a time,
+the state of the moment it could take it (a skipped frame loses nothing: each is a whole state).
+The route is public: every POST gets 204 whatever it holds, a body over MAX_BODY is refused unread,
+and at most MAX_STREAMS entries exist (past that, a stream goes at the plain rate)."""
 
 from __future__ import annotations
 
@@ -42,75 +26,41 @@ MAX_STREAMS = 10_000
 QUICK_ROUND_TRIP_S = 1.0
 
 
-class _Stream:
-    __slots__ = ("by_acks", "drawn", "round_trip", "sent", "sent_at")
-
-    def __init__(self, by_acks: bool) -> None:
-        self.by_acks = by_acks  # paced by the window (its page acknowledges), else the plain rate
-        self.sent = 0  # the last frame's sequence number (1, 2, ...)
-        self.drawn = 0  # the last one the page said it drew (0: it never said)
-        self.sent_at = [0.0, 0.0]  # when the last two frames were sent: [seq - 1, seq]
-        self.round_trip = float("inf")  # from sending a frame to its page saying it drew it, the last measured
-
-
 class Acks:
-    """The streams that are running, and how far each one's page has drawn."""
+    """The streams that are running (their `Pace`s, by token), which the route tells what pages drew."""
 
     def __init__(self, max_streams: int = MAX_STREAMS, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_streams, self.clock = max_streams, clock
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, Pace] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._streams)
 
-    def open(self, by_acks: bool) -> str:
-        """A new stream's token (registered unless MAX_STREAMS are running: then it goes at the plain rate)."""
-        token = secrets.token_urlsafe(12)  # 16 characters
+    def open(self, pace: Pace) -> str:
+        """A new stream's token; "" past MAX_STREAMS running (it then goes at the plain rate)."""
         with self._lock:
-            if len(self._streams) < self.max_streams:
-                self._streams[token] = _Stream(by_acks)
-        return token
+            if len(self._streams) >= self.max_streams:
+                return ""
+            token = secrets.token_urlsafe(12)  # 16 characters
+            self._streams[token] = pace
+            return token
 
     def close(self, token: str) -> None:
-        """The stream has ended: its entry goes (a later acknowledgement of it is ignored)."""
         with self._lock:
             self._streams.pop(token, None)
-
-    def sent(self, token: str) -> int:
-        """The stream sends a frame: its sequence number (0 for a stream not registered)."""
-        with self._lock:
-            stream = self._streams.get(token)
-            if stream is None:
-                return 0
-            stream.sent += 1
-            stream.sent_at = [stream.sent_at[1], self.clock()]
-            return stream.sent
 
     def drawn(self, token: str, seq: int) -> bool:
         """The page drew frame `seq` of the stream `token` (from now on it is paced by its window); False
         (and nothing changes) for an unknown token or a frame that was never sent."""
         with self._lock:
-            stream = self._streams.get(token)
-            if stream is None or not 0 < seq <= stream.sent:
+            pace = self._streams.get(token)
+            if pace is None or not 0 < seq <= pace.sent:
                 return False
-            if seq > stream.drawn and seq >= stream.sent - 1:
-                stream.round_trip = self.clock() - stream.sent_at[seq - stream.sent + 1]
-            stream.drawn = max(stream.drawn, seq)
-            stream.by_acks = True
+            if seq > pace.drawn and seq >= pace.sent - 1:
+                pace.round_trip = self.clock() - pace.sent_at[seq - pace.sent + 1]
+            pace.drawn, pace.by_acks = max(pace.drawn, seq), True
             return True
-
-    def in_flight(self, token: str) -> int:
-        """Frames sent and not yet drawn, of a stream paced by its page (0 for one at the plain rate)."""
-        stream = self._streams.get(token)
-        return stream.sent - stream.drawn if stream is not None and stream.by_acks else 0
-
-    def holding(self, token: str) -> bool:
-        """A frame sent now would wait behind frames the page has not drawn: one in flight, or two
-        where the page drew the last within QUICK_ROUND_TRIP_S."""
-        stream = self._streams.get(token)
-        window = 2 if stream is not None and stream.round_trip < QUICK_ROUND_TRIP_S else 1
-        return self.in_flight(token) >= window
 
 
 ACKS = Acks()  # the app's: the streams' paces and the route share it
@@ -121,13 +71,23 @@ class Pace:
 
     def __init__(self, by_acks: bool, acks: Acks = ACKS) -> None:
         self.acks = acks
-        self.token = acks.open(by_acks)
-        self.skipped = self.sent = self.most_in_flight = 0
+        self.by_acks = by_acks  # paced by the window (its page acknowledges), else the plain rate
+        self.sent = self.drawn = 0  # the last frame's sequence number (1, 2, ...); the last the page drew
+        self.sent_at = [0.0, 0.0]  # when the last two frames were sent: [sent - 1, sent]
+        self.round_trip = float("inf")  # from sending a frame to its page saying it drew it, the last measured
+        self.skipped = self.most_in_flight = 0
+        self.token = acks.open(self)
+
+    @property
+    def in_flight(self) -> int:
+        """Frames sent and not yet drawn, of a stream paced by its page (0 at the plain rate)."""
+        return self.sent - self.drawn if self.by_acks and self.token else 0
 
     def ready(self) -> bool:
-        """A frame due now may go: the page has drawn enough of those sent (or it is not paced by its page)."""
-        self.most_in_flight = max(self.most_in_flight, self.acks.in_flight(self.token))
-        if self.acks.holding(self.token):
+        """A frame due now may go: fewer than the window are in flight (one, or two where the page drew
+        the last within QUICK_ROUND_TRIP_S of its sending)."""
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        if self.in_flight >= (2 if self.round_trip < QUICK_ROUND_TRIP_S else 1):
             self.skipped += 1
             return False
         return True
@@ -135,8 +95,10 @@ class Pace:
     def stamp(self, frame: dict) -> dict:
         """`frame` (a compact frame, dgemma/ui/compact.py), sent: with this stream's token and its number,
         which the page posts back once it has drawn it."""
-        self.sent += 1
-        return {**frame, "ack": self.token, "seq": self.acks.sent(self.token)}
+        with self.acks._lock:
+            self.sent += 1
+            self.sent_at = [self.sent_at[1], self.acks.clock()]
+        return {**frame, "ack": self.token, "seq": self.sent if self.token else 0}
 
     def close(self) -> None:
         """The stream has ended: its page's acknowledgements are no longer kept; one log line if it held frames back."""

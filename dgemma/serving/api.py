@@ -1,10 +1,7 @@
-"""The API endpoints: `generate` (prompts and settings in, texts and tile plans out) and `info`.
-
-Listed on the app's API page (gr.api derives its schema from the type hints). Settings use the
-CLI's names and meanings (`seed` S gives the i-th prompt the seed S + i), so one call gives the
-same tokens through the API, the CLI and the UI. Bad input is a gr.Error with one sentence, and no
-traceback in the server's log (a visitor's mistake is not the server's failure).
-"""
+"""The API endpoints: `generate` (prompts and settings in, texts and tile plans out) and `info`, listed
+on the app's API page (gr.api derives the schema from the type hints). Settings use the CLI's names
+and meanings, so one call gives the same tokens through the API, the CLI and the UI. Bad input is a
+gr.Error with one sentence, and no traceback in the log (a visitor's mistake is not the server's failure)."""
 
 from __future__ import annotations
 
@@ -31,15 +28,13 @@ def model_info(facts: dict, max_num_seqs: int) -> dict:
 
 def _record_option(settings: object) -> tuple[object, bool]:
     """`record` is not a sampling setting: the settings without it, and whether to return the run file."""
-    if not isinstance(settings, dict) or "record" not in settings:
+    if not isinstance(settings, dict):
         return settings, False
     settings = dict(settings)
-    record = settings.pop("record")
-    if record is None:
-        return settings, False
-    if not isinstance(record, bool):
+    record = settings.pop("record", None)
+    if record is not None and not isinstance(record, bool):
         raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
-    return settings, record
+    return settings, bool(record)
 
 
 def register(service: RunService, embedded: bool = False) -> None:

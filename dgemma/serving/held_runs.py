@@ -1,20 +1,6 @@
-"""What all tabs' recordings and kept boards hold in memory, under one cap.
-
-Every tab keeps its last run (a `Recording`, up to 80 MB at its bound) and the board it last showed,
-and one for each side of its comparison; an API call with `record: true` holds one while it runs. A
-public app cannot let visitors add these up without end, so each holder is registered here under
-its slot (dgemma/serving/runs.py `slot_key`) with what it holds:
-
-- `hold(slot, holder)` counts (or recounts) what the holder holds;
-- when the total passes the cap, the least recently used idle holder goes first (its `last_used`:
-  a view of its run, the slider, play): its `evict(sentence)` drops its recording and board, and its
-  page says the sentence when next used; a live holder (a run still recording) is never evicted,
-  nor the one being held now;
-- `admit(slot, holder)` is `hold` for a recording that may be refused: an API call with
-  `record: true` counts the most its recording can hold, and is refused (False) when evicting every
-  idle run cannot make room for it;
-- `release(slot)` frees what a slot holds and forgets it (its tab closed).
-"""
+"""What all tabs' recordings and kept boards hold in memory, under one cap: each holder (a tab's
+Playback, a side of its comparison, an API call's recording) is counted under its slot; past the cap
+the least recently used idle holder is evicted (told one sentence) and a live one never."""
 
 from __future__ import annotations
 
@@ -44,7 +30,7 @@ class HeldRuns:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.evicted = 0  # holders evicted so far
-        self._held: dict[str, tuple[Holder, int]] = {}  # slot -> (holder, bytes it holds)
+        self._held: dict[str, tuple[Holder | None, int]] = {}  # slot -> (holder or a reservation, its bytes)
         self._total = 0  # the sum of those bytes
         self._lock = threading.Lock()
 
@@ -60,27 +46,24 @@ class HeldRuns:
     def hold(self, slot: str, holder: Holder) -> list[str]:
         """Count what `holder` holds now for `slot`; evict the least recently used idle holders of
         other slots while the total passes the cap. The slots evicted."""
-        return self._hold(slot, holder, refuse=False)[1]
-
-    def admit(self, slot: str, holder: Holder) -> bool:
-        """`hold`, unless the total would still pass the cap with every idle holder evicted: then
-        nothing is held or evicted, and False."""
-        return self._hold(slot, holder, refuse=True)[0]
-
-    def _hold(self, slot: str, holder: Holder, refuse: bool) -> tuple[bool, list[str]]:
         holder.last_used = time.monotonic()  # held now: a run just made or loaded is in use
-        size = holder.held_bytes()
+        return self._hold(slot, holder, holder.held_bytes()) or []
+
+    def admit(self, slot: str, most: int) -> bool:
+        """Reserve `most` bytes for `slot` (an API call's recording, live until released), unless the total
+        would still pass the cap with every idle holder evicted: then nothing is held or evicted, and False."""
+        return self._hold(slot, None, most, refuse=True) is not None
+
+    def _hold(self, slot: str, holder: Holder | None, size: int, refuse: bool = False) -> list[str] | None:
         with self._lock:
-            if refuse:
-                pinned = sum(n for s, (h, n) in self._held.items() if h.live and s != slot)
-                if pinned + size > self.max_bytes:
-                    return False, []
+            if refuse and sum(n for s, (h, n) in self._held.items() if _live(h) and s != slot) + size > self.max_bytes:
+                return None
             self._total += size - self._held.get(slot, (None, 0))[1]
             self._held[slot] = (holder, size)
             victims = self._over_cap(slot) if self._total > self.max_bytes else []
         for _, victim in victims:  # outside the lock: a holder's evict takes its own
             victim.evict(EVICTED)
-        return True, [s for s, _ in victims]
+        return [s for s, _ in victims]
 
     def release(self, slot: str) -> int:
         """Free what `slot` holds and forget it (its tab closed: Gradio keeps a closed tab's state
@@ -88,13 +71,13 @@ class HeldRuns:
         with self._lock:
             holder, size = self._held.pop(slot, (None, 0))
             self._total -= size
-        if holder is not None:
+        if holder is not None:  # (a reservation has none: its call keeps its recording until it returns)
             holder.evict("")
         return size
 
     def _over_cap(self, keep: str) -> list[tuple[str, Holder]]:
         idle = sorted((holder.last_used, slot) for slot, (holder, _) in self._held.items()
-                      if slot != keep and not holder.live)
+                      if slot != keep and not _live(holder))
         victims = []
         for _, slot in idle:
             if self._total <= self.max_bytes:
@@ -106,18 +89,5 @@ class HeldRuns:
         return victims
 
 
-class Reserved:
-    """An API call's recording under the cap: it counts the most the recording can hold, for as long
-    as the call runs (live: never evicted), and is released when the call returns."""
-
-    live = True
-
-    def __init__(self, most: int):
-        self.most = most
-        self.last_used = 0.0
-
-    def held_bytes(self) -> int:
-        return self.most
-
-    def evict(self, sentence: str) -> None:
-        pass  # the call keeps its recording until it returns; `release` only forgets it
+def _live(holder: Holder | None) -> bool:
+    return holder is None or holder.live  # a reservation (None) lives until released

@@ -1,13 +1,7 @@
-"""The lesson's batch and the memory budget it proposes for it (docs/tiling.md, section 5).
-
-The lesson's three runs are ordinary runs (`Backend.start`) of `lesson_prompts(n)`, one canvas
-each, with their own `RunOptions`: a budget, tiling off or auto, `fail_on_oom` and, at real
-scale, `pad_vocab`. Their budget is counted as the engine counts any run's
-(dgemma/engine/resident.py): what the engine holds (the weights and its default sampler), the
-run's own sampler state and its requests' KV caches, and the sampler step's transient in what
-is left. `suggest_budget` makes that last part 3/4 of what one untiled tile of the batch needs:
-the untiled step runs out of memory, tiles of about 3/8 of the batch fit.
-"""
+"""The lesson's batch and the memory budget it proposes (docs/tiling.md, section 5): what the engine
+holds during the run (weights, its default sampler, the lesson sampler's state, the requests' KV
+caches) plus 3/4 of one untiled tile's need, so the untiled step runs out of memory and tiles of
+about 3/8 of the batch fit."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Page first: a Backend that answers while the model is still loading on a thread of its own.
-
-`python app.py` binds its port and serves the page before torch, transformers and the weights have
-loaded (they take most of the start-up). Until then every run says "the model is still loading"
-as one sentence; the page polls `state()` to show "loading model … (n s)" and enables Run when
-ready; while a hub checkpoint downloads, the stage is its bytes ("downloading weights 12.3 / 52.0
-GB", from `download`). A load that fails stays reported here (page and API) until the process exits.
-"""
+"""Page first: a Backend that answers while the model loads on a thread of its own. Until then every
+run says "the model is still loading" in one sentence and `state()` says how far it has come (a hub
+download in bytes); a load that fails stays reported (page and API) until the process exits."""
 
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ from typing import Any
 from dgemma.errors import first_line
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import DEFAULT_MODEL, is_embedded
-from dgemma.serving.backend import Backend, LoadState, Run
-from dgemma.serving.inputs import Limits
+from dgemma.serving.backend import Backend, Limits, LoadState, Run, sentence
 from dgemma.settings import Settings
 
 
@@ -33,7 +27,7 @@ class LoadingBackend:
         self.defaults = Settings(max_new_tokens=min(limits.max_new_tokens, 64))  # the model's come at ready
         self.loaded = threading.Event()  # set when the load ended, either way
         self._real: Backend | None = None
-        self._error = ""
+        self.error = ""  # the load's failure, one sentence
         self._stage = "starting"
         self.download = DownloadProgress()  # the loader passes it to load_model for a hub checkpoint
         self._started = time.monotonic()
@@ -43,42 +37,30 @@ class LoadingBackend:
     def load(self, build: Callable[[Callable[[str], None]], Backend]) -> None:
         """Run `build(report_stage)`; keep its backend, or its error's first line as the failure."""
         try:
-            real = build(self._set_stage)
+            real = build(lambda stage: setattr(self, "_stage", stage))
         except Exception as err:  # noqa: BLE001 - any failure is shown as one sentence, never a traceback
-            text = first_line(err)
-            self._error = f"{text[:1].upper()}{text[1:].rstrip('.')}."
+            self.error = sentence(first_line(err))
         else:
             self._real = real
             self.defaults = real.defaults
         finally:
             self.loaded.set()
 
-    def _set_stage(self, stage: str) -> None:
-        self._stage = stage
-
     # ------------------------------------------------------------ what the page and the API see
-
-    @property
-    def real(self) -> Backend | None:
-        return self._real
-
-    @property
-    def error(self) -> str:
-        return self._error
 
     def state(self) -> LoadState:
         if self._real is not None:
             return LoadState(True, False, "")
-        if self._error:
-            return LoadState(False, True, f"The model failed to load: {self._error}")
+        if self.error:
+            return LoadState(False, True, f"The model failed to load: {self.error}")
         seconds = time.monotonic() - self._started
         stage = self.download.describe() or self._stage
         return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {stage}.")
 
     def _backend(self) -> Backend:
         if self._real is None:
-            if self._error:
-                raise ValueError(f"The model failed to load: {self._error}")
+            if self.error:
+                raise ValueError(f"The model failed to load: {self.error}")
             raise ValueError("The model is still loading; try again when the page says it is ready.")
         return self._real
 

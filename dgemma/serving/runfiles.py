@@ -1,19 +1,14 @@
 """The files visitors cause, on disk: one directory per start of the app, every file an age, all of them a total.
 
-Every Run on the page writes its run file (Download run), and every upload (Load a run) is a file
-Gradio writes before any handler sees it. A public app cannot keep them for ever, so `RunFiles`
-owns one directory for this start of the app, and Gradio's upload folder (GRADIO_TEMP_DIR) is
-that directory: Gradio stores uploads there, and serves a run file saved there without copying it
-(it copies only files from outside its folder), so each run is one file on disk, not two.
-
-- A restart starts clean: the directory is emptied at start, and those of earlier starts whose
-  process has gone (their lock file is no longer locked) are removed.
-- A tab's files go when the tab closes (`release(slot)` for each of its slots, from the page's unload hook).
-- A file older than `max_age_s` goes (`sweep`, every SWEEP_PERIOD_S on a thread).
-- All files together stay under `max_bytes` (and MAX_FILES): after every save and every sweep the oldest go first;
-  an upload reserves its declared size before a byte of it is stored (dgemma/serving/upload_guard.py), and
-  is refused when even the oldest files' removal cannot make room.
-"""
+Gradio's upload folder (GRADIO_TEMP_DIR) is this directory, so Gradio serves a run file saved here
+without copying it, and its uploads count under the same caps. A file past `max_age_s` goes by
+Gradio's own `delete_cache` (`delete_cache()`: every run file it served and every upload it stored
+are its Blocks' temp files). What it does not cover is here: a restart starts clean (earlier
+starts' directories whose lock is free go), a closed tab's files go (`release`), past `max_bytes` or
+MAX_FILES the oldest go first, and an upload reserves its declared size before a byte is stored:
+Gradio refuses a file over its `max_file_size` only once that many bytes have arrived (a browser
+checks first, a script does not), so `UploadGuard` makes a multipart request declare its size,
+refuses one larger than a run file can be unread and reserves the rest; each refusal is one sentence."""
 
 from __future__ import annotations
 
@@ -25,8 +20,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:
     import fcntl
@@ -37,40 +35,37 @@ log = logging.getLogger(__name__)
 
 PREFIX = "dgemma-files-"  # one directory per start of the app: PREFIX + its process id
 LOCK = ".lock"  # held (flock) for the life of the app: a free lock means its app has gone
-SWEEP_PERIOD_S = 2.0
+SWEEP_PERIOD_S = 2  # how often Gradio's delete_cache looks for files past their age
 DEFAULT_MAX_BYTES = 2 * 2**30  # app.py's --max-disk
 DEFAULT_MAX_AGE_S = 3600  # app.py's --files-max-age
-MAX_FILES = 10_000  # and at most this many: tiny uploads cannot make every sweep and upload walk millions
+MAX_FILES = 10_000  # and at most this many: tiny uploads cannot make every save and upload walk millions
 FRESH_DIR_S = 60.0  # an empty directory younger than this may be Gradio's, about to receive an upload
 
 
-@dataclass(frozen=True)
 class Usage:
-    """What the directory holds now, and what one sweep removed."""
+    """What the directory holds now."""
 
-    files: int
-    bytes: int
-    expired: int = 0  # files removed for their age
-    evicted: int = 0  # files removed, oldest first, for the total cap
+    def __init__(self, files: int, nbytes: int):
+        self.files, self.bytes = files, nbytes
 
 
 class RunFiles:
-    def __init__(self, root: str | Path, max_bytes: int, max_age_s: float, sweep_period_s: float = SWEEP_PERIOD_S):
+    def __init__(self, root: str | Path, max_bytes: int, max_age_s: int):
         self.root = Path(os.path.abspath(root))
         self.max_bytes = max_bytes
         self.max_age_s = max_age_s
-        self.sweep_period_s = sweep_period_s
         self.removed_hooks: list[Callable[[str], None]] = []  # told of every file removed (Gradio's bookkeeping)
         self._by_slot: dict[str, set[str]] = {}
         self._reserved = 0  # bytes of uploads under way (counted before they are written)
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock_file = None
 
+    def delete_cache(self) -> tuple[int, int]:
+        """gr.Blocks' `delete_cache`: every SWEEP_PERIOD_S, its temp files past `max_age_s` go."""
+        return SWEEP_PERIOD_S, self.max_age_s
+
     @classmethod
-    def for_this_start(cls, max_bytes: int, max_age_s: float, parent: str | Path | None = None,
-                       sweep_period_s: float = SWEEP_PERIOD_S) -> RunFiles:
+    def for_this_start(cls, max_bytes: int, max_age_s: int, parent: str | Path | None = None) -> RunFiles:
         """A clean directory under `parent` (default: the system's temp dir) for this process, the
         directories of earlier starts that have ended removed."""
         parent = Path(parent or tempfile.gettempdir())
@@ -79,7 +74,7 @@ class RunFiles:
         root = parent / f"{PREFIX}{os.getpid()}"
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir()
-        files = cls(root, max_bytes, max_age_s, sweep_period_s)
+        files = cls(root, max_bytes, max_age_s)
         files._lock_file = open(root / LOCK, "w")  # noqa: SIM115 - held open for the app's life
         if fcntl is not None:
             fcntl.flock(files._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,20 +151,6 @@ class RunFiles:
         with self._lock:
             self._reserved -= size
 
-    def sweep(self, now: float | None = None) -> Usage:
-        """Remove files older than the age, then the oldest while the total passes the cap."""
-        now = time.time() if now is None else now
-        expired = 0
-        with self._lock:
-            for mtime, _, path in self._entries():
-                if now - mtime > self.max_age_s and self.remove(path):
-                    expired += 1
-            evicted = self._fit()
-            self._forget_missing()
-        self._remove_empty_dirs(now)
-        usage = self.usage()
-        return Usage(usage.files, usage.bytes, expired, evicted)
-
     def _fit(self, keep: str | None = None) -> int:
         """Remove the oldest stored files (`keep` last) while they and the reserved bytes pass the cap.
         An upload under way (a file Gradio writes at the top of the directory, then moves into a folder
@@ -201,40 +182,8 @@ class RunFiles:
                     found.append((st.st_mtime, st.st_size, path))
         return found
 
-    def _forget_missing(self) -> None:
-        for slot, paths in list(self._by_slot.items()):
-            paths -= {p for p in paths if not os.path.exists(p)}
-            if not paths:
-                del self._by_slot[slot]
-
-    def _remove_empty_dirs(self, now: float) -> None:
-        # Only Gradio's folders of one stored file (named by a hash): others it made at start stay.
-        for folder, dirs, files in os.walk(self.root, topdown=False):
-            if _is_hash(os.path.basename(folder)) and not dirs and not files:
-                with contextlib.suppress(OSError):
-                    if now - os.stat(folder).st_mtime > FRESH_DIR_S:
-                        os.rmdir(folder)
-
-    # ---------------------------------------------------------------- the sweeper
-
-    def start(self) -> RunFiles:
-        """Sweep every `sweep_period_s` on a daemon thread until `close`."""
-        def loop() -> None:
-            while not self._stop.wait(self.sweep_period_s):
-                try:
-                    self.sweep()
-                except Exception:  # noqa: BLE001 - a sweep that failed must not stop the next one
-                    log.exception("sweeping %s failed", self.root)
-
-        self._thread = threading.Thread(target=loop, name="dgemma-files", daemon=True)
-        self._thread.start()
-        return self
-
     def close(self) -> None:
-        """Stop sweeping and remove the whole directory (the app is stopping)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        """Remove the whole directory (the app is stopping)."""
         shutil.rmtree(self.root, ignore_errors=True)
         if self._lock_file is not None:
             self._lock_file.close()
@@ -274,3 +223,50 @@ def _is_hash(name: str) -> bool:
 
 def _inside(path: str, root: Path) -> bool:
     return os.path.commonpath([path, str(root)]) == str(root)
+
+
+# A multipart body is the file plus its part headers and boundaries: a few hundred bytes.
+FORM_OVERHEAD = 64 * 1024
+
+
+class UploadGuard:
+    def __init__(self, app: ASGIApp, files: RunFiles, max_file_bytes: int):
+        self.app = app
+        self.files = files
+        self.max_file_bytes = max_file_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            await self.app(scope, receive, send)
+            return
+        length = _declared_length(request)
+        if length is None:
+            await _refuse(scope, receive, send, 411, "A file upload must say its size (a Content-Length header).")
+            return
+        if length > self.max_file_bytes + FORM_OVERHEAD:
+            await _refuse(scope, receive, send, 413, f"This file is {length / 2**20:.0f} MB, more than any run file can "
+                                                     f"be ({self.max_file_bytes / 2**20:.0f} MB); it was not stored.")
+            return
+        if not self.files.reserve(length):
+            await _refuse(scope, receive, send, 507, "The app's disk for visitors' files is full; try again in a few minutes.")
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.files.unreserve(length)
+
+
+def _declared_length(request: Request) -> int | None:
+    """The body's size as the request declares it; None when it does not (or streams it in chunks)."""
+    value = request.headers.get("content-length")
+    if value is None or "transfer-encoding" in request.headers or not value.isdigit():
+        return None
+    return int(value)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, sentence: str) -> None:
+    await PlainTextResponse(sentence, status_code=status, headers={"connection": "close"})(scope, receive, send)

@@ -1,15 +1,7 @@
-"""A run's whole life, in one place: the tab's cap, the start, its owner, its recording and file, its pacing, its close.
-
-Every run goes through `RunService`: the page's Run, Refine and Compare (and the lesson's runs)
-through `stream`, whose ticks a view folds into its board and draws; a replay through `paced`;
-the API's `/generate` through `results`. Three words, three things:
-
-- a *tab* is one browser tab, Gradio's session hash (an API client's is its own): Stop cancels its
-  runs, and it may have at most `limits.max_queued` requests waiting or running;
-- a *slot* is where a tab's kept run is held, on disk and under the memory cap: its last run, or a
-  side of its comparison (`slot_key`; dgemma/serving/runfiles.py, dgemma/serving/held_runs.py);
-- the engine's own subscriptions (dgemma/engine/) are keyed by the backend, never by these.
-"""
+"""A run's whole life, in one place: the tab's cap, the start, its owner, its recording and file, its
+pacing, its close (docs/architecture.md, "Serving"). A *tab* is one browser tab (Gradio's session
+hash; an API client's is its own); a *slot* is where a tab's kept run is held, on disk and under the
+memory cap (`slot_key`); the engine's subscriptions are the backend's own, never these."""
 
 from __future__ import annotations
 
@@ -24,14 +16,14 @@ from typing import Any, Protocol, TypeVar
 import gradio as gr
 
 from dgemma.errors import first_line
-from dgemma.events import FINAL, Event, RequestEvent, TilePlan
+from dgemma.events import Event, TilePlan
 from dgemma.metrics import run_summary
 from dgemma.recording import Recording, RecordingError, load_file, recording_bound, run_header
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
-from dgemma.serving.backend import Backend, Output, Run
-from dgemma.serving.held_runs import HeldRuns, Holder, Reserved
-from dgemma.serving.inputs import parse_call_settings, parse_prompts
+from dgemma.serving.backend import Backend, Output, Progress, Run, results
+from dgemma.serving.held_runs import HeldRuns, Holder
+from dgemma.serving.backend import parse_call_settings, parse_prompts
 from dgemma.serving.runfiles import RunFiles
 from dgemma.settings import Settings
 
@@ -66,7 +58,7 @@ class Keeping:
         """For a page built outside app.py (as tests build one): a directory of its own, the default caps."""
         files = RunFiles(tempfile.mkdtemp(prefix="dgemma-page-files-"), runfiles.DEFAULT_MAX_BYTES,
                          runfiles.DEFAULT_MAX_AGE_S)
-        return cls(files.start(), HeldRuns(held_runs.DEFAULT_MAX_BYTES))
+        return cls(files, HeldRuns(held_runs.DEFAULT_MAX_BYTES))
 
 
 class Keeper(Holder, Protocol):
@@ -103,29 +95,6 @@ class Results:
     summary: dict  # the run's figures (dgemma/metrics.py)
     recording: str | None  # the run file's text, when asked for
     pid: int | None  # the process that ran the model (ZeroGPU: a worker)
-
-
-class _Progress:
-    """Which of a run's requests have ended, and their figures, from its events."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.status: dict[int, str] = {}
-        self.metrics: dict[int, dict] = {}
-
-    def add(self, events: Iterable[Event]) -> None:
-        for event in events:
-            if isinstance(event, RequestEvent):
-                self.status[event.request_id] = event.status
-                if "metrics" in event.extra:
-                    self.metrics[event.request_id] = event.extra["metrics"]
-
-    def ended(self) -> int:
-        return sum(status in FINAL for status in self.status.values())
-
-    @property
-    def over(self) -> bool:
-        return len(self.status) >= self.size and self.ended() == len(self.status)
 
 
 @dataclass(eq=False)  # each run is itself: two of one size are two
@@ -258,30 +227,23 @@ class RunService:
         if getattr(run, "notice", ""):
             gr.Warning(run.notice)
         key = slot_key(tab, slot)
+        recording = keeper.start(run_header(self.backend.info(), settings, batch)) if keeper is not None else None
         if keeper is not None:
-            run.recording = keeper.start(run_header(self.backend.info(), settings, batch))
             with self._lock:
                 self._slots.setdefault(tab, set()).add(key)
         started = time.monotonic()
-        progress = _Progress(run.size)
+        progress = Progress(run.size, recording)
         pace = Pace(paces_by_acks(request))
-
-        def poll(timeout: float) -> list[Event]:
-            events = run.poll(timeout)
-            progress.add(events)
-            return events
-
         try:
-            for tick in ticks(poll, lambda: progress.over, pace):
+            for tick in ticks(lambda timeout: progress.add(run.poll(timeout)), lambda: progress.over, pace):
                 tick.started = started
                 if keeper is not None:
                     self.keeping.held.hold(key, keeper)  # a live run's recording grows: idle runs make room
                 if tick.finished:
-                    tick.summary = run_summary([progress.metrics.get(r) for r in progress.status],
-                                               time.monotonic() - started)
+                    tick.summary = run_summary([o.metrics for o in progress.outputs()], time.monotonic() - started)
                     if keeper is not None:
-                        run.recording.summary = tick.summary  # in its file's end line
-                        tick.file = self._save(key, keeper, run.recording)
+                        recording.summary = tick.summary  # in its file's end line
+                        tick.file = self._save(key, keeper, recording)
                 yield tick
         except Exception as err:  # e.g. ZeroGPU refused the call (quota, queue, duration)
             if not isinstance(err, gr.Error):
@@ -368,26 +330,23 @@ class RunService:
         if record:
             most = recording_bound(len(batch), settings.max_new_tokens, settings.params.max_denoising_steps,
                                    facts.get("canvas_length") or 256, facts.get("vocab_size") or 262_144)
-            if not self.keeping.held.admit(held_as, Reserved(most)):
+            if not self.keeping.held.admit(held_as, most):
                 raise ValueError(NO_ROOM)
         try:
             owned, batch, settings = self._start(tab, batch, settings, stream=record)  # step frames only for a recording
             run = owned.run
             assert run is not None
-            if record:
-                run.recording = Recording(run_header(facts, settings, batch))
+            recording = Recording(run_header(facts, settings, batch)) if record else None
             started = time.monotonic()
             try:
-                outputs, plans = run.results()
+                outputs, plans = results(run, recording)
             finally:
                 run.close()
                 self._disown(tab, owned)
             summary = run_summary([o.metrics for o in outputs], time.monotonic() - started)
-            text = None
-            if run.recording is not None:
-                run.recording.summary = summary
-                text = run.recording.text()
-            return Results(outputs, plans, summary, text, getattr(run, "pid", None))
+            if recording is not None:
+                recording.summary = summary
+            return Results(outputs, plans, summary, recording and recording.text(), getattr(run, "pid", None))
         finally:
             self.keeping.held.release(held_as)  # after the file's text is made: it counts while it lives
 

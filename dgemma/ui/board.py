@@ -1,10 +1,6 @@
-"""The board: what one session has seen of the event stream, folded into one small state.
-
-The engine emits many events per step (one `StepEvent` per request, one `TilePlan` per sampler
-call). The UI never re-renders per event: it folds events into a `Board` as they arrive and
-renders the board a few times a second. Folding is cheap (it keeps only the latest step of each
-request plus one mean-entropy point per step), so a slow browser never slows the fold.
-"""
+"""The board: what one tab has seen of a run's events, folded into one small state. Views never draw
+per event: they fold events as they arrive (cheap: the latest step of each request and one
+mean-entropy point per step) and draw the board a few times a second."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The live view as one component: compact frames in (dgemma/ui/compact.py), drawn by the browser.
-
-`build()` is a gr.HTML whose value is a frame (a dict) and whose script (assets/board_view.js)
-draws it: the overview of the whole batch (one row per request, one cell per canvas position,
-coloured by confidence; accepted, re-noised and committed apart; the token on hover or under the
-keyboard's cursor), a focus card with one chosen request's canvas in full, and the cards, each
-canvas clipped to its first tokens with "show all". The template never changes, so Gradio never
-redraws it; the script redraws what a new frame changed. A finished card's Refine is the
-component's own `refine` event (its data: the card's row), which the Generate tab and Compare listen to.
-"""
+"""The live view as one component: compact frames in (dgemma/ui/compact.py), drawn by the browser
+(assets/board_view.js): the overview of the batch, a focus card, the cards. Its template never
+changes, so Gradio never redraws it; a finished card's Refine is the component's own `refine` event."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Plotly figures drawn from the board (pure: board or plans in, figure spec out).
-
-Two charts: the mean entropy of every request at every denoising step (log scale, with the
-confidence threshold below which a canvas counts as confident), and how each sampler call was
-tiled against free memory (tile size, tiles per call, free memory, measured peak transient,
-and the budget).
-
-The figures are built as plain Plotly JSON specs ({"data": [...], "layout": {...}}), not through
-`plotly.graph_objects`: validating 32 traces through graph_objects costs ~150 ms a frame, which
-at 6 frames a second would take the CPU the engine needs. `plot(spec)` hands a spec to gr.Plot;
-`plotly.graph_objects.Figure(spec)` accepts every spec here (the tests check that).
-"""
+"""Plotly figures drawn from the board (pure: board or plans in, spec out): confidence per step, tiles
+against free memory, the explorer's plan. Built as plain Plotly JSON specs, not through
+`plotly.graph_objects`, whose validation of 32 traces would take the CPU the engine needs at every
+frame; `plotly.graph_objects.Figure(spec)` accepts every spec here (the tests check that)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
-"""The board as compact data that the browser draws: one frame, a few bytes a canvas position.
-
-A frame is data, drawn by assets/board_view.js (the overview, the cards, the focus card); the
-constants both sides read (`SCHEMA`) are handed to the script by dgemma/ui/board_view.py. A row:
-
-- `cells`: one character per canvas position: its state (accepted, re-noised, or committed: a
-  canvas that converged, or the last one of a finished request) and its confidence in 16 levels
-  (exp(-entropy); a committed token's probability). See `CELLS`.
-- `pieces`: what each position shows, joined by SEP into one string: a row is one string each, so
-  Gradio's streaming diff resends a changed row whole and leaves an unchanged one out, and never
-  turns 256 pieces into 256 edits.
-- `step`: the live canvas's step (None when the row shows a committed canvas: the card then has none);
-- the card's head: `index`, `request`, `seed`, `status`, `label`, `prompt` (clipped), `note`, `meter`,
-  and `text`, the committed text's last TEXT_CHARS characters (the whole text is in the run's file
-  and the API); a finished card's `refine` (and `first`, its first canvas's pieces, to pin).
-
-Pure: board in, dict out (JSON-ready).
-"""
+"""The board as one compact frame that the browser draws (assets/board_view.js): a row a request, its
+fields named. `cells` is one character per canvas position (its state and confidence in LEVELS steps,
+see CELLS), `pieces` what each position shows joined by SEP into one string (so Gradio's streaming
+diff resends a changed row whole and never turns 256 pieces into 256 edits), `step` the live canvas's
+step (None for a committed canvas), then the card's head and a finished card's `refine` and `first`.
+SCHEMA, the constants both sides read, is handed to the script by dgemma/ui/board_view.py. Pure."""
 
 from __future__ import annotations
 
@@ -167,16 +155,11 @@ def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = 
     }  # fmt: skip
 
 
-def canvas_length(board: Board) -> int:
-    """The canvas length of the run: the longest live canvas on the board (0 before any step)."""
-    return max((len(v.last_step.token_ids) for v in board.requests.values() if v.last_step is not None), default=0)
-
-
 def frame(board: Board, length: int | None = None, refine: bool = True) -> dict:
-    """The whole board as one frame. `length`: the canvas length when known (a board whose
-    requests have all finished no longer shows one); else read from the board. `refine`: finished
-    cards carry their Refine (and click-to-pin) data; a view without Refine (the lesson's) sends none."""
-    length = length or canvas_length(board)
+    """The whole board as one frame. `length`: the canvas length (default: the board's, from its step
+    frames). `refine`: finished cards carry their Refine (and click-to-pin) data; a view without Refine
+    (the lesson's) sends none."""
+    length = length or board.canvas_length
     # Click-to-pin sends each finished card's first canvas, pieces the frame has not carried since its
     # canvas committed: affordable for a batch of moderate size, not within 64 KB a frame at 32 x 256.
     pinnable = len(board.requests) * length <= PINNABLE_POSITIONS

@@ -1,31 +1,24 @@
-"""Page first, on the page: until the model has loaded, a timer refreshes the status line; at ready
-it shows the model's header, enables Run, fills in the model's own defaults and example prompts,
-and stops.
+"""The page's title block, and page first: until the model has loaded, a timer refreshes the status
+line; at ready it redraws the title block, enables Run and sends the model's defaults and example
+prompts as one `fill`.
 
-Every fresh page gets one tick, 0.5 s after it opens, even when the model was ready long before, and
-the visitor may be typing by then. So the tick never writes a field itself: it sends the model's
-values (`fill`), and the browser, when they arrive, writes each into its field only if the visitor
-has not touched that field (typed, picked or ticked in it, or has it focused) and it still shows what
-the page was built with. Decided there, at that moment: a tick in flight while the visitor types
-cannot overwrite what they typed.
-
-A touch is kept by the field's id (its elem_id, which every filled field must have: Gradio gives an
-element without one no id), in a set the page holds from when it opens, not as a mark on the input
-element, which Gradio may replace when it redraws the field.
-"""
+Every fresh page gets one tick even when the model was ready long before, and the visitor may be
+typing by then: so the tick writes no field itself, and the browser, as the fill arrives, writes
+each value only into a field the visitor has not touched (by its elem_id, kept in a page-wide set:
+Gradio may redraw the input element) and that still shows what the page was built with."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import gradio as gr
 
-from dgemma.examples import example_sets
+from dgemma.examples import abilities, example_prompts, example_sets
 from dgemma.serving.api import model_info
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.ui.generate.controls import model_defaults_of
 from dgemma.ui.generate.tab import GenerateTab
-from dgemma.ui.header import header_markdown
 
 UNCHANGED_OUTPUTS = 3  # the fill, the run button and the example prompts: what a tick leaves alone while loading
 # Installed when the page opens: every element with an id around what the visitor types in, picks or
@@ -46,6 +39,32 @@ FILL_JS = """(fill, ...shown) => shown.map((value, i) => {
 })"""
 
 
+def _count(n: int | None) -> str:
+    if not n:
+        return "?"
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return str(n)
+
+
+def header_markdown(facts: dict, max_num_seqs: int) -> str:
+    """The page's title block from a backend's `info()`: what the app is, and the facts `/info` returns."""
+    info = model_info(facts, max_num_seqs)
+    path = html.escape(str(info.get("model") or "?"))
+    name = "the embedded teaching model" if info.get("embedded") else path.rstrip("/").rsplit("/", 1)[-1]
+    vocab = info.get("vocab_size")
+    line = (f'<span title="{path}">Model: <b>{name}</b></span> · {_count(info.get("parameters"))} parameters · '
+            f'{info.get("dtype")} on {info.get("device")} · vocab {vocab:,} · canvas {info.get("canvas_length")} tokens · '
+            f"up to {info.get('max_num_seqs')} requests at once · memory budget {facts.get('memory_budget', 'none')}"
+            if isinstance(vocab, int) else f"Model: {name} (loading …)")
+    for extra in (facts.get("note"), abilities(facts)):  # what one click means on ZeroGPU; what the model knows
+        line += f"<br>{extra}" if extra else ""
+    return ("# dgemma · watch a Diffusion-Gemma sampler at work\n"
+            "Many prompts denoise at once: every card is one request's canvas turning from random "
+            f"tokens into text. The sampler tiles its work so it fits in memory. <small>{line}</small>")
+
+
 def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (), built: Sequence = ()) -> list:
     """While loading: the status line. At ready: the model's header, Run enabled, the values for the
     settings fields and the prompts box (`fill`: the browser writes the untouched ones), the example
@@ -56,7 +75,7 @@ def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (
     if not state.ready:  # still loading, or failed: only the status line changes
         return [gr.skip(), state.message, *[gr.skip()] * UNCHANGED_OUTPUTS, gr.Timer(active=not state.failed)]
     facts = backend.info()  # once: it counts the weights and sizes the lesson's budget
-    sets = example_sets(model_info(facts, backend.max_num_seqs)["examples"])
+    sets = example_sets(example_prompts(facts))
     values = [*model_defaults_of(backend), facts.get("lesson_budget", built[-2] if built else None), sets[0][0]]
     fill = {"values": values, "ids": list(fields), "built": list(built)}
     idle = gr.skip() if replaying else "Idle."

@@ -1,33 +1,30 @@
-"""The page, top to bottom: the title, the Generate tab, the Tiling-vs-OOM tab, and the API.
-
-It only composes: each tab builds and wires its own components (dgemma/ui/generate/,
-dgemma/ui/lesson/), the API is served by dgemma/serving/api.py, and all work goes through the
-Backend the page is given (dgemma/serving/backend.py).
-"""
+"""The page, top to bottom: the title, the Generate tab, the Tiling-vs-OOM tab, and the API. It only
+composes: each tab builds and wires its own components, and all work goes through the Backend."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from dgemma.examples import example_sets
+from dgemma.examples import example_prompts, example_sets
 from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.serving.runs import Keeping, RunService, tab_of
 from dgemma.ui.generate import tab as generate
-from dgemma.ui.header import header_markdown
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui import loading_tick
+from dgemma.ui.loading_tick import header_markdown
 
 
 def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
     """The whole app for one backend (one engine, one model); `keeping`: the directory and caps for
     visitors' run files and the cap on runs held in memory (app.py's; by default a directory of its own)."""
     service = RunService(backend, keeping)
+    keeping = service.keeping
     loading = backend_state(backend)
     facts = backend.info()
-    examples = example_sets(api.model_info(facts, backend.max_num_seqs)["examples"])
+    examples = example_sets(example_prompts(facts))
 
-    with gr.Blocks(title="dgemma: watch diffusion canvases denoise") as demo:
+    with gr.Blocks(title="dgemma: watch diffusion canvases denoise", delete_cache=keeping.files.delete_cache()) as demo:
         header = gr.Markdown(header_markdown(facts, backend.max_num_seqs))
         with gr.Tab("Generate"):
             gen = generate.build(backend, examples, loading.ready, loading.message)

@@ -1,17 +1,10 @@
-"""Seeking a recording: the board at any step from the nearest keyframe, never from step 0.
-
-A board at step k is the fold of the recording's events up to k (dgemma/recording.py). Playing
-folds one step onto the board last shown; a jump folds from the nearest keyframe below it, since
-refolding from step 0 would cost the whole run's fold. `Seeker` keeps, besides the board last
-shown, a copy of the board every `every` steps it folds past (a keyframe), so a jump folds at most
-`every` - 1 steps. A keyframe is cheap: the views' lists are copied as lists of references (the
-entropy points and step frames they hold are immutable and shared); a kept step boundary never
-moves, since the recording only grows after it.
-"""
+"""Seeking a recording: the board at any step from the nearest keyframe, never from step 0. `Seeker`
+keeps the board last shown and a copy every `every` steps it folds past, so a jump folds at most
+`every` - 1 steps; a copy shares the views' immutable items (entropy points, step frames), and a
+kept step boundary never moves, since the recording only grows after it."""
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import copy
 from collections.abc import Iterator
@@ -51,86 +44,56 @@ class Seeker:
 
     def __init__(self, every: int = KEYFRAME_EVERY) -> None:
         self.every = every
-        self._kept: list[tuple[Recording, int, Board]] = []  # (recording, events folded, board)
+        self._kept: list[tuple[Recording, int, int, Board]] = []  # (recording, step shown, events folded, board)
         self._recording: Recording | None = None
-        self._keys: list[int] = []  # events folded at each keyframe, ascending
-        self._boards: dict[int, Board] = {}  # events folded -> the board then (never folded into)
+        self._frames: dict[int, Board] = {}  # a closed step, a multiple of `every` -> the board then
         self._keyframe_bytes = 0  # what the keyframes hold, counted as each is kept
 
     @property
     def keyframes(self) -> int:
-        return len(self._keys)
-
-    def _start(self, recording: Recording, end: int) -> tuple[int, Board]:
-        """The furthest board at or before event `end`: the one last shown, a keyframe's copy, or a new one."""
-        if recording is not self._recording:
-            self._recording, self._keys, self._boards = recording, [], {}
-            self._keyframe_bytes = 0
-        try:
-            kept, folded, board = self._kept.pop()
-        except IndexError:
-            kept, folded, board = None, 0, None
-        if kept is not recording or folded > end:
-            folded, board = 0, None
-        i = bisect.bisect_right(self._keys, end) - 1
-        if i >= 0 and (board is None or self._keys[i] > folded):
-            folded = self._keys[i]
-            board = copy_board(self._boards[folded])
-        return folded, board if board is not None else Board()
-
-    def _fold_to(self, recording: Recording, step: int, folded: int, board: Board) -> int:
-        """Fold `board` from event `folded` to the end of `step`, keeping a keyframe at each boundary
-        of a multiple of `every` steps that the recording has closed (a later TilePlan fixes it)."""
-        first = -(-self._step_of(recording, folded) // self.every) * self.every
-        for boundary in range(max(first, self.every), min(step, recording.steps - 1) + 1, self.every):
-            end = recording.end_of_step(boundary)
-            if end <= folded:
-                continue
-            fold(recording.events_between(folded, end), board)
-            folded = end
-            if end not in self._boards:
-                self._keep(end, copy_board(board))
-        end = recording.end_of_step(step)
-        fold(recording.events_between(folded, end), board)
-        return end
-
-    @staticmethod
-    def _step_of(recording: Recording, folded: int) -> int:
-        """The last step whose state `folded` events contain (0 when none)."""
-        lo, hi = 0, recording.steps
-        while lo < hi:  # the first step whose end lies beyond `folded`
-            mid = (lo + hi) // 2
-            if recording.end_of_step(mid) > folded:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return len(self._frames)
 
     @contextlib.contextmanager
     def at(self, recording: Recording, step: int) -> Iterator[Board]:
-        """The board of `recording` at `step`, for the body of the `with` to draw."""
+        """The board of `recording` at `step`, for the body of the `with` to draw: continued from the
+        board last shown or the keyframe below `step`, whichever is further, keeping a keyframe at
+        every multiple of `every` it folds past that the recording has closed (a later TilePlan fixes it)."""
+        if recording is not self._recording:
+            self._recording, self._frames, self._keyframe_bytes = recording, {}, 0
         step = max(0, min(step, recording.steps))
-        folded, board = self._start(recording, recording.end_of_step(step))
-        end = self._fold_to(recording, step, folded, board)
+        end = recording.end_of_step(step)
+        kept, shown, folded, board = self._kept.pop() if self._kept else (None, 0, 0, None)
+        if kept is not recording or folded > end:
+            shown, folded, board = 0, 0, None
+        below = max((k for k in self._frames if k <= step), default=0)
+        if below and (board is None or recording.end_of_step(below) > folded):
+            shown, folded, board = below, recording.end_of_step(below), copy_board(self._frames[below])
+        board = board if board is not None else Board()
+        for boundary in range(max(self.every, -(-shown // self.every) * self.every), min(step, recording.steps - 1) + 1,
+                              self.every):
+            if (stop := recording.end_of_step(boundary)) > folded:
+                fold(recording.events_between(folded, stop), board)
+                folded = stop
+                if boundary not in self._frames:
+                    self._keep(boundary, copy_board(board))
+        fold(recording.events_between(folded, end), board)
         yield board
-        self._kept[:] = [(recording, end, board)]
+        self._kept[:] = [(recording, step, end, board)]
 
-    def _keep(self, end: int, keyframe: Board) -> None:
-        """Keep `keyframe` (the board after `end` events), counting what it holds that the keyframe
-        below it does not: a keyframe shares its entropy points and pieces with the one before."""
-        i = bisect.bisect_left(self._keys, end)
+    def _keep(self, step: int, keyframe: Board) -> None:
+        """Keep `keyframe`, counting what it holds that the keyframe below it does not (they share their
+        entropy points and pieces)."""
         seen: set[int] = set()
-        if i:
-            held_bytes(self._boards[self._keys[i - 1]], seen)  # only to know what it holds
+        if (below := max((k for k in self._frames if k < step), default=0)):
+            held_bytes(self._frames[below], seen)  # only to know what it holds
         self._keyframe_bytes += held_bytes(keyframe, seen)
-        self._boards[end] = keyframe
-        self._keys.insert(i, end)
+        self._frames[step] = keyframe
 
     def held_bytes(self) -> int:
         """What the seeker holds beyond the recording (the cap on kept runs counts it): the keyframes,
         and the board last shown."""
         kept = list(self._kept)
-        return self._keyframe_bytes + (held_bytes(kept[0][2]) if kept else 0)
+        return self._keyframe_bytes + (held_bytes(kept[0][3]) if kept else 0)
 
     def index(self, recording: Recording) -> None:
         """Fold the whole recording once, keeping every keyframe: any later jump is then short."""

@@ -1,15 +1,7 @@
-"""Compare two settings side by side: the same prompts and seeds under configuration A and B.
-
-Each side is the panel's settings with a few changed (`name=value`, by the names of the one table,
-dgemma/settings.py's `SETTINGS`, which the side's box lists: `greedy=true`, `entropy_bound=0.5`,
-`sampler=chunked`, `tiling=off`, ...). A runs, then B (one
+"""Compare two settings side by side: the same prompts and seeds under the panel's settings with a
+few changed per side (`name=value`, by the names of dgemma/settings.py's table). A runs, then B (one
 after the other, so each side's tokens per second is its own), each streamed into its own live view
-(dgemma/ui/board_view.py: the overview and the cards, compact frames paced by the page's
-acknowledgements, as the Generate tab's) and confidence curves, and recorded: each side's file
-downloads, and "Load a run" replays it like any run. Above them, the two runs' figures
-(dgemma/metrics.py) and B's difference from A: steps, tokens per second, tokens per forward, peak
-sampler memory, and how many texts came out the same.
-"""
+and recorded as any run; above them, both runs' figures and B's difference from A."""
 
 from __future__ import annotations
 
@@ -22,8 +14,7 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
-from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import parse_call_settings
+from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.runs import RunService
 from dgemma.settings import SETTINGS
 from dgemma.ui import board_view
@@ -34,7 +25,7 @@ from dgemma.ui.generate import first_canvas, playback
 from dgemma.ui.generate.controls import Panel, read_panel
 from dgemma.units import format_bytes
 
-SIDES = first_canvas.COMPARE_SIDES
+SIDES = ("A", "B")
 # (figure, how it reads, format): the rows of the comparison table.
 ROWS = (("decoder_forwards", "denoising steps", "d"), ("steps_per_canvas", "steps per canvas", ".2f"),
         ("tokens_per_s", "tokens/s", ".1f"), ("tokens_per_forward", "tokens per forward", ".2f"),
@@ -61,7 +52,7 @@ class Compare:
 def build() -> Compare:
     with gr.Accordion("Compare two settings side by side", open=False, elem_id="compare"):
         with gr.Row():
-            changes = tuple(gr.Textbox(label=f"{side.upper()}: settings changed from the panel", elem_id=f"compare-{side}",
+            changes = tuple(gr.Textbox(label=f"{side}: settings changed from the panel", elem_id=f"compare-{side.lower()}",
                                        placeholder=example, info=CHANGES_HELP)
                             for side, example in zip(SIDES, ("greedy=true", "entropy_bound=0.5")))  # fmt: skip
             run = gr.Button("Compare", variant="primary", elem_id="compare-run", scale=0, min_width=140)
@@ -70,10 +61,10 @@ def build() -> Compare:
             columns = []
             for side in SIDES:
                 with gr.Column():
-                    columns.append((board_view.build(f"compare-cards-{side}", first_canvas.CARD_CLICKS_JS),  # Refine and pins work here too
-                                    gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side.upper()}",
-                                            elem_id=f"compare-entropy-{side}"),
-                                    gr.DownloadButton(f"Download run {side.upper()}", elem_id=f"compare-download-{side}",
+                    columns.append((board_view.build(f"compare-cards-{side.lower()}", first_canvas.CARD_CLICKS_JS),
+                                    gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side}",
+                                            elem_id=f"compare-entropy-{side.lower()}"),
+                                    gr.DownloadButton(f"Download run {side}", elem_id=f"compare-download-{side.lower()}",
                                                       interactive=False)))  # fmt: skip
     cards, curves, downloads = zip(*columns)
     return Compare(changes, run, table, cards, curves, downloads, gr.State(lambda: [playback.Playback(), playback.Playback()],
@@ -91,12 +82,6 @@ def changed_settings(text: str | None) -> dict[str, str]:
             raise SettingsError(f"Compare: write name=value (for example greedy=true), got {part.strip()[:40]!r}.")
         changes[name.strip()] = value.strip()
     return changes
-
-
-def side_settings(raw: dict[str, Any], text: str | None, backend: Backend, prompts: int):
-    """The panel's settings with one side's changes, checked by the one parser."""
-    return parse_call_settings({**raw, **changed_settings(text)}, backend.defaults, backend.limits,
-                               backend.max_num_seqs, prompts)
 
 
 def table(boards: list[Board], summaries: list[dict]) -> str:
@@ -129,42 +114,38 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
 
     def run(sides: list[playback.Playback], a_text: str, b_text: str, request: gr.Request,
             **values: Any) -> Iterator[list]:
-        try:
+        try:  # each side: the panel's settings with its changes, checked by the one parser
             batch, raw = read_panel(backend.limits, values)
-            settings = [side_settings(raw, text, backend, len(batch)) for text in (a_text, b_text)]
+            settings = [parse_call_settings({**raw, **changed_settings(text)}, backend.defaults, backend.limits,
+                                            backend.max_num_seqs, len(batch)) for text in (a_text, b_text)]
         except ValueError as err:
             yield [f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>', *[gr.skip()] * 6]
             return
         boards = [Board(notes={i + 1: n for i, p in enumerate(batch) if (n := prompt_note(embedded, p))}) for _ in SIDES]
         summaries: list[dict] = [{}, {}]  # each side's, as its file's end line keeps it
-        length = int(backend.info().get("canvas_length") or 0)  # a finished board no longer shows its canvas length
-        shown = [frame(boards[0], length), frame(boards[1], length), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
+        shown = [frame(boards[0]), frame(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
         for i, (side, checked) in enumerate(zip(sides, settings)):
-            ticks = service.stream(request, batch, checked, side, slot=f"compare-{SIDES[i]}")
+            ticks = service.stream(request, batch, checked, side, slot=f"compare-{SIDES[i].lower()}")
             try:
                 for tick in ticks:
                     board = fold(tick.events, boards[i])
                     if tick.failure:  # one sentence, on the side's cards and above them; B does not run
                         if board.requests:
-                            shown[i] = tick.stamp(frame(fail_unfinished(board, tick.failure), length))
-                        yield [f'<div class="compare-error">⚠️ {side_name(i)}: {html.escape(tick.failure)}</div>', *shown]
+                            shown[i] = tick.stamp(frame(fail_unfinished(board, tick.failure)))
+                        yield [f'<div class="compare-error">⚠️ {SIDES[i]}: {html.escape(tick.failure)}</div>', *shown]
                         return
                     if not tick.send:  # the visitor has not drawn the last frame yet: nothing goes
                         yield [gr.skip()] * 7
                         continue
-                    shown[i] = tick.stamp(frame(board, length))
+                    shown[i] = tick.stamp(frame(board))
                     if tick.finished:  # the side's figures, as its file's end line keeps them
                         summaries[i] = tick.summary or {}
                         shown[2 + i] = plot(entropy_figure(board))
                         shown[4 + i] = gr.DownloadButton(value=tick.file, interactive=tick.file is not None)
-                    yield [f"<div class='compare-status'>{side_name(i)} running…</div>", *shown]
+                    yield [f"<div class='compare-status'>{SIDES[i]} running…</div>", *shown]
             finally:
                 ticks.close()  # its end frees the side's requests now, not when collected
         yield [table(boards, summaries), *shown]
 
     compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields, outputs=compare.outputs(),
                       api_visibility="private", concurrency_limit=None, show_progress="minimal")
-
-
-def side_name(i: int) -> str:
-    return SIDES[i].upper()

@@ -1,10 +1,6 @@
-"""The Generate tab's inputs, by setting name: the prompts, how many requests, the settings panel
-(made from the one table, dgemma/settings.py's `SETTINGS`) and the first canvas's inputs; and how
-their values become the settings a run is checked against.
-
-The handlers take the inputs as one dict, `Panel.fields` given to Gradio as `inputs_kwargs`, so a
-new setting is a row of the table and nothing here.
-"""
+"""The Generate tab's inputs by setting name (the panel made from dgemma/settings.py's `SETTINGS`) and
+how their values become a run's settings. Handlers take them as one dict (`Panel.fields`, Gradio's
+`inputs_kwargs`), so a new setting is a row of the table and nothing here."""
 
 from __future__ import annotations
 
@@ -14,8 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import Limits, parse_prompts, prompts_from_text
+from dgemma.serving.backend import Backend, Limits, parse_prompts
 from dgemma.settings import SETTINGS, Setting, Settings
 from dgemma.ui.generate.first_canvas import canvas_settings
 
@@ -101,3 +96,12 @@ def settings_panel(backend: Backend) -> dict[str, gr.components.Component]:
                     extra = {"placeholder": budget} if s.name == "memory_budget" else {}
                     fields[s.name] = widget(s, page_value(s, backend.defaults), **extra)
     return fields
+
+
+def prompts_from_text(text: str, concurrent: int) -> list[str]:
+    """The UI's textbox: one prompt per non-empty line, cycled to fill `concurrent` requests."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return []
+    n = max(len(lines), int(concurrent or 0))
+    return [lines[i % len(lines)] for i in range(n)]

@@ -1,23 +1,14 @@
-"""The Generate tab's first-canvas inputs: start from text (edit), pin tokens (infill), Refine.
+"""The Generate tab's first-canvas inputs: start from text (edit), pin tokens (infill), and Refine.
 
-- Start from: text whose tokens fill the first canvas from position 0 (transformers'
-  `decoder_input_ids`); the rest starts random and any of it may change.
-- Pins: `position=token` per line, held in the first canvas for the whole denoising. A click on a
-  token of a finished card's first canvas writes its line here (the script below).
-- Template: cells separated by `|`, `_` (or nothing) a free position, anything else pinned there:
-  `4|_|_|1` pins position 0 to "4" and position 3 to "1".
-- Refine (a finished card's button): the script triggers the cards' own `refine` event with the
-  card's row number (gr.HTML's `trigger`); the run takes the panel's settings with that card's
-  prompt and seed, its first canvas starting from its first canvas's text, which the server reads
-  off the run of the view the card is in (a real-scale frame has no room to carry them).
-
-Whether a piece is one token and a position inside the canvas is the server's to say (the one
-settings parser, then the model's tokenizer): one sentence on the status line.
-"""
+Start from: text whose tokens fill the first canvas from position 0; the rest starts random. Pins:
+`position=token` lines held for the whole denoising (a click on a finished card's token adds one).
+Template: cells split by `|`, `_` or nothing free (`4|_|_|1` pins positions 0 and 3). Refine: the
+card's `refine` event names its row, and its prompt, seed and first canvas's text are read off the
+run of the view it is in (a real-scale frame has no room to carry them). Whether a piece is one
+token is the server's to say: one sentence on the status line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import gradio as gr
@@ -30,7 +21,6 @@ from dgemma.ui.compact import is_special, refinable
 from dgemma.ui.seek import Seeker
 
 REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Refine on one."
-COMPARE_SIDES = ("a", "b")  # Compare's two runs: a compare card's Refine names its side (its view's id ends in it)
 
 # Runs once when the cards' HTML mounts (after assets/board_view.js, whose `trigger` it uses); listens
 # on it for clicks on what every redraw puts there.
@@ -97,23 +87,14 @@ def canvas_settings(start: str | None, pins: str | None, template: str | None) -
     return {"start": start or None, "pins": held or None}
 
 
-def refine_request(card: Mapping[str, Any] | None, run: str | None,
-                   held_card: Callable[[int, str | None], tuple[str, int, str]]) -> tuple[str, int, str]:
-    """A Refine event's card (its data: {"request": row}) of the view of `run` (None: the Generate
-    tab's; "a" or "b": a compare side's) as (prompt, seed, start): `held_card(row, run)`'s."""
+def refine_request(card: object, recording: Recording | None, kept: Seeker, gone: str = "") -> tuple[str, int, str]:
+    """A Refine event's card (its data: {"request": row}) as (prompt, seed, start text), read off the run of
+    the view it is in (`recording`, folded with its `kept` seeker): a finished request's first canvas never
+    changes again, so the board at the run's last step has it. `gone`: why the view holds no run."""
     try:
         row = int(card["request"])  # type: ignore[index]
     except (ValueError, KeyError, TypeError):
         raise SettingsError(REFINE_NEEDS_A_CARD) from None
-    if run is not None and run not in COMPARE_SIDES:
-        raise SettingsError(REFINE_NEEDS_A_CARD)
-    return held_card(row, run)
-
-
-def finished_card(recording: Recording | None, kept: Seeker, row: int, gone: str = "") -> tuple[str, int, str]:
-    """Refine's (prompt, seed, start text) for card `row` of a tab's run (`recording`, folded with the
-    tab's `kept` seeker): a finished request's first canvas never changes again, so the board at the
-    run's last step has it. `gone`: why the tab holds no run, when the memory cap took it."""
     if recording is None:
         raise SettingsError(gone or REFINE_NEEDS_A_CARD)
     with kept.at(recording, recording.steps) as board:

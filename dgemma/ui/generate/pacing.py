@@ -1,12 +1,6 @@
-"""The pace of a replay: which step is due now, and whether the charts are due a redraw.
-
-Play is one stream from the server rather than a browser timer asking for a step a tick, because a
-tick that comes late (a slow link, a busy browser) would push every later step back. `PlayClock`
-says when each step is due and which step is due now, so a step shown late is followed by the one
-due by then (skipping the ones missed only when more than one is late) and the replay ends on
-time. The charts are redrawn at most once a `chart_period` while playing, and always at the last
-step, as the live stream does: a Plotly redraw costs the browser far more than a frame of the cards.
-"""
+"""The pace of a replay: which step is due now, and whether the charts are due a redraw. Play is one
+stream from the server, not a browser timer asking for each step: a late tick would push every later
+step back, while here a step shown late is followed by the one due by then and play ends on time."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Playback on the Generate tab: watch a run at human speed, step by step, and keep it.
-
-Every Run is recorded (dgemma/recording.py). A step slider with back / play / pause / forward and
-a pace of 0.25-2 s per step sets every card to its state at step k -- the fold of the recorded
-events up to that step, drawn by the same renderers as the live view -- and marks step k on both
-charts. While a run streams, the view follows it live until the user takes the slider (or a
-button); the next Run follows again. "Download run" saves the run as JSON lines; "Load a run"
-replays such a file in the same views with no model (it works while the model is still loading).
-Where the file and the run are kept, and under which caps: dgemma/serving/runs.py.
-"""
+"""Playback on the Generate tab: every run is recorded (dgemma/recording.py); a step slider with back /
+play / pause / forward and a pace sets every card to its state at step k (the fold up to it, drawn as
+the live view) and marks step k on both charts. The view follows a live run until the user takes
+the slider. "Download run" saves it; "Load a run" replays a file with no model."""
 
 from __future__ import annotations
 
@@ -23,7 +17,6 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.generate import upload as loader
-from dgemma.ui.generate.upload import Loader
 from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
@@ -72,7 +65,7 @@ class Player:
     forward: gr.Button
     pace: gr.Slider
     download: gr.DownloadButton
-    upload: Loader
+    upload: gr.File  # Load a run
 
 
 def build() -> Player:
@@ -92,8 +85,9 @@ def build() -> Player:
             with gr.Row():
                 download = gr.DownloadButton("Download run", value=None, interactive=False, elem_id="download-run",
                                              size="sm", min_width=120)
-                upload_area = loader.build_file()
-            upload = Loader(upload_area, loader.build_note())  # and a note of how far its upload has come
+                upload = gr.File(label="Load a run (.jsonl)", file_types=[".jsonl"], file_count="single",
+                                 elem_id="load-run", height=100, min_width=160)
+            loader.note()  # how far an upload has come
     return Player(state, slider, back, play, pause, forward, pace, download, upload)
 
 
@@ -101,14 +95,13 @@ def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bo
     """Cards and both charts at `step`: the fold of the events up to it (continued from `kept`'s
     board where it can be), the step marked on the charts (left as they are when not `charts`)."""
     with (kept or Seeker()).at(recording, step) as board:
-        length = int(recording.header.get("model", {}).get("canvas_length") or 0)
         if not charts:
-            return frame(board, length), gr.skip(), gr.skip()
+            return frame(board), gr.skip(), gr.skip()
         last = recording.steps
         taken = max((v.steps for v in board.requests.values()), default=0)
         entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
         tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
-        return frame(board, length), plot(entropy), plot(tiles)
+        return frame(board), plot(entropy), plot(tiles)
 
 
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
@@ -231,6 +224,6 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
     p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
     p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
     # Whatever the load made of it, the upload area is emptied for the next file.
-    p.upload.file.upload(load_run, [p.state, p.upload.file], [*outputs, p.download], **quiet).then(
-        lambda: None, None, p.upload.file, **quiet)
+    p.upload.upload(load_run, [p.state, p.upload], [*outputs, p.download], **quiet).then(
+        lambda: None, None, p.upload, **quiet)
 

@@ -13,9 +13,8 @@ from dgemma.serving.runs import RunService
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.generate import compare, first_canvas, playback
+from dgemma.ui.generate import compare, first_canvas, playback, run
 from dgemma.ui.generate.controls import FIELDS, Panel, settings_panel
-from dgemma.ui.generate.run import RunViews, wire_run
 
 ENTROPY_TEXT = (
     "**Confidence per step.** Each line is one request's mean token entropy after each denoising "
@@ -78,11 +77,16 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
 
 
 def wire(service: RunService, tab: GenerateTab, embedded: bool) -> None:
-    """Run and Stop, and playback of the last (or a loaded) run in the same views; `service`: every run's
-    life, from the tab's cap to where it is kept."""
+    """Run, each view's Refine and Stop; playback of the last (or a loaded) run in the same views; Compare.
+    The handlers take the panel by name."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
-    refine_from = {None: tab.cards, **dict(zip(compare.SIDES, tab.compare.cards))}
-    wire_run(service, RunViews(tab.panel, tab.run, tab.stop, [*views, tab.status], tab.player, refine_from,
-                               tab.compare.state), embedded)
+    streamed = dict(outputs=[*views, tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel.fields,
+                    concurrency_limit=None, show_progress="minimal")  # tabs share the engine; the engine batches
+    tab.run.click(run.generate(service, embedded), inputs=[tab.player.state], api_name="generate_stream",
+                  api_visibility="undocumented", **streamed)
+    for side, cards in [(None, tab.cards), *enumerate(tab.compare.cards)]:
+        cards.refine(run.refine(service, embedded, side), inputs=[tab.player.state, tab.compare.state],
+                     api_visibility="private", **streamed)
+    tab.stop.click(run.stop(service), None, None, api_visibility="private", concurrency_limit=None)
     playback.wire(service, tab.player, views, tab.status)
     compare.wire(service, tab.compare, tab.panel, embedded)

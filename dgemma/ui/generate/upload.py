@@ -1,17 +1,9 @@
-"""Loading a run file, saying how far its upload has come.
-
-A run file at real scale is megabytes; over a visitor's uplink (2 Mbit/s) that is seconds to
-minutes. gr.UploadButton uploads with no progress at all: the page looked idle until the run
-appeared. gr.File's upload area is Gradio's own that reports it: it sends the file with an
-`upload_id` and follows the server's `/gradio_api/upload_progress` stream (the bytes the server has
-received), drawing a bar. `NOTE_JS` reads that bar and says it in words beside it ("Uploading
-run.jsonl: 1.2 of 4.6 MB (26 %)"), then "Reading the run ..." until the run is shown (the status
-line changes) or refused (an error appears), since reading a real-scale run takes a moment too.
-"""
+"""Loading a run file, saying how far its upload has come. Gradio's upload area sends the file with an
+`upload_id` and follows `/gradio_api/upload_progress`, drawing a small bar; NOTE_JS reads that bar
+and says it in words ("Uploading run.jsonl: 1.2 of 4.6 MB (26 %)"), then "reading the run ..." until
+the run is shown or refused: a real-scale run file over a visitor's uplink takes seconds to minutes."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import gradio as gr
 
@@ -56,21 +48,7 @@ setInterval(() => {
 """
 
 
-@dataclass
-class Loader:
-    """The upload area for a run file and the note that says how far its upload has come."""
-
-    file: gr.File
-    note: gr.HTML
-
-
-def build_file() -> gr.File:
-    """The upload area: drop a run file on it or click it (call where it goes)."""
-    return gr.File(label="Load a run (.jsonl)", file_types=[".jsonl"], file_count="single", elem_id="load-run",
-                   height=100, min_width=160)
-
-
-def build_note() -> gr.HTML:
-    """The note of the upload under way, empty when none is (call where it goes: under the upload area)."""
+def note() -> gr.HTML:
+    """The note of an upload under way, empty when none is (call where it goes: under the upload area)."""
     return gr.HTML('<div class="upload-note" role="status" aria-live="polite"></div>', js_on_load=NOTE_JS,
                    elem_id="upload-note", padding=False, apply_default_css=False)

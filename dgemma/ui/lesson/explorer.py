@@ -1,12 +1,6 @@
-"""The lesson's what-if explorer: `python -m dgemma.plan` for one GPU, drawn.
-
-Pick a GPU, the model (the released checkpoint by its published size, or the one this server
-loaded) and a canvas length; the chart plots the sampler's peak against the number of requests
-four ways (untiled, the seed's heuristic, calibrated tiling, chunked) with the GPU's free memory,
-a table lists the same rows, and one sentence reads the chart. Rendering (rows -> table, sentence)
-is pure and lives here; the figure is charts.plan_figure. dgemma.plan (which calibrates on torch
-meta tensors) is imported when first used, so the page's modules stay torch-free.
-"""
+"""The lesson's what-if explorer: `python -m dgemma.plan` for one GPU, the released or the loaded model
+and a canvas length, drawn (charts.plan_figure), tabled and read in one sentence. dgemma.plan
+(calibrated on meta tensors) is imported when first used: the page's modules stay torch-free."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The lesson's result boxes: each run's outcome (completed with its tiles, or out of memory with
-its numbers), the chunked run's, a run that could not happen, and the verdict on the tokens.
-
-`summarize` reads one run's outcome from its events (the run's recording): its tile plans, the
-requests of each sampler call, the tokens each request committed and, for a run whose tile ran
-out of memory (`RunOptions.fail_on_oom`), the numbers its requests' final events carry. The rest
-is pure: outcomes in, HTML out."""
+"""The lesson's result boxes: a run's outcome read from its events by `summarize` (its plans, each
+call's requests, the tokens committed, the out-of-memory figures its requests' final events carry),
+and the boxes drawn from outcomes (pure)."""
 
 from __future__ import annotations
 
@@ -75,74 +71,62 @@ def summarize(events: Iterable[Event], seconds: float, where: str) -> LessonOutc
     vocab = f", vocab {plans[0].vocab_size:,}" if plans else ""
     return LessonOutcome(True, f"{len(tokens)} requests denoised one canvas each ({where}{vocab}).", **common)
 
+def box(kind: str, outcome: str, head: str, body: str = "") -> str:
+    """One result box: `kind` its class (ok, oom, same, or none), `outcome` its data-outcome (or none),
+    `head` and `body` HTML (escaped by the caller)."""
+    data = f' data-outcome="{outcome}"' if outcome else ""
+    return f'<div class="lesson-result{" " + kind if kind else ""}"{data}>{head}{body}</div>'
+
+
 def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
     """One run's result box: the OOM with its numbers, or the tiles it ran."""
+    name = html.escape(title)
     if outcome is None:
-        return f'<div class="lesson-result"><b>{html.escape(title)}</b>: not run yet.</div>'
+        return box("", "", f"<b>{name}</b>: not run yet.")
     if outcome.ok:
-        tiles = [len(p.tiles) for p in outcome.plans]
         peak = max((p.peak_transient_bytes for p in outcome.plans), default=0)
-        detail = (
-            f"{len(outcome.plans)} sampler calls, up to {max(tiles, default=0)} tiles per call, "
-            f"peak transient {format_bytes(peak)}, {outcome.seconds:.1f} s."
-        )
-        return (
-            f'<div class="lesson-result ok" data-outcome="ok"><b>{html.escape(title)}: completed.</b> '
-            f"{html.escape(outcome.message)} {detail}</div>"
-        )
-    numbers = ""
-    if outcome.needed_bytes or outcome.free_bytes:
-        numbers = (f" Needed {format_bytes(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
-                   f"free {format_bytes(outcome.free_bytes)}.")
-    detail = f'<br><small>allocator: {html.escape(outcome.detail)}</small>' if outcome.detail else ""
-    return (
-        f'<div class="lesson-result oom" data-outcome="oom"><b>{html.escape(title)}: out of memory.</b> '
-        f"{html.escape(outcome.message)}{numbers}{detail}</div>"
-    )
+        return box("ok", "ok", f"<b>{name}: completed.</b> ", f"{html.escape(outcome.message)} {len(outcome.plans)} "
+                   f"sampler calls, up to {max((len(p.tiles) for p in outcome.plans), default=0)} tiles per call, "
+                   f"peak transient {format_bytes(peak)}, {outcome.seconds:.1f} s.")
+    numbers = (f" Needed {format_bytes(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
+               f"free {format_bytes(outcome.free_bytes)}." if outcome.needed_bytes or outcome.free_bytes else "")
+    detail = f"<br><small>allocator: {html.escape(outcome.detail)}</small>" if outcome.detail else ""
+    return box("oom", "oom", f"<b>{name}: out of memory.</b> ", f"{html.escape(outcome.message)}{numbers}{detail}")
 
 
 def render_chunked(outcome: LessonOutcome | None) -> str:
     """The third run's box; without real scale it explains why it was not run."""
     if outcome is not None:
         return render_outcome(outcome, CHUNKED)
-    return (
-        f'<div class="lesson-result" data-outcome="skipped"><b>{html.escape(CHUNKED)}</b>: runs with '
-        "<i>real scale</i> on. The chunked step streams the vocabulary and keeps per-position running sums "
-        "and a [CL, hidden] soft-embedding accumulator; at this model's tiny vocabulary those outweigh the "
-        "logits themselves, so chunking only pays at real vocabularies.</div>"
-    )
-
-
-def _chunked_note(chunked: LessonOutcome | None, reference: LessonOutcome) -> str:
-    """One sentence: did the chunked step, untiled, commit the reference step's tokens?"""
-    if chunked is None or not chunked.ok:
-        return ""
-    same = sum(reference.tokens.get(i) == t for i, t in chunked.tokens.items())
-    return (f" The chunked step, untiled under the same budget, committed the same token ids for {same} of "
-            f"{len(chunked.tokens)} requests.")
+    return box("", "skipped", f"<b>{html.escape(CHUNKED)}</b>: runs with <i>real scale</i> on. ",
+               "The chunked step streams the vocabulary and keeps per-position running sums and a [CL, hidden] "
+               "soft-embedding accumulator; at this model's tiny vocabulary those outweigh the logits themselves, "
+               "so chunking only pays at real vocabularies.")
 
 
 def render_verdict(tiled: LessonOutcome, reference: LessonOutcome, chunked: LessonOutcome | None = None) -> str:
     """Whether the tiled (and chunked) runs' tokens equal the untiled reference's, request by request."""
     if not (tiled.ok and reference.ok):
-        why = tiled.message if not tiled.ok else reference.message
-        return f'<div class="lesson-result oom">Tokens not compared: {html.escape(why)}</div>'
+        return render_not_compared(tiled.message if not tiled.ok else reference.message, "")
     same = [i for i in tiled.tokens if reference.tokens.get(i) == tiled.tokens[i]]
     n = len(tiled.tokens)
-    if len(same) == n and n == len(reference.tokens):
-        return (
-            f'<div class="lesson-result same" data-outcome="identical"><b>Identical tokens.</b> All {n} requests '
-            "committed the same token ids tiled as untiled (the untiled rerun had a budget large enough "
-            f"for a single tile).{html.escape(_chunked_note(chunked, reference))}</div>"
-        )
-    differ = sorted(set(tiled.tokens) - set(same))
-    return (
-        f'<div class="lesson-result oom" data-outcome="different"><b>Tokens differ</b> for requests '
-        f"{', '.join(map(str, differ[:10]))}: {len(same)} of {n} identical.</div>"
-    )
+    if len(same) != n or n != len(reference.tokens):
+        differ = sorted(set(tiled.tokens) - set(same))
+        return box("oom", "different", f"<b>Tokens differ</b> for requests {', '.join(map(str, differ[:10]))}: ",
+                   f"{len(same)} of {n} identical.")
+    note = ""
+    if chunked is not None and chunked.ok:  # did the chunked step, untiled, commit the reference step's tokens?
+        agree = sum(reference.tokens.get(i) == t for i, t in chunked.tokens.items())
+        note = (f" The chunked step, untiled under the same budget, committed the same token ids for {agree} of "
+                f"{len(chunked.tokens)} requests.")
+    return box("same", "identical", "<b>Identical tokens.</b> ", f"All {n} requests committed the same token ids "
+               "tiled as untiled (the untiled rerun had a budget large enough for a single tile)." + note)
+
+
+def render_not_compared(sentence: str, outcome: str = "error") -> str:
+    return box("oom", outcome, "Tokens not compared: ", html.escape(sentence))
 
 
 def render_failure(title: str, sentence: str) -> str:
     """A run that could not happen: its card says why, in one sentence."""
-    return (f'<div class="lesson-result oom" data-outcome="error"><b>{html.escape(title)}: not run.</b> '
-            f"{html.escape(sentence)}</div>")
+    return box("oom", "error", f"<b>{html.escape(title)}: not run.</b> ", html.escape(sentence))

@@ -1,16 +1,12 @@
-"""The lesson, call by call: step through the untiled, tiled and chunked runs with the same controls
-as the Generate tab's playback (a call slider, back / play / pause / forward).
-
-At call k the page shows which requests each tile held and the memory it used: the requests of
-every tile (the tiles run in row order, so tile j holds the rows after tiles 0..j-1), the tile's
-calibrated transient (its requests x the calibrated bytes per request), the call's measured peak,
-free memory before it and the budget. The untiled run's last call is the one that ran out of
-memory: one tile of every request, what it needed and what was free.
-"""
+"""The lesson, call by call: step through its runs with a call slider and back / play / pause / forward.
+At call k: which requests each tile held (tiles run in row order), each tile's calibrated transient,
+the call's peak, free memory and the budget; the untiled run's last call is the one that ran out of memory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -27,7 +23,6 @@ class LessonRuns:
 
     def __init__(self) -> None:
         self.outcomes: dict[str, LessonOutcome] = {}
-        self.playing = False
 
 
 @dataclass
@@ -40,7 +35,6 @@ class Stepper:
     pause: gr.Button
     forward: gr.Button
     view: gr.HTML
-    timer: gr.Timer = field(repr=False)
 
 
 def calls(outcome: LessonOutcome) -> int:
@@ -100,12 +94,12 @@ def build() -> Stepper:
                 pause = gr.Button("❚❚ pause", size="sm", min_width=60, elem_id="lesson-pause")
                 forward = gr.Button("forward ▶", size="sm", min_width=60, elem_id="lesson-forward")
     view = gr.HTML(render_call(None, 1), elem_id="lesson-call")
-    timer = gr.Timer(PACE_S, active=False)
-    return Stepper(state, run, slider, back, play, pause, forward, view, timer)
+    return Stepper(state, run, slider, back, play, pause, forward, view)
 
 
 def wire(stepper: Stepper, chart: gr.Plot) -> list:
-    """The handlers; returns the handler that shows the first call after a lesson ran (for `.then`)."""
+    """The handlers; returns the handler that shows the first call after a lesson ran (for `.then`). Play
+    is one stream, as the Generate tab's; a hand on the controls ends it."""
     s = stepper
 
     def show(runs: LessonRuns, name: str, k: float) -> list:
@@ -118,40 +112,23 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
         return [render_call(outcome, k), gr.Slider(maximum=max(2, n), value=k), figure]
 
     def move(by: int):
-        def handler(runs: LessonRuns, name: str, k: float) -> list:
-            runs.playing = False
-            return [*show(runs, name, (k or 1) + by), gr.Timer(active=False)]
-        return handler
+        return lambda runs, name, k: show(runs, name, (k or 1) + by)
 
-    def play(runs: LessonRuns, name: str, k: float) -> list:
-        runs.playing = True
-        outcome = runs.outcomes.get(name)
-        if outcome is not None and int(k or 1) >= calls(outcome):
-            k = 1
-        return [*show(runs, name, k), gr.Timer(active=True)]
-
-    def tick(runs: LessonRuns, name: str, k: float) -> list:
-        outcome = runs.outcomes.get(name)
-        if not runs.playing or outcome is None:
-            runs.playing = False
-            return [gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)]
-        nxt = int(k or 1) + 1
-        at_end = nxt >= calls(outcome)
-        runs.playing = not at_end
-        return [*show(runs, name, nxt), gr.Timer(active=False) if at_end else gr.skip()]
-
-    def pause(runs: LessonRuns) -> gr.Timer:
-        runs.playing = False
-        return gr.Timer(active=False)
+    def play(runs: LessonRuns, name: str, k: float) -> Iterator[list]:
+        n = calls(runs.outcomes[name]) if name in runs.outcomes else 1
+        first = 1 if int(k or 1) >= n else int(k or 1)  # at the end, play starts over
+        for call in range(first, n + 1):
+            if call > first:
+                time.sleep(PACE_S)
+            yield show(runs, name, call)
 
     inputs, outputs = [s.state, s.run, s.slider], [s.view, s.slider, chart]
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
-    s.slider.input(lambda r, n, k: (setattr(r, "playing", False), show(r, n, k))[1], inputs, outputs,
-                   trigger_mode="always_last", **quiet)
-    s.run.input(lambda r, n: show(r, n, 1), [s.state, s.run], outputs, **quiet)
-    s.back.click(move(-1), inputs, [*outputs, s.timer], **quiet)
-    s.forward.click(move(+1), inputs, [*outputs, s.timer], **quiet)
-    s.play.click(play, inputs, [*outputs, s.timer], **quiet)
-    s.pause.click(pause, [s.state], [s.timer], **quiet)
-    s.timer.tick(tick, inputs, [*outputs, s.timer], **quiet)
+    playing = s.play.click(play, inputs, outputs, **quiet)
+    stops = dict(cancels=[playing], **quiet)
+    s.slider.input(show, inputs, outputs, trigger_mode="always_last", **stops)
+    s.run.input(lambda r, n: show(r, n, 1), [s.state, s.run], outputs, **stops)
+    s.back.click(move(-1), inputs, outputs, **stops)
+    s.forward.click(move(+1), inputs, outputs, **stops)
+    s.pause.click(None, None, None, **stops)
     return [lambda r: show(r, "untiled", 1), [s.state], outputs]

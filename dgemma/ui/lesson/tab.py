@@ -1,18 +1,12 @@
-"""The "Tiling vs OOM" tab: one batch, one memory budget, run untiled and then tiled.
-
-Untiled, the sampler step holds ~2 fp32 [requests x CL x vocab] copies at once (~1 on a CPU at a
-large vocabulary: it takes a few positions at a time through its cache) and runs out of
-memory (a real torch.OutOfMemoryError: the CUDA allocator under a per-process cap, or the
-budgeted virtual device on a CPU). Tiled, the same batch runs a few requests at a time and
-completes. Then the page checks the tokens: the tiled run against an untiled rerun with room
-to spare. Each run's canvases denoise live in the overview of the batch (dgemma/ui/lesson/live.py);
-its result boxes are rendered by dgemma/ui/lesson/outcomes.py.
-"""
+"""The "Tiling vs OOM" tab: one batch under one memory budget, run untiled (a real
+torch.OutOfMemoryError), tiled and chunked as ordinary runs (`RunService.stream`), each run's canvases
+live in the same board view as the Generate tab's; then its tokens against an untiled rerun with room."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 
 import gradio as gr
@@ -20,24 +14,19 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.serving.backend import Backend
-from dgemma.serving.inputs import parse_call_settings
+from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.lesson_budget import lesson_prompts
+from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
 from dgemma.settings import Settings
+from dgemma.ui import board_view
+from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.charts import plot, tile_figure
-from dgemma.ui.lesson import explorer, live
+from dgemma.ui.compact import frame
+from dgemma.ui.lesson import explorer
 from dgemma.ui.lesson import steps as lesson_steps
-from dgemma.ui.lesson.outcomes import (
-    CHUNKED,
-    COMPARING,
-    PENDING,
-    TILED,
-    UNTILED,
-    render_chunked,
-    render_failure,
-    render_outcome,
-    render_verdict,
-)  # fmt: skip
+from dgemma.ui.lesson.outcomes import CHUNKED, COMPARING, PENDING, TILED, UNTILED, LessonOutcome, summarize
+from dgemma.ui.lesson.outcomes import render_chunked, render_failure, render_not_compared, render_outcome, render_verdict
 from dgemma.units import format_bytes, parse_size
 
 INTRO = (
@@ -49,6 +38,7 @@ INTRO = (
     "a time, sized from free memory, so the peak shrinks by the number of tiles, and because each "
     "request's randomness is keyed by (seed, canvas, step), the tokens do not change."
 )
+IDLE = '<div class="lesson-board-title">Press <b>Run</b>: each run\'s canvases denoise here, one row per request.</div>'
 CHART_TEXT = (
     "**The tiled run, call by call.** Grey area: requests denoising; blue: requests per tile; dotted "
     "orange: tiles per call. Right axis: free memory before the call, the measured peak the call allocated, "
@@ -95,7 +85,8 @@ def build(backend: Backend) -> LessonParts:
         tiled = gr.HTML(render_outcome(None, TILED), elem_id="lesson-tiled")
         chunked = gr.HTML(render_outcome(None, CHUNKED), elem_id="lesson-chunked")
     verdict = gr.HTML("", elem_id="lesson-verdict")
-    board_title, board = live.build()  # the run in progress: the overview of the batch, and its cards
+    board_title = gr.HTML(IDLE, elem_id="lesson-board-title")  # which run the board shows, live
+    board = board_view.build(elem_id="lesson-board")  # the overview of the batch, and its cards
     with gr.Row():
         chart = gr.Plot(plot(tile_figure([])), label="tiled run", elem_id="lesson-plot", scale=2)
         gr.Markdown(CHART_TEXT, elem_classes="explain")
@@ -142,27 +133,54 @@ def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str
                                              fail_on_oom=True, pad_vocab=RELEASED_VOCAB if real else None))
 
 
+def watch(service: RunService, request: object, prompts: list[str], settings: Settings,
+          where: str) -> Generator[dict, None, LessonOutcome]:
+    """One run of `prompts` for the request's tab: its board as compact frames while it runs (as its page
+    can take them; gr.skip() otherwise), then its outcome, read from every event the run sent (`where`:
+    its memory, for the sentence). A run that cannot start or whose stream fails: ValueError, one sentence."""
+    recording, board, shown, started = Recording(), Board(), -1, time.monotonic()
+    ticks = service.stream(request, prompts, settings)
+    try:
+        for tick in ticks:
+            recording.extend(tick.events)  # for the outcome and the step-through
+            fold(tick.events, board)
+            if tick.failure:  # every card it stopped says so, then the tab's card of this run
+                if board.requests:
+                    yield tick.stamp(frame(fail_unfinished(board, tick.failure), refine=False))
+                raise ValueError(tick.failure)
+            # A tick the page cannot take yet, an unchanged board (the keep-alive) and one with no canvas
+            # yet send nothing: the last run's board stays until this run's first step arrives.
+            if not tick.send or board.events == shown or not (board.canvas_length or board.finished):
+                yield gr.skip()
+                continue
+            shown = board.events
+            yield tick.stamp(frame(board, refine=False))  # no Refine on the lesson's cards, nor its data
+    finally:
+        ticks.close()  # its end frees the run's requests now, not when collected
+    return summarize(recording.events(), time.monotonic() - started, where)
+
+
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
                runs: lesson_steps.LessonRuns | None = None) -> Iterator[tuple]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
-    each run's canvases drawn live in the overview as it goes. A failure is one sentence on the card
-    of the run it stopped; the cards before it stay. `runs` keeps the outcomes for stepping through
-    them call by call."""
+    each run's canvases drawn live as it goes. A failure is one sentence on the card of the run it
+    stopped; the cards before it stay. `runs` keeps the outcomes for stepping through them call by call."""
     backend = service.backend
     runs = runs if runs is not None else lesson_steps.LessonRuns()
     runs.outcomes = {}
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
     chart, shown_budget, stage, budget_bytes = gr.skip(), gr.skip(), 0, None
 
-    def frame() -> tuple:
+    def outputs() -> tuple:
         return (*cards, chart, shown_budget, gr.skip(), gr.skip())
 
     def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
-        """One run, its board streamed (only the view changes meanwhile; no title: the view keeps the
-        last run's, as for the rerun behind the verdict); returns its outcome."""
+        """One run, its board streamed (no title: the board keeps the last run's, as for the rerun
+        behind the verdict); returns its outcome."""
         where = f"budget {format_bytes(budget)}" if budget else "no budget"
-        view = live.watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real), where)
-        heading = live.title(title, n) if title else gr.skip()
+        view = watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real), where)
+        heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {n} requests, one row each, '
+                   "one cell per canvas position.</div>") if title else gr.skip()
         while True:
             try:
                 shown = next(view)
@@ -177,14 +195,14 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         shown_budget = ran if ran != budget else gr.skip()
         budget_bytes = _budget_bytes(ran)
         cards[0] = PENDING
-        yield frame()
+        yield outputs()
         untiled = runs.outcomes["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
         cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
-        yield frame()
+        yield outputs()
         tiled = runs.outcomes["tiled"] = yield from watched(TILED, budget_bytes, "auto")
         cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
         cards[2] = PENDING if real else render_chunked(None)
-        yield frame()
+        yield outputs()
         # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
         # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
         # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
@@ -192,7 +210,7 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         if chunked is not None:
             runs.outcomes["chunked"] = chunked
         cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
-        yield frame()
+        yield outputs()
         reference = untiled if untiled.ok else (yield from watched(None, None, "off"))
         cards[3] = render_verdict(tiled, reference, chunked)
     except (ValueError, TypeError, gr.Error) as err:  # bad input, a run refused, or the GPU call failed
@@ -202,8 +220,8 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         if stage < 3:
             cards[stage] = render_failure((UNTILED, TILED, CHUNKED)[stage], sentence)
         else:
-            cards[3] = f'<div class="lesson-result oom" data-outcome="error">Tokens not compared: {html.escape(sentence)}</div>'
-    yield frame()
+            cards[3] = render_not_compared(sentence)
+    yield outputs()
 
 
 def wire(service: RunService, parts: LessonParts) -> None:
