@@ -5,6 +5,8 @@
   `tokens_per_forward`): the tokens of the committed canvases up to and including EOS, pad tokens
   excluded, per decoder forward pass (one per denoising step the request took);
 - steps_per_canvas: denoising steps per committed canvas;
+- predictor_steps: the scheduler's own steps among the forwards (DDIM's corrector sweeps are
+  forwards too, not steps of its schedule); scheduler: which one ran (a run: each one its requests used);
 - decoder_share / sampler_share: of the time of the steps the request took part in, the share in
   the decoder's forward and in the sampler step (shared steps: a batch's decoder call is one call);
 - peak_sampler_bytes: the largest transient the sampler step allocated in those steps.
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 
 from dgemma.units import format_bytes
 
-METRIC_KEYS = ("tokens", "canvas_tokens", "seconds", "tokens_per_s", "tokens_per_forward", "decoder_forwards", "canvases",
-               "steps_per_canvas", "decoder_seconds", "sampler_seconds", "decoder_share", "sampler_share",
+METRIC_KEYS = ("scheduler", "tokens", "canvas_tokens", "seconds", "tokens_per_s", "tokens_per_forward", "decoder_forwards",
+               "predictor_steps", "canvases", "steps_per_canvas", "decoder_seconds", "sampler_seconds", "decoder_share", "sampler_share",
                "peak_sampler_bytes")
 
 
@@ -37,6 +39,8 @@ class Work:
     decoder_seconds: float
     sampler_seconds: float
     peak_sampler_bytes: int
+    predictor_steps: int  # the scheduler's steps among `steps` (fewer by DDIM's corrector sweeps)
+    scheduler: str  # sampling/params.py's SCHEDULERS; a run's: its requests' names, joined by " + "
 
 
 def _ratio(a: float, b: float, digits: int = 4) -> float | None:
@@ -47,10 +51,10 @@ def figures(work: Work) -> dict:
     """The quoted figures of `work` (None where a denominator is zero)."""
     busy = work.decoder_seconds + work.sampler_seconds
     return dict(
-        tokens=work.tokens, canvas_tokens=work.canvas_tokens, seconds=round(work.seconds, 4),
+        scheduler=work.scheduler, tokens=work.tokens, canvas_tokens=work.canvas_tokens, seconds=round(work.seconds, 4),
         tokens_per_s=_ratio(work.tokens, work.seconds, 2),
         tokens_per_forward=_ratio(work.canvas_tokens, work.steps),
-        decoder_forwards=work.steps, canvases=work.canvases,
+        decoder_forwards=work.steps, predictor_steps=work.predictor_steps, canvases=work.canvases,
         steps_per_canvas=_ratio(work.steps, work.canvases, 2),
         decoder_seconds=round(work.decoder_seconds, 4), sampler_seconds=round(work.sampler_seconds, 4),
         decoder_share=_ratio(work.decoder_seconds, busy), sampler_share=_ratio(work.sampler_seconds, busy),
@@ -70,6 +74,8 @@ def run_summary(requests: Sequence[dict | None], wall_seconds: float) -> dict:
         canvases=sum(r["canvases"] for r in done), seconds=wall_seconds,
         decoder_seconds=sum(r["decoder_seconds"] for r in done), sampler_seconds=sum(r["sampler_seconds"] for r in done),
         peak_sampler_bytes=max((r["peak_sampler_bytes"] for r in done), default=0),
+        predictor_steps=sum(r.get("predictor_steps", r["decoder_forwards"]) for r in done),
+        scheduler=" + ".join(dict.fromkeys(r.get("scheduler", "") for r in done if r.get("scheduler"))),
     )  # fmt: skip
     summary = figures(work)
     del summary["decoder_seconds"], summary["sampler_seconds"]  # summed over requests: not the run's time
@@ -82,7 +88,10 @@ def summary_line(summary: dict) -> str:
         value = summary.get(key)
         return "-" if value is None else format(value, fmt)
 
-    return (f"{show('tokens_per_s', '.1f')} tokens/s · {show('tokens_per_forward', '.2f')} tokens per forward · "
-            f"{show('steps_per_canvas', '.1f')} steps per canvas · decoder {show('decoder_share', '.0%')} / "
+    sweeps = (summary.get("decoder_forwards") or 0) - (summary.get("predictor_steps") or 0)
+    named = f"{summary['scheduler']} · " if summary.get("scheduler") else ""
+    corrector = f" · {sweeps} of {summary['decoder_forwards']} forwards corrector sweeps" if sweeps > 0 else ""
+    return (f"{named}{show('tokens_per_s', '.1f')} tokens/s · {show('tokens_per_forward', '.2f')} tokens per forward · "
+            f"{show('steps_per_canvas', '.1f')} steps per canvas{corrector} · decoder {show('decoder_share', '.0%')} / "
             f"sampler {show('sampler_share', '.0%')} of a step · peak sampler memory "
             f"{format_bytes(summary.get('peak_sampler_bytes') or 0)}")

@@ -166,6 +166,29 @@ def test_settings_pick_the_sampler_step_and_tiling(client):
     assert plans and all(p["impl"] == "chunked" and max(p["tiles"]) == 1 for p in plans)
 
 
+def test_info_gives_every_setting_s_default_the_scheduler_among_them(client):
+    from dgemma.settings import CANVAS_NAMES, NAMES
+
+    defaults = client.predict(api_name="/info")["defaults"]
+    assert set(defaults) == set(NAMES) - set(CANVAS_NAMES)
+    assert defaults["scheduler"] == "entropy_bound" and defaults["commit_threshold"] == 0.95
+    assert defaults["editing_threshold"] is None and defaults["corrector_steps"] == 0
+
+
+@pytest.mark.parametrize("scheduler", [{"scheduler": "block_refinement"},
+                                       {"scheduler": "discrete_ddim", "corrector_steps": 1}])
+def test_a_scheduler_gives_a_request_the_same_tokens_alone_in_a_crowd_tiled_and_untiled(client, scheduler):
+    # Alone and untiled at seed 7; then third of four at seed 5 (request i gets 5 + i), one per tile.
+    alone = client.predict(["story: red fox, river"], {**scheduler, "seed": 7, "tiling": "off", "max_new_tokens": 32},
+                           api_name="/generate")["outputs"][0]
+    crowd = client.predict(["add 12+34", "reverse hello", "story: red fox, river", "count 5 to 12"],
+                           {**scheduler, "seed": 5, "tiling": 1, "max_new_tokens": 32}, api_name="/generate")
+    mate = crowd["outputs"][2]
+    assert (mate["seed"], mate["text"], mate["steps"]) == (7, alone["text"], alone["steps"])
+    assert crowd["summary"]["scheduler"] == scheduler["scheduler"]
+    assert all(max(p["tiles"]) == 1 for p in crowd["tile_plans"])
+
+
 def _stream(url: str, text: str, n: int, seen: dict, key: str) -> None:
     job = Client(url, verbose=False).submit(
         *client_inputs(text, n, max_new_tokens=16), api_name="/generate_stream"

@@ -173,3 +173,39 @@ def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, server)
                                                     api_name="/generate")
     assert api["outputs"][0]["text"] == card_text(page)
     assert not page.errors, page.errors
+
+
+
+def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, server, shots):
+    from dgemma.recording import load
+
+    prompts = ["story: red girl, garden", "story: small fox, lake", "add 60+20", "reverse nkuds"]
+    page.get_by_label("Prompts, one per line").fill("\n".join(prompts))
+    concurrent = page.locator("input[type=number]").first
+    concurrent.fill("4")
+    concurrent.press("Enter")
+    if not page.locator("#compare-run").is_visible():  # run alone: the accordion is still closed
+        page.get_by_text("Compare two settings side by side").click()
+    page.fill("#compare-a textarea, #compare-a input", "scheduler=entropy_bound, greedy=true")
+    page.fill("#compare-b textarea, #compare-b input", "scheduler=block_refinement")
+    page.click("#compare-run")
+    page.wait_for_function("() => document.querySelector('#compare-table .compare-same')?.innerText.includes('of 4')",
+                           timeout=180_000)
+    snap(page, shots, "compare-schedulers.png", "#compare")
+    table = page.inner_text("#compare-table")
+    assert "scheduler steps" in table and "tokens per forward" in table and "peak sampler memory" in table, table
+    texts = {side: [page.locator(f"#compare-cards-{side} .card .committed").nth(i).inner_text() for i in range(4)]
+             for side in ("a", "b")}
+    differ = [i for i in range(4) if texts["a"][i] != texts["b"][i]]
+    assert f"same text in {4 - len(differ)} of 4 requests" in table
+    assert page.locator("#compare-table .compare-differ tr").count() == (len(differ) + 1 if differ else 0)
+    with page.expect_download() as download:
+        page.click("#compare-download-b")
+    recording = load(Path(download.value.path()).read_bytes())
+    assert recording.header["settings"]["params"]["scheduler"] == "block_refinement"
+    assert recording.summary["scheduler"] == "block_refinement"
+    seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-b .card .card-head").first.inner_text())[1])
+    api = Client(server.url, verbose=False).predict(prompts, {"scheduler": "block_refinement", "seed": seed},
+                                                    api_name="/generate")
+    assert [o["text"] for o in api["outputs"]] == texts["b"]  # B's cards are the API's tokens for its settings
+    assert not page.errors, page.errors

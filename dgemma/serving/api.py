@@ -81,7 +81,8 @@ def register(service: RunService, embedded: bool = False) -> None:
     def info() -> dict:
         """The served model: {"model" (name or path), "embedded" (this project's teaching model or not),
         "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs", "examples"
-        (prompts that fit it)}."""
-        return model_info(backend.info(), backend.max_num_seqs)
+        (prompts that fit it), "defaults" (every setting a call may give, by name, as this server fills it in:
+        the scheduler and its options among them)}."""
+        return {**model_info(backend.info(), backend.max_num_seqs), "defaults": backend.defaults.values()}
 
     gr.api(info, api_name="info", concurrency_limit=None)

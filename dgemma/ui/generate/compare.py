@@ -1,7 +1,8 @@
 """Compare two settings side by side: the same prompts and seeds under the panel's settings with a
 few changed per side (`name=value`, by the names of dgemma/settings.py's table). A runs, then B (one
 after the other, so each side's tokens per second is its own), each streamed into its own live view
-and recorded as any run; above them, both runs' figures and B's difference from A."""
+and recorded as any run; above them, both runs' figures, B's difference from A, and the texts that
+came out differently, A's beside B's (two schedulers on the same prompts and seeds, say)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ from dgemma.units import format_bytes
 
 SIDES = ("A", "B")
 # (figure, how it reads, format): the rows of the comparison table.
-ROWS = (("decoder_forwards", "denoising steps", "d"), ("steps_per_canvas", "steps per canvas", ".2f"),
+ROWS = (("decoder_forwards", "denoising steps (decoder forwards)", "d"),
+        ("predictor_steps", "scheduler steps (forwards less corrector sweeps)", "d"),
+        ("steps_per_canvas", "steps per canvas", ".2f"),
         ("tokens_per_s", "tokens/s", ".1f"), ("tokens_per_forward", "tokens per forward", ".2f"),
         ("peak_sampler_bytes", "peak sampler memory", "bytes"), ("sampler_share", "sampler share of a step", ".0%"))
 
+DIFFERING_SHOWN = 8  # the texts that differ, listed under the table (32 would push the cards off a projector)
 CHANGES_HELP = "name=value, one per line or comma-separated; the names: " + ", ".join(
     s.name for s in SETTINGS if s.group != "canvas")
 
@@ -54,7 +58,8 @@ def build() -> Compare:
         with gr.Row():
             changes = tuple(gr.Textbox(label=f"{side}: settings changed from the panel", elem_id=f"compare-{side.lower()}",
                                        placeholder=example, info=CHANGES_HELP)
-                            for side, example in zip(SIDES, ("greedy=true", "entropy_bound=0.5")))  # fmt: skip
+                            for side, example in zip(SIDES, ("scheduler=entropy_bound",
+                                                             "scheduler=block_refinement")))  # fmt: skip
             run = gr.Button("Compare", variant="primary", elem_id="compare-run", scale=0, min_width=140)
         table = gr.HTML(elem_id="compare-table")
         with gr.Row():
@@ -103,9 +108,15 @@ def table(boards: list[Board], summaries: list[dict]) -> str:
             change, ratio = "-", ""
         rows.append(f"<tr><th>{label}</th><td>{shown(a, spec)}</td><td>{shown(b, spec)}</td><td>{change}{ratio}</td></tr>")
     texts = [[v.committed_text for v in b.requests.values()] for b in boards]
-    same = sum(x == y for x, y in zip(*texts))
+    differ = [(i, x, y) for i, (x, y) in enumerate(zip(*texts)) if x != y]
+    same = len(texts[0]) - len(differ)
+    listed = "".join(f"<tr><th>{i + 1}</th><td>{html.escape(x)}</td><td>{html.escape(y)}</td></tr>"
+                     for i, x, y in differ[:DIFFERING_SHOWN])
+    more = f"<div>… and {len(differ) - DIFFERING_SHOWN} more</div>" if len(differ) > DIFFERING_SHOWN else ""
+    differing = (f'<table class="compare-differ"><tr><th>request</th><th>A</th><th>B</th></tr>{listed}</table>{more}'
+                 if differ else "")
     return ('<table class="compare-table"><tr><th></th><th>A</th><th>B</th><th>B − A</th></tr>' + "".join(rows)
-            + f'</table><div class="compare-same">same text in {same} of {len(texts[0])} requests</div>')
+            + f'</table><div class="compare-same">same text in {same} of {len(texts[0])} requests</div>' + differing)
 
 
 def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) -> None:

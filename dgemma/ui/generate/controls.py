@@ -14,7 +14,7 @@ from dgemma.serving.backend import Backend, Limits, parse_prompts
 from dgemma.settings import SETTINGS, Setting, Settings
 from dgemma.ui.generate.first_canvas import canvas_settings
 
-PANEL_ROWS = ("length", "sampling", "layout")  # the panel's rows, top to bottom: the table's groups
+PANEL_ROWS = ("length", "sampling", "scheduler", "layout")  # the panel's rows, top to bottom: the table's groups
 PANEL_SETTINGS = tuple(s for s in SETTINGS if s.group in PANEL_ROWS)
 # The Run endpoint's inputs, in order: what a gradio_client caller passes positionally (`client_inputs`).
 FIELDS = ("prompts", "concurrent", *(s.name for s in SETTINGS), "template")
