@@ -71,6 +71,15 @@ class LMHead:
         return products
 
 
+def pad_vocabulary(embed_weight: torch.Tensor, lm_head: LMHead, vocab_size: int) -> tuple[torch.Tensor, LMHead]:
+    """The embedding and LM head of a vocabulary padded to `vocab_size`: padded rows of the
+    embedding are zeros (a padded entry's probability is 0, so it adds no soft-embedding weight),
+    the head's padded logits PAD_LOGIT. The embedding is the real size: so is the step's memory."""
+    padded = torch.zeros(vocab_size, embed_weight.shape[1], dtype=embed_weight.dtype, device=embed_weight.device)
+    padded[: embed_weight.shape[0]] = embed_weight.detach()
+    return padded, replace(lm_head, vocab_size=vocab_size)
+
+
 @dataclass(frozen=True)
 class Scores:
     """What a tile samples from: logits [n, CL, vocab], or hidden states [n, CL, hidden] and the
@@ -87,6 +96,27 @@ class Scores:
     @property
     def vocab_size(self) -> int:
         return self.logits.shape[-1] if self.logits is not None else self.head.vocab
+
+    @classmethod
+    def checked(cls, logits: torch.Tensor | None, hidden: torch.Tensor | None, n: int, canvas_length: int,
+                vocab_size: int, head: LMHead | None) -> Scores:
+        """A sampler step's input for `n` slots, checked against its canvas and vocabulary: logits
+        [n, CL, vocab] (or [n x CL, vocab]), or hidden states [n, CL, hidden] with the sampler's `head`."""
+        if (logits is None) == (hidden is None):
+            raise ValueError("pass exactly one of logits or hidden")
+        if hidden is not None:
+            if head is None:
+                raise ValueError("hidden states need a sampler built with an lm_head")
+            if tuple(hidden.shape[:2]) != (n, canvas_length):
+                raise ValueError(f"hidden of shape {tuple(hidden.shape)} do not match {n} slots x CL {canvas_length}")
+            return cls(hidden=hidden, head=head)
+        if logits.dim() == 2:
+            logits = logits.view(n, canvas_length, -1)
+        if logits.shape[0] != n or logits.shape[1] != canvas_length:
+            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {n} slots x CL {canvas_length}")
+        if logits.shape[2] != vocab_size:
+            raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {vocab_size}")
+        return cls(logits=logits)
 
     def tile(self, start: int, stop: int) -> Scores:
         if self.logits is not None:

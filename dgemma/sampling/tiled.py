@@ -17,7 +17,9 @@ from dgemma.memory.repeats import Repeats
 from dgemma.sampling.calibration import calibrate_tile, row_kind
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
-from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, TileResult, group_bytes_for
+from dgemma.sampling.primitives import (
+    MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, TileResult, group_bytes_for, pad_vocabulary,
+)  # fmt: skip
 from dgemma.sampling.reference import reference_tile
 from dgemma.sampling.schedulers import Phase, phase
 from dgemma.sampling.start import CanvasStart
@@ -263,24 +265,6 @@ class TiledSampler:
         for s in slots:
             self._host[s].steps += 1
 
-    def _scores(self, logits: torch.Tensor | None, hidden: torch.Tensor | None, n: int) -> Scores:
-        """Check the step's input against the slots and wrap it."""
-        if (logits is None) == (hidden is None):
-            raise ValueError("pass exactly one of logits or hidden")
-        if hidden is not None:
-            if self.lm_head is None:
-                raise ValueError("hidden states need a sampler built with an lm_head")
-            if tuple(hidden.shape[:2]) != (n, self.canvas_length):
-                raise ValueError(f"hidden of shape {tuple(hidden.shape)} do not match {n} slots x CL {self.canvas_length}")
-            return Scores(hidden=hidden, head=self.lm_head)
-        if logits.dim() == 2:
-            logits = logits.view(n, self.canvas_length, -1)
-        if logits.shape[0] != n or logits.shape[1] != self.canvas_length:
-            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {n} slots x CL {self.canvas_length}")
-        if logits.shape[2] != self.vocab_size:
-            raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {self.vocab_size}")
-        return Scores(logits=logits)
-
     def _run_tiles(self, scores: Scores, slots: list[int], group: int, free: int) -> tuple[list[int], list[TileSplit]]:
         """Run the tiles of `group` requests; an out-of-memory tile is split in half and retried down to one request."""
         pending = split_tiles(len(slots), group, even=self.tiling == "auto")  # a fixed size is kept as asked
@@ -304,7 +288,7 @@ class TiledSampler:
         """One denoising step for the requests in `slots`, given their logits [n, CL, vocab] or,
         with an `lm_head`, their decoder hidden states [n, CL, hidden] (projected per tile)."""
         slots = [int(s) for s in slots]
-        scores = self._scores(logits, hidden, len(slots))
+        scores = Scores.checked(logits, hidden, len(slots), self.canvas_length, self.vocab_size, self.lm_head)
         started = time.time()
         free = self.memory.free_bytes()
         calibration = self.calibration(slots)
@@ -409,11 +393,3 @@ def build_sampler(
         split=split,
     )  # fmt: skip
 
-
-def pad_vocabulary(embed_weight: torch.Tensor, lm_head: LMHead, vocab_size: int) -> tuple[torch.Tensor, LMHead]:
-    """The embedding and LM head of a vocabulary padded to `vocab_size`: padded rows of the
-    embedding are zeros (a padded entry's probability is 0, so it adds no soft-embedding weight),
-    the head's padded logits PAD_LOGIT. The embedding is the real size: so is the step's memory."""
-    padded = torch.zeros(vocab_size, embed_weight.shape[1], dtype=embed_weight.dtype, device=embed_weight.device)
-    padded[: embed_weight.shape[0]] = embed_weight.detach()
-    return padded, replace(lm_head, vocab_size=vocab_size)
