@@ -145,15 +145,18 @@ def _tiles(requests: int, free_bytes: int, calibration: Calibration) -> tuple[in
 
 
 def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | None = None,
-             reserve_bytes: int = RUNTIME_RESERVE) -> dict:  # fmt: skip
-    """One (GPU, requests) row; peaks in bytes, None where the step cannot run at all."""
+             reserve_bytes: int = RUNTIME_RESERVE, row: str = "sample") -> dict:  # fmt: skip
+    """One (GPU, requests) row; peaks in bytes, None where the step cannot run at all. `row`: the
+    scheduler's costliest kind of row the tiled step is planned for (a key of `calibration.COSTLIEST`:
+    "sample", "tempered", "sweep")."""
     cl = canvas_length or model.canvas_length
     vocab = model.vocab_size
     fits_weights = model.weights_bytes + reserve_bytes <= gpu.total_bytes
     free = gpu.total_bytes - model.weights_bytes - reserve_bytes if fits_weights else 0
     untiled = untiled_calibration(cl, vocab, model.hidden_size)
     group = seed_group(requests, free, cl, vocab)
-    tile_size, tiles, tiled_peak = _tiles(requests, free, tiled_calibration(cl, vocab, model.hidden_size, model.softcap))
+    tiled = row_calibration(row, cl, vocab, model.hidden_size, model.softcap)
+    tile_size, tiles, tiled_peak = _tiles(requests, free, tiled)
     chunk = chunked_tile_size = chunked_tiles = chunked_peak = None
     if fits_weights:
         chunk = chunk_for(requests, free, model, cl)
@@ -172,9 +175,9 @@ def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | Non
 
 
 def plan_rows(model: ModelSpec = RELEASED, gpus: tuple[Gpu, ...] = GPUS, requests: tuple[int, ...] = REQUESTS,
-              canvas_length: int | None = None, reserve_bytes: int = RUNTIME_RESERVE) -> list[dict]:  # fmt: skip
+              canvas_length: int | None = None, reserve_bytes: int = RUNTIME_RESERVE, row: str = "sample") -> list[dict]:  # fmt: skip
     """Every (GPU, requests) row, GPU by GPU."""
-    return [plan_row(g, n, model, canvas_length, reserve_bytes) for g in gpus for n in requests]
+    return [plan_row(g, n, model, canvas_length, reserve_bytes, row) for g in gpus for n in requests]
 
 
 def zerogpu_size(model: ModelSpec, reserve_bytes: int = RUNTIME_RESERVE) -> str | None:
