@@ -37,11 +37,6 @@ class Stepper:
     view: gr.HTML
 
 
-def calls(outcome: LessonOutcome) -> int:
-    """The calls to step through: every sampler call, and the one that ran out of memory."""
-    return len(outcome.calls)
-
-
 def render_call(outcome: LessonOutcome | None, k: int) -> str:
     """Call k (1-based) of one run: its tiles, the requests in each, the memory."""
     if outcome is None or not outcome.calls:
@@ -104,18 +99,15 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
 
     def show(runs: LessonRuns, name: str, k: float) -> list:
         outcome = runs.outcomes.get(name)
-        n = calls(outcome) if outcome is not None else 1
+        n = len(outcome.calls) if outcome is not None else 1
         k = max(1, min(int(k or 1), n))
         figure = gr.skip()
         if name == "tiled" and outcome is not None and outcome.plans:  # the chart is the tiled run's
             figure = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
         return [render_call(outcome, k), gr.Slider(maximum=max(2, n), value=k), figure]
 
-    def move(by: int):
-        return lambda runs, name, k: show(runs, name, (k or 1) + by)
-
     def play(runs: LessonRuns, name: str, k: float) -> Iterator[list]:
-        n = calls(runs.outcomes[name]) if name in runs.outcomes else 1
+        n = len(runs.outcomes[name].calls) if name in runs.outcomes else 1
         first = 1 if int(k or 1) >= n else int(k or 1)  # at the end, play starts over
         for call in range(first, n + 1):
             if call > first:
@@ -128,7 +120,7 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
     stops = dict(cancels=[playing], **quiet)
     s.slider.input(show, inputs, outputs, trigger_mode="always_last", **stops)
     s.run.input(lambda r, n: show(r, n, 1), [s.state, s.run], outputs, **stops)
-    s.back.click(move(-1), inputs, outputs, **stops)
-    s.forward.click(move(+1), inputs, outputs, **stops)
+    s.back.click(lambda runs, name, k: show(runs, name, (k or 1) - 1), inputs, outputs, **stops)
+    s.forward.click(lambda runs, name, k: show(runs, name, (k or 1) + 1), inputs, outputs, **stops)
     s.pause.click(None, None, None, **stops)
     return [lambda r: show(r, "untiled", 1), [s.state], outputs]
