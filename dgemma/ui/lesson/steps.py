@@ -18,13 +18,6 @@ RUNS = (("Untiled (one tile)", "untiled"), ("Tiled (auto)", "tiled"), ("Chunked,
 PACE_S = 1.0  # seconds per call while playing
 
 
-class LessonRuns:
-    """One tab's last lesson: its outcomes by run ("untiled", "tiled", "chunked"; a gr.State's value)."""
-
-    def __init__(self) -> None:
-        self.outcomes: dict[str, LessonOutcome] = {}
-
-
 @dataclass
 class Stepper:
     state: gr.State
@@ -78,7 +71,7 @@ def _requests(rows: tuple[int, ...]) -> str:
 
 def build() -> Stepper:
     """The controls (call inside the lesson's tab, under its results)."""
-    state = gr.State(LessonRuns)
+    state = gr.State(dict)  # the tab's last lesson: its outcomes by run (the names of RUNS)
     with gr.Row(elem_id="lesson-steps"):
         run = gr.Radio(list(RUNS), value="untiled", label="step through", scale=2, elem_id="lesson-step-run")
         slider = gr.Slider(1, 2, value=1, step=1, label="sampler call", scale=3, elem_id="lesson-call-slider")
@@ -97,8 +90,8 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
     is one stream, as the Generate tab's; a hand on the controls ends it."""
     s = stepper
 
-    def show(runs: LessonRuns, name: str, k: float) -> list:
-        outcome = runs.outcomes.get(name)
+    def show(runs: dict[str, LessonOutcome], name: str, k: float) -> list:
+        outcome = runs.get(name)
         n = len(outcome.calls) if outcome is not None else 1
         k = max(1, min(int(k or 1), n))
         figure = gr.skip()
@@ -106,8 +99,8 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
             figure = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
         return [render_call(outcome, k), gr.Slider(maximum=max(2, n), value=k), figure]
 
-    def play(runs: LessonRuns, name: str, k: float) -> Iterator[list]:
-        n = len(runs.outcomes[name].calls) if name in runs.outcomes else 1
+    def play(runs: dict[str, LessonOutcome], name: str, k: float) -> Iterator[list]:
+        n = len(runs[name].calls) if name in runs else 1
         first = 1 if int(k or 1) >= n else int(k or 1)  # at the end, play starts over
         for call in range(first, n + 1):
             if call > first:
