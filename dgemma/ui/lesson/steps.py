@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.ui.charts import mark_step, plot, tile_figure
-from dgemma.ui.lesson.outcomes import LessonOutcome
+from dgemma.ui.lesson.outcomes import TILED, UNTILED, LessonOutcome
 from dgemma.units import format_bytes
 
-RUNS = (("Untiled (one tile)", "untiled"), ("Tiled (auto)", "tiled"), ("Chunked, untiled", "chunked"))
+RUNS = ((UNTILED, "untiled"), (TILED, "tiled"), ("Chunked, untiled", "chunked"))  # (label, the outcome's name)
 PACE_S = 1.0  # seconds per call while playing
 
 
