@@ -39,7 +39,6 @@ def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(back
     from dgemma.sampling import RunOptions, SamplingParams
     from dgemma.serving.runs import RunService
     from dgemma.settings import Settings
-    from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson
 
     prompts = ["add 12+34", "count 3 to 9"]
@@ -52,10 +51,10 @@ def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(back
             assert not any(o.error for o in outputs) and plans
             assert {p.impl for p in plans} == {sampler}
             texts[tiling, sampler] = [o.text for o in outputs]
-    runs = LessonRuns()
+    runs = {}
     for _ in run_lesson(RunService(backend), None, 4, backend.suggest_budget(4, False), False, 4, runs):
         pass
-    assert not runs.outcomes["untiled"].ok and runs.outcomes["tiled"].ok and len(runs.outcomes["tiled"].tokens) == 4
+    assert not runs["untiled"].ok and runs["tiled"].ok and len(runs["tiled"].tokens) == 4
     assert len(set(map(tuple, texts.values()))) == 1  # the layout never changes the tokens
     assert len(engine_threads() - OTHERS) == 1
 

@@ -8,7 +8,7 @@ import pytest
 
 from dgemma.memory import format_bytes
 from dgemma.serving.runs import RunService
-from dgemma.ui.lesson.steps import LessonRuns, render_call
+from dgemma.ui.lesson.steps import render_call
 
 N = 8
 
@@ -22,12 +22,12 @@ def lesson(tiny_model):
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
     try:
-        runs = LessonRuns()
+        runs = {}
         for _ in run_lesson(RunService(backend), None, N, backend.suggest_budget(N, False), False, 3, runs):
             pass
     finally:
         backend.close()
-    return runs.outcomes["untiled"], runs.outcomes["tiled"]
+    return runs["untiled"], runs["tiled"]
 
 
 def test_the_untiled_runs_last_call_is_one_tile_of_every_request_out_of_memory(lesson):

@@ -319,15 +319,14 @@ def lesson_runs(tiny_model, n: int, real_scale: bool, steps: int) -> dict:
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.serving.backend import Limits
     from dgemma.serving.runs import RunService
-    from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=n), Limits(), None)
     try:
-        runs = LessonRuns()
+        runs = {}
         for _ in run_lesson(RunService(backend), None, n, backend.suggest_budget(n, real_scale), real_scale, steps, runs):
             pass
-        return runs.outcomes
+        return runs
     finally:
         backend.close()
 

@@ -255,12 +255,11 @@ def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(g
 
 def test_the_lesson_through_the_gpu_call_runs_out_of_memory_untiled_and_completes_tiled(gpu_backend):
     from dgemma.serving.runs import RunService
-    from dgemma.ui.lesson.steps import LessonRuns
     from dgemma.ui.lesson.tab import run_lesson
 
-    runs = LessonRuns()
+    runs = {}
     *_, last = run_lesson(RunService(gpu_backend), None, 4, gpu_backend.suggest_budget(4, False), False, 2, runs)
-    untiled, tiled = runs.outcomes["untiled"], runs.outcomes["tiled"]
+    untiled, tiled = runs["untiled"], runs["tiled"]
     assert not untiled.ok and "OutOfMemoryError" in untiled.message and untiled.needed_bytes > untiled.free_bytes
     assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last[3]
 

@@ -57,15 +57,11 @@ class LoadingBackend:
         stage = self.download.describe() or self._stage
         return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {stage}.")
 
-    def _backend(self) -> Backend:
-        if self._real is None:
-            if self.error:
-                raise ValueError(f"The model failed to load: {self.error}")
-            raise ValueError("The model is still loading; try again when the page says it is ready.")
-        return self._real
-
     def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
-        return self._backend().start(prompts, settings, stream)
+        if self._real is None:
+            raise ValueError(f"The model failed to load: {self.error}" if self.error else
+                             "The model is still loading; try again when the page says it is ready.")
+        return self._real.start(prompts, settings, stream)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         if self._real is None:

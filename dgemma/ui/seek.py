@@ -10,27 +10,23 @@ import copy
 from collections.abc import Iterator
 
 from dgemma.recording import Recording
-from dgemma.ui.board import Board, RequestView, fold, held_bytes
+from dgemma.ui.board import Board, fold, held_bytes
 
 KEYFRAME_EVERY = 8  # steps between keyframes: a jump folds at most 7 steps
 
 
-def copy_view(view: RequestView) -> RequestView:
-    """A view whose lists and dicts are its own (their items, immutable, are shared)."""
-    twin = copy.copy(view)
-    for name, value in vars(view).items():
-        if isinstance(value, (list, dict)):
-            setattr(twin, name, copy.copy(value))
-    return twin
-
-
 def copy_board(board: Board) -> Board:
-    """A board that folding on never changes `board`, and the other way round."""
-    twin = copy.copy(board)
-    for name, value in vars(board).items():
-        if isinstance(value, (list, dict)) and name != "requests":
-            setattr(twin, name, copy.copy(value))
-    twin.requests = {rid: copy_view(view) for rid, view in board.requests.items()}
+    """A board that folding on never changes `board`, and the other way round: it and each request's
+    view get lists and dicts of their own (their items, immutable, are shared)."""
+    def own(item, shared: str = ""):
+        twin = copy.copy(item)
+        for name, value in vars(item).items():
+            if isinstance(value, (list, dict)) and name != shared:
+                setattr(twin, name, copy.copy(value))
+        return twin
+
+    twin = own(board, shared="requests")
+    twin.requests = {rid: own(view) for rid, view in board.requests.items()}
     return twin
 
 

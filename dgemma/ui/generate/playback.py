@@ -1,12 +1,15 @@
 """Playback on the Generate tab: every run is recorded (dgemma/recording.py); a step slider with back /
 play / pause / forward and a pace sets every card to its state at step k (the fold up to it, drawn as
 the live view) and marks step k on both charts. The view follows a live run until the user takes
-the slider. "Download run" saves it; "Load a run" replays a file with no model."""
+the slider. "Download run" saves it; "Load a run" replays a file with no model. Play is one stream from
+the server, paced by its clock (`PlayClock`), not a browser timer asking for each step: a late tick
+would push every later step back, while here a step shown late is followed by the one due by then
+and play ends on time."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import gradio as gr
@@ -15,13 +18,45 @@ from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate.pacing import PlayClock
 from dgemma.ui.generate import upload as loader
 from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
 CHART_PERIOD_S = 1.0  # while playing, the charts redraw at most this often (and at the last step)
+# A step is sent this long before it is due: about what a real-scale frame (40 KB) takes to cross a
+# 4 Mbit/s link with 40 ms latency and be drawn, so that it is on screen when due, not after.
+SEND_AHEAD_S = 0.1
+
+
+class PlayClock:
+    """Play started at `step`, `pace` seconds a step; when it started, and when the charts were last drawn."""
+
+    def __init__(self, step: int, pace: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.step, self.pace, self.clock = step, pace, clock
+        self.started = self.charts_at = clock()  # play shows the charts of the step it starts from
+
+    def next_step(self, shown: int, pace: float) -> int:
+        """The step a tick shows after `shown`: at least the next one, or the one due nearest to now
+        (the frame takes a moment to reach the page: a step half a tick away is better shown now)."""
+        now = self.clock()
+        if pace != self.pace:  # the pace changed while playing: count from here at the new pace
+            self.step, self.pace, self.started = shown, pace, now
+        return max(shown + 1, self.step + int((now - self.started) / self.pace + 0.5))
+
+    def wait(self, shown: int, ahead: float = SEND_AHEAD_S) -> float:
+        """Seconds until the step after `shown` is to be sent: `ahead` of its due time, at most
+        half a step early (0 when that time has come)."""
+        ahead = min(ahead, self.pace / 2)
+        return max(0.0, self.started + (shown + 1 - self.step) * self.pace - ahead - self.clock())
+
+    def charts_due(self, period: float, last: bool) -> bool:
+        """Whether this tick redraws the charts (and, if so, note that it did)."""
+        now = self.clock()
+        if last or now - self.charts_at >= period:
+            self.charts_at = now
+            return True
+        return False
 
 
 class Playback:
@@ -38,10 +73,13 @@ class Playback:
         self.evicted = ""  # why the run is gone (the memory cap), said at the next view
 
     def start(self, header: dict) -> Recording:
-        self.recording, self.live, self.follow, self.playing = Recording(header), True, True, False
-        self.kept = Seeker()  # the last run's boards go, and the last run with them
-        self.evicted, self.last_used = "", time.monotonic()
-        return self.recording
+        return self.set_run(Recording(header), live=True)
+
+    def set_run(self, recording: Recording, live: bool = False) -> Recording:
+        """`recording` is the tab's run now (a live one, followed; or a loaded one); the last run's boards go."""
+        self.recording, self.live, self.follow, self.playing = recording, live, live, False
+        self.kept, self.evicted, self.last_used = Seeker(), "", time.monotonic()
+        return recording
 
     def held_bytes(self) -> int:
         """What this tab's run holds in memory: its recording, the board last shown and the keyframes."""
@@ -147,11 +185,6 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         playback.follow = playback.playing = False
         return show(playback, step)
 
-    def move(by: int):
-        def handler(playback: Playback, step: float) -> list:
-            return take(playback, (step or 0) + by)
-        return handler
-
     def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[list]:
         # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
         # or a busy page delays each step by its transfer alone, never by a tick's request too.
@@ -200,17 +233,13 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         if playback.clock is not None:  # counts on from the step shown, at the new pace
             playback.clock.next_step(int(step or 0), pace)
 
-    def pause(playback: Playback, step: float) -> list:
-        return take(playback, step)
-
     def load_run(playback: Playback, file, request: gr.Request) -> list:
         if playback.live:
             service.discard_upload(file)
             raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
                            print_exception=False)
         recording = service.read_upload(request, file)  # the upload removed, whatever it held; the last run's file too
-        playback.recording, playback.follow, playback.playing = recording, False, False
-        playback.kept, playback.evicted = Seeker(), ""
+        playback.set_run(recording)
         playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
         service.hold(request, playback)
         return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False)]
@@ -218,9 +247,9 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
     playing = p.play.click(play, [p.state, p.slider, p.pace], outputs, **quiet)
     stops = dict(cancels=[playing], **quiet)  # a hand on the controls ends the play stream at once
-    p.back.click(move(-1), [p.state, p.slider], outputs, **stops)
-    p.forward.click(move(+1), [p.state, p.slider], outputs, **stops)
-    p.pause.click(pause, [p.state, p.slider], outputs, **stops)
+    p.back.click(lambda playback, step: take(playback, (step or 0) - 1), [p.state, p.slider], outputs, **stops)
+    p.forward.click(lambda playback, step: take(playback, (step or 0) + 1), [p.state, p.slider], outputs, **stops)
+    p.pause.click(take, [p.state, p.slider], outputs, **stops)
     p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
     p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
     # Whatever the load made of it, the upload area is emptied for the next file.

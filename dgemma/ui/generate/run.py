@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,9 +21,6 @@ from dgemma.ui.generate.controls import read_panel
 from dgemma.ui.generate.first_canvas import refine_request
 
 log = logging.getLogger(__name__)
-
-# Seconds between redraws of one chart while a run streams (cards redraw every frame).
-CHART_PERIOD_S = float(os.environ.get("DGEMMA_CHART_PERIOD_S", "1.0"))
 
 
 def run_status(board: Board, started: float) -> str:
@@ -87,10 +83,10 @@ def stop(service: RunService) -> Callable[[gr.Request], None]:
 def stream_run(service: RunService, embedded: bool, batch: list[str], raw: dict, played: playback.Playback,
                request: gr.Request) -> Iterator[tuple]:
     """One call's cards, both charts, the status line, the slider and the download as it streams."""
-    # Cards at every frame; each chart at most once a CHART_PERIOD_S, the two half a period apart, and
-    # both at the end: a Plotly redraw costs the browser far more than the cards do, and two at once
-    # would stall a busy laptop's page for a moment.
-    due = [0.0, CHART_PERIOD_S / 2]
+    # Cards at every frame; each chart at most once a playback.CHART_PERIOD_S (one period, live and
+    # replayed), the two half a period apart, and both at the end: a Plotly redraw costs the browser
+    # far more than the cards do, and two at once would stall a busy laptop's page for a moment.
+    due = [0.0, playback.CHART_PERIOD_S / 2]
     board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
     shown = -1
     ticks = service.stream(request, batch, raw, played)
@@ -120,7 +116,7 @@ def stream_run(service: RunService, embedded: bool, batch: list[str], raw: dict,
             charts = []
             for i, figure in enumerate((entropy_figure, board_tile_figure)):
                 if now >= tick.started + due[i] or tick.finished:
-                    due[i] = now - tick.started + CHART_PERIOD_S
+                    due[i] = now - tick.started + playback.CHART_PERIOD_S
                     charts.append(plot(figure(board)))
                 else:
                     charts.append(gr.skip())

@@ -11,18 +11,11 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.ui.charts import mark_step, plot, tile_figure
-from dgemma.ui.lesson.outcomes import LessonOutcome
+from dgemma.ui.lesson.outcomes import TILED, UNTILED, LessonOutcome
 from dgemma.units import format_bytes
 
-RUNS = (("Untiled (one tile)", "untiled"), ("Tiled (auto)", "tiled"), ("Chunked, untiled", "chunked"))
+RUNS = ((UNTILED, "untiled"), (TILED, "tiled"), ("Chunked, untiled", "chunked"))  # (label, the outcome's name)
 PACE_S = 1.0  # seconds per call while playing
-
-
-class LessonRuns:
-    """One tab's last lesson: its outcomes by run ("untiled", "tiled", "chunked"; a gr.State's value)."""
-
-    def __init__(self) -> None:
-        self.outcomes: dict[str, LessonOutcome] = {}
 
 
 @dataclass
@@ -35,11 +28,6 @@ class Stepper:
     pause: gr.Button
     forward: gr.Button
     view: gr.HTML
-
-
-def calls(outcome: LessonOutcome) -> int:
-    """The calls to step through: every sampler call, and the one that ran out of memory."""
-    return len(outcome.calls)
 
 
 def render_call(outcome: LessonOutcome | None, k: int) -> str:
@@ -83,7 +71,7 @@ def _requests(rows: tuple[int, ...]) -> str:
 
 def build() -> Stepper:
     """The controls (call inside the lesson's tab, under its results)."""
-    state = gr.State(LessonRuns)
+    state = gr.State(dict)  # the tab's last lesson: its outcomes by run (the names of RUNS)
     with gr.Row(elem_id="lesson-steps"):
         run = gr.Radio(list(RUNS), value="untiled", label="step through", scale=2, elem_id="lesson-step-run")
         slider = gr.Slider(1, 2, value=1, step=1, label="sampler call", scale=3, elem_id="lesson-call-slider")
@@ -102,20 +90,17 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
     is one stream, as the Generate tab's; a hand on the controls ends it."""
     s = stepper
 
-    def show(runs: LessonRuns, name: str, k: float) -> list:
-        outcome = runs.outcomes.get(name)
-        n = calls(outcome) if outcome is not None else 1
+    def show(runs: dict[str, LessonOutcome], name: str, k: float) -> list:
+        outcome = runs.get(name)
+        n = len(outcome.calls) if outcome is not None else 1
         k = max(1, min(int(k or 1), n))
         figure = gr.skip()
         if name == "tiled" and outcome is not None and outcome.plans:  # the chart is the tiled run's
             figure = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
         return [render_call(outcome, k), gr.Slider(maximum=max(2, n), value=k), figure]
 
-    def move(by: int):
-        return lambda runs, name, k: show(runs, name, (k or 1) + by)
-
-    def play(runs: LessonRuns, name: str, k: float) -> Iterator[list]:
-        n = calls(runs.outcomes[name]) if name in runs.outcomes else 1
+    def play(runs: dict[str, LessonOutcome], name: str, k: float) -> Iterator[list]:
+        n = len(runs[name].calls) if name in runs else 1
         first = 1 if int(k or 1) >= n else int(k or 1)  # at the end, play starts over
         for call in range(first, n + 1):
             if call > first:
@@ -128,7 +113,7 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
     stops = dict(cancels=[playing], **quiet)
     s.slider.input(show, inputs, outputs, trigger_mode="always_last", **stops)
     s.run.input(lambda r, n: show(r, n, 1), [s.state, s.run], outputs, **stops)
-    s.back.click(move(-1), inputs, outputs, **stops)
-    s.forward.click(move(+1), inputs, outputs, **stops)
+    s.back.click(lambda runs, name, k: show(runs, name, (k or 1) - 1), inputs, outputs, **stops)
+    s.forward.click(lambda runs, name, k: show(runs, name, (k or 1) + 1), inputs, outputs, **stops)
     s.pause.click(None, None, None, **stops)
     return [lambda r: show(r, "untiled", 1), [s.state], outputs]

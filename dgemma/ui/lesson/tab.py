@@ -161,13 +161,13 @@ def watch(service: RunService, request: object, prompts: list[str], settings: Se
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
-               runs: lesson_steps.LessonRuns | None = None) -> Iterator[tuple]:
+               runs: dict[str, LessonOutcome] | None = None) -> Iterator[tuple]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
     each run's canvases drawn live as it goes. A failure is one sentence on the card of the run it
     stopped; the cards before it stay. `runs` keeps the outcomes for stepping through them call by call."""
     backend = service.backend
-    runs = runs if runs is not None else lesson_steps.LessonRuns()
-    runs.outcomes = {}
+    runs = runs if runs is not None else {}
+    runs.clear()
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
     chart, shown_budget, stage, budget_bytes = gr.skip(), gr.skip(), 0, None
 
@@ -196,10 +196,10 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         budget_bytes = _budget_bytes(ran)
         cards[0] = PENDING
         yield outputs()
-        untiled = runs.outcomes["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
+        untiled = runs["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
         cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
         yield outputs()
-        tiled = runs.outcomes["tiled"] = yield from watched(TILED, budget_bytes, "auto")
+        tiled = runs["tiled"] = yield from watched(TILED, budget_bytes, "auto")
         cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
         cards[2] = PENDING if real else render_chunked(None)
         yield outputs()
@@ -208,7 +208,7 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
         chunked = (yield from watched(CHUNKED, budget_bytes, "off", "chunked")) if real else None
         if chunked is not None:
-            runs.outcomes["chunked"] = chunked
+            runs["chunked"] = chunked
         cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
         yield outputs()
         reference = untiled if untiled.ok else (yield from watched(None, None, "off"))
@@ -232,7 +232,7 @@ def wire(service: RunService, parts: LessonParts) -> None:
 
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
-    def run(n: float, budget: str, real: bool, steps: float, runs: lesson_steps.LessonRuns,
+    def run(n: float, budget: str, real: bool, steps: float, runs: dict[str, LessonOutcome],
             request: gr.Request) -> Iterator[tuple]:
         yield from run_lesson(service, request, n, budget, real, steps, runs)
 
