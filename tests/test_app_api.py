@@ -127,7 +127,7 @@ def test_server_still_serves_after_bad_input(client):
     [("lots", "is not a size such as 512MiB"), ("1KiB", "is too small for the model weights")],
 )
 def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, words):
-    untiled, tiled, chunked, verdict, _chart, _budget, *_board = client.predict(4, budget, False, 2, api_name="/lesson")
+    untiled, tiled, chunked, verdict, _chart, _budget, *_board = client.predict(4, budget, False, 2, "entropy_bound", api_name="/lesson")
     assert 'data-outcome="error"' in untiled and words in html.unescape(untiled), untiled
     assert "running" not in untiled + tiled + chunked + verdict  # nothing is left saying it runs
 
@@ -139,8 +139,19 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
 
     model = lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32)  # app.py's --max-num-seqs
     small, real = suggest_budget(model, 4, False), suggest_budget(model, 4, True)
-    untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, api_name="/lesson")
+    untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, "entropy_bound", api_name="/lesson")
     assert ran == real != small
+    assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
+    assert 'data-outcome="identical"' in verdict, verdict
+
+
+@pytest.mark.parametrize("scheduler", ["block_refinement", "discrete_ddim"])
+def test_the_lesson_runs_with_any_scheduler(client, scheduler):
+    from dgemma.model.loading import load_model
+    from dgemma.serving.lesson_budget import lesson_model, suggest_budget
+
+    budget = suggest_budget(lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32), 4, False)
+    untiled, tiled, _chunked, verdict, *_ = client.predict(4, budget, False, 2, scheduler, api_name="/lesson")
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
     assert 'data-outcome="identical"' in verdict, verdict
 

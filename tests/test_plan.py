@@ -225,3 +225,21 @@ def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
     assert sentence.startswith("The model is still loading") and sentence.count(". ") == 0
     unknown, _, _ = explore(loading, "no-such-gpu", "released", 0)
     assert unknown == "Unknown GPU 'no-such-gpu': choose one from the list."
+
+
+def test_a_ddim_corrector_sweep_plans_smaller_tiles_than_the_entropy_bound():
+    h200 = next(g for g in plan.GPUS if g.key == "h200")
+    sample, tempered, sweep = (plan.plan_row(h200, 32, plan.RELEASED, row=row) for row in ("sample", "tempered", "sweep"))
+    assert sample["tiles"] == tempered["tiles"] == 1 and sweep["tiles"] > 1  # 7 fp32 copies a request, not 2
+    assert sweep["tiled_peak_bytes"] <= 0.5 * sweep["free_bytes"]  # the planner's share, whatever the row
+
+
+def test_the_explorer_plans_for_the_chosen_schedulers_row():
+    from dgemma.ui.lesson.explorer import explore
+    from dgemma.serving.loading import LoadingBackend
+    from dgemma.serving.backend import Limits
+
+    loading = LoadingBackend(Limits(), 8, None)
+    _, _, sample = explore(loading, "h200", "released", 0, "sample")
+    _, _, sweep = explore(loading, "h200", "released", 0, "sweep")
+    assert "1 × 32" in sample and "2 × 16" in sweep

@@ -15,6 +15,10 @@ from dgemma.units import format_bytes
 
 CANVAS_CHOICES = [("the model's own", 0), 16, 32, 64, 128, 256, 512, 1024]
 DEFAULT_GPU = "h200"
+# A scheduler's costliest kind of row, which the calibrated tiling is planned for (`calibration.COSTLIEST`).
+SCHEDULER_ROWS = [("entropy bound, or any scheduler at temperature 0", "sample"),
+                  ("block refinement or DDIM at a temperature", "tempered"),
+                  ("DDIM with corrector sweeps (float64 over the vocabulary)", "sweep")]
 INTRO = (
     "### What if: the sampler on real GPUs\n"
     "No GPU needed: the weights are the checkpoint's size in bf16, free memory is the GPU's capacity "
@@ -32,6 +36,7 @@ class ExplorerParts:
     gpu: gr.Dropdown
     model: gr.Radio
     canvas: gr.Dropdown
+    scheduler: gr.Dropdown
     sentence: gr.Markdown
     chart: gr.Plot
     table: gr.HTML
@@ -99,8 +104,9 @@ def plan_sentence(rows: Sequence[dict], model: str) -> str:
     return "; ".join(parts[:-1]) + (", and " if len(parts) > 1 else "") + parts[-1] + "."
 
 
-def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str, object, str]:
-    """(sentence, figure, table) for one GPU, the released or the loaded model, a canvas length."""
+def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "sample") -> tuple[str, object, str]:
+    """(sentence, figure, table) for one GPU, the released or the loaded model, a canvas length and the
+    scheduler's kind of row the calibrated tiling is planned for."""
     from dgemma import plan
 
     # A choice that cannot be drawn is one sentence where the explorer's sentence goes (no error
@@ -115,7 +121,7 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int) -> tuple[str,
             return "The model is still loading; choose the released model or try again in a moment.", gr.skip(), gr.skip()
         model = plan.model_from_facts(facts)
     name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
-    rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None)
+    rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None, row=row or "sample")
     return plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
 
 
@@ -133,9 +139,11 @@ def section(backend) -> ExplorerParts:
             gpu = gr.Dropdown([(g.label, g.key) for g in GPUS], value=DEFAULT_GPU, label="GPU", elem_id="explorer-gpu")
             model = gr.Radio(models, value="released", label="model", elem_id="explorer-model")
             canvas = gr.Dropdown(CANVAS_CHOICES, value=0, label="canvas length", elem_id="explorer-canvas")
+            scheduler = gr.Dropdown(SCHEDULER_ROWS, value="sample", label="scheduler (calibrated tiling)",
+                                    elem_id="explorer-scheduler")
         sentence = gr.Markdown("", elem_id="explorer-sentence")
         chart = gr.Plot(label="sampler peak vs requests", elem_id="explorer-plot")
         table = gr.HTML("", elem_id="explorer-table")
-    gr.on(None, lambda g, m, c: explore(backend, g, m, c), [gpu, model, canvas], [sentence, chart, table],
-          api_visibility="private")  # fmt: skip
-    return ExplorerParts(gpu, model, canvas, sentence, chart, table)
+    gr.on(None, lambda g, m, c, r: explore(backend, g, m, c, r), [gpu, model, canvas, scheduler],
+          [sentence, chart, table], api_visibility="private")  # fmt: skip
+    return ExplorerParts(gpu, model, canvas, scheduler, sentence, chart, table)

@@ -18,7 +18,7 @@ from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.lesson_budget import lesson_prompts
 from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
-from dgemma.settings import Settings
+from dgemma.settings import BY_NAME, Settings
 from dgemma.ui import board_view
 from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.charts import plot, tile_figure
@@ -52,6 +52,7 @@ class LessonParts:
     budget: gr.Textbox
     real_scale: gr.Checkbox
     steps: gr.Number
+    scheduler: gr.Dropdown
     run: gr.Button
     untiled: gr.HTML
     tiled: gr.HTML
@@ -74,6 +75,11 @@ def build(backend: Backend) -> LessonParts:
                             elem_id="lesson-budget")
         steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48,
                           elem_id="lesson-denoising-steps")
+        # Each scheduler holds its own transient per request (at its defaults, the entropy bound's);
+        # the budget's suggestion is for that one row.
+        scheduler = gr.Dropdown(list(BY_NAME["scheduler"].choices), value=backend.defaults.params.scheduler,
+                                label="scheduler", info="every run of the lesson denoises with it, at its defaults",
+                                elem_id="lesson-scheduler")
         real_scale = gr.Checkbox(
             False, elem_id="lesson-real-scale", label=f"real scale: pad the logits to vocab {RELEASED_VOCAB:,}",
             info="The released model's vocabulary: the sampler's memory is real-size even with the small model. "
@@ -93,7 +99,7 @@ def build(backend: Backend) -> LessonParts:
     stepper = lesson_steps.build()  # each run call by call: which requests each tile held, the memory
     gr.Markdown("The arithmetic behind these numbers, step by step: see `docs/tiling.md`.")
     explorer.section(backend)
-    return LessonParts(requests, budget, real_scale, steps, run, untiled, tiled, chunked, verdict, chart, stepper,
+    return LessonParts(requests, budget, real_scale, steps, scheduler, run, untiled, tiled, chunked, verdict, chart, stepper,
                        board_title, board)
 
 
@@ -107,13 +113,15 @@ def budget_for_scale(backend: Backend, requests: int, budget: str, real_scale: b
     return budget
 
 
-def _checked(backend: Backend, n: float, steps: float) -> tuple[int, Settings]:
-    """The batch size and the settings every run of the lesson shares: one canvas per request."""
+def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None) -> tuple[int, Settings]:
+    """The batch size and the settings every run of the lesson shares: one canvas per request, the
+    `scheduler` at its defaults (None: the server's)."""
     n = int(n)
     if not 1 <= n <= backend.max_num_seqs:
         raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
     length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
-    settings = parse_call_settings({"max_denoising_steps": steps, "max_new_tokens": length}, backend.defaults,
+    settings = parse_call_settings({"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler},
+                                   backend.defaults,
                                    backend.limits, backend.max_num_seqs, prompts=n)
     return n, settings
 
@@ -161,7 +169,7 @@ def watch(service: RunService, request: object, prompts: list[str], settings: Se
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
-               runs: dict[str, LessonOutcome] | None = None) -> Iterator[tuple]:
+               runs: dict[str, LessonOutcome] | None = None, scheduler: str | None = None) -> Iterator[tuple]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
     each run's canvases drawn live as it goes. A failure is one sentence on the card of the run it
     stopped; the cards before it stay. `runs` keeps the outcomes for stepping through them call by call."""
@@ -190,7 +198,7 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
             heading = gr.skip()
 
     try:
-        n, settings = _checked(backend, n, steps)
+        n, settings = _checked(backend, n, steps, scheduler)
         ran = budget_for_scale(backend, n, budget, real)
         shown_budget = ran if ran != budget else gr.skip()
         budget_bytes = _budget_bytes(ran)
@@ -232,13 +240,13 @@ def wire(service: RunService, parts: LessonParts) -> None:
 
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
-    def run(n: float, budget: str, real: bool, steps: float, runs: dict[str, LessonOutcome],
+    def run(n: float, budget: str, real: bool, steps: float, scheduler: str, runs: dict[str, LessonOutcome],
             request: gr.Request) -> Iterator[tuple]:
-        yield from run_lesson(service, request, n, budget, real, steps, runs)
+        yield from run_lesson(service, request, n, budget, real, steps, runs, scheduler)
 
     parts.run.click(
         run,
-        [parts.requests, parts.budget, parts.real_scale, parts.steps, parts.stepper.state],
+        [parts.requests, parts.budget, parts.real_scale, parts.steps, parts.scheduler, parts.stepper.state],
         [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart, parts.budget, parts.board_title,
          parts.board],
         api_name="lesson", api_visibility="undocumented",
