@@ -26,10 +26,8 @@ import torch
 from dgemma.memory import plan_tiles
 from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, race_noise, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
-from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups
-from dgemma.sampling.reference import raw_logits, tempered_race
-from dgemma.sampling.schedulers import committed_logprobs, settle_tile, sweep_rows
+from dgemma.sampling.reference import settled, tempered_race
 
 MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
 MIN_CHUNK = BLOCK
@@ -116,16 +114,9 @@ def chunked_tile(
     if tempered:
         index = torch.tensor(tempered, device=device)
         sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered, width)
-    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, vocab_size)
-    swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))  # no streamed form: see below
-    argmax = draft
-    draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
-        inputs, draft, sampled, confidence, entropy, renoise, vocab_size, swept)
-    logprobs = committed_logprobs(scores, inputs, argmax, draft, logprobs)
-
     soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype).view(n, canvas_length, -1)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
-                      committed)
+    # A corrector sweep's rows take their logits whole there: it has no streamed form (above)
+    return settled(scores, inputs, draft, sampled, confidence, entropy, soft_embeds, logprobs)
 
 
 def _tempered_samples(scores: Scores, inputs: TileInputs, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,7 +40,7 @@ Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tenso
 
 def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
     """One denoising step over a tile. Pure: reads `inputs`, returns new tensors, writes no state."""
-    n, canvas_length = inputs.history.shape[0], inputs.history.shape[-1]
+    n = inputs.history.shape[0]
     device = inputs.temperature.device
 
     # ---- Phases 1-3 and 7's probabilities, greedy rows and sampling rows each their own way
@@ -56,16 +56,21 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
         index = torch.tensor(tempered, device=device)
         sampled, confidence = sampled.clone(), confidence.clone()
         sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered)
+    return settled(scores, inputs, draft, sampled, confidence, entropy, soft_embeds, logprobs)
 
-    # ---- Phases 4-6: acceptance, re-noising, stability, convergence (each row by its scheduler)
-    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, device), canvas_length, scores.vocab_size)
+
+def settled(scores: Scores, inputs: TileInputs, draft: torch.Tensor, sampled: torch.Tensor, confidence: torch.Tensor,
+            entropy: torch.Tensor, soft_embeds: torch.Tensor, logprobs: torch.Tensor) -> TileResult:
+    """Phases 4-6 of either step (acceptance, re-noising, stability, convergence; each row by its
+    scheduler, corrector sweeps on their rows' whole logits) and its result, from phases 1-3 and 7's
+    figures: the argmax `draft`, the `sampled` proposals and their `confidence`, `logprobs` of the argmax."""
+    renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, draft.device), draft.shape[-1], scores.vocab_size)
     swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))
-    argmax = draft
-    draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
+    committed_draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
         inputs, draft, sampled, confidence, entropy, renoise, scores.vocab_size, swept)
-    logprobs = committed_logprobs(scores, inputs, argmax, draft, logprobs)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs,
-                      committed)
+    logprobs = committed_logprobs(scores, inputs, draft, committed_draft, logprobs)
+    return TileResult(next_canvas, committed_draft, entropy, accepted, mean_entropy, converged, history, soft_embeds,
+                      logprobs, committed)
 
 
 def raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
