@@ -290,9 +290,8 @@ def committed_logprobs(scores, inputs: TileInputs, argmax: torch.Tensor, draft: 
         return logprobs
     index = torch.tensor(rows, device=draft.device)
     ours, theirs = draft[index], argmax[index]
-    tile = scores.tile(0, scores.rows)
-    picked = Scores(**{name: getattr(tile, name)[index] if name != "head" else tile.head
-                       for name in ("logits", "hidden", "head") if getattr(tile, name) is not None})
+    picked = (Scores(logits=scores.logits[index]) if scores.logits is not None
+              else Scores(hidden=scores.hidden[index], head=scores.head))
     shift = picked.at(ours) - picked.at(theirs)
     out = logprobs.clone()
     out[index] = torch.where(ours == theirs, logprobs[index], logprobs[index] + shift)
