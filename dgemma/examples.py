@@ -19,6 +19,7 @@ CHAT_PROMPTS = [
     "Give three tips for learning to cook.", "Explain recursion to a ten-year-old.",
     "Name five animals that live in the Arctic.", "What is the capital of Australia?", "Suggest a name for a cat.",
 ]  # fmt: skip
+LESSON_PROMPTS = ("add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park")  # the lesson's batch, cycled
 PLAIN_PROMPTS = [
     "The sky is blue because", "Once upon a time, in a small village,", "The three primary colours are",
     "A recipe for pancakes:", "The first law of thermodynamics states", "Here is a short poem about the sea:",
@@ -31,6 +32,11 @@ def example_prompts(info: dict) -> list[str]:
     if info.get("embedded"):
         return list(TASK_PROMPTS)
     return list(CHAT_PROMPTS if info.get("chat_template") else PLAIN_PROMPTS)
+
+
+def lesson_prompts(requests: int) -> list[str]:
+    """The lesson's batch of `requests` prompts (prompt i has seed S + i)."""
+    return [LESSON_PROMPTS[i % len(LESSON_PROMPTS)] for i in range(requests)]
 
 
 def example_sets(prompts: list[str], per_set: int = 4) -> list[list[str]]:

@@ -135,9 +135,10 @@ def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, w
 def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
     """Run pressed right after ticking real scale: the box still holds the small scale's budget."""
     from dgemma.model.loading import load_model
-    from dgemma.serving.lesson_budget import lesson_model, suggest_budget
+    from dgemma.examples import LESSON_PROMPTS
+    from dgemma.memory.lesson import lesson_model, suggest_budget
 
-    model = lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32)  # app.py's --max-num-seqs
+    model = lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32, LESSON_PROMPTS)  # app.py's --max-num-seqs
     small, real = suggest_budget(model, 4, False), suggest_budget(model, 4, True)
     untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, "entropy_bound", api_name="/lesson")
     assert ran == real != small
@@ -148,9 +149,10 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
 @pytest.mark.parametrize("scheduler", ["block_refinement", "discrete_ddim"])
 def test_the_lesson_runs_with_any_scheduler(client, scheduler):
     from dgemma.model.loading import load_model
-    from dgemma.serving.lesson_budget import lesson_model, suggest_budget
+    from dgemma.examples import LESSON_PROMPTS
+    from dgemma.memory.lesson import lesson_model, suggest_budget
 
-    budget = suggest_budget(lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32), 4, False)
+    budget = suggest_budget(lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32, LESSON_PROMPTS), 4, False)
     untiled, tiled, _chunked, verdict, *_ = client.predict(4, budget, False, 2, scheduler, api_name="/lesson")
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
     assert 'data-outcome="identical"' in verdict, verdict

@@ -10,7 +10,8 @@ from dgemma.events import RequestEvent
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.sampling import RunOptions, SamplingParams, build_sampler
 from dgemma.sampling.primitives import PAD_LOGIT
-from dgemma.serving.lesson_budget import lesson_model, lesson_prompts, suggest_budget
+from dgemma.examples import LESSON_PROMPTS, lesson_prompts
+from dgemma.memory.lesson import lesson_model, suggest_budget
 from dgemma.units import parse_size
 
 
@@ -21,7 +22,7 @@ def drive(core: EngineCore) -> None:
 
 def test_a_tile_out_of_memory_fails_the_run_with_its_sentence_and_numbers_instead_of_preempting(embedded_model):
     n = 8
-    budget = parse_size(suggest_budget(lesson_model(embedded_model, n), n, False))
+    budget = parse_size(suggest_budget(lesson_model(embedded_model, n, LESSON_PROMPTS), n, False))
     core = EngineCore(embedded_model, EngineConfig(max_num_seqs=n))
     watch = core.subscribe(coalesce=False)
     options = RunOptions(tiling="off", memory_budget=budget, fail_on_oom=True)

@@ -161,7 +161,7 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     from dgemma.serving.backend import results
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.serving.backend import Limits
-    from dgemma.serving.lesson_budget import lesson_prompts
+    from dgemma.examples import lesson_prompts
     from dgemma.ui.lesson import tab
 
     import torch

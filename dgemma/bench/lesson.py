@@ -3,7 +3,7 @@
 The lesson (the "Tiling vs OOM" tab) runs one batch under a memory budget, as engine runs with
 the lesson's options. Here each step implementation runs it twice, alternated, on one engine with
 the same prompts and seeds: tiled under the budget the tab suggests
-(`lesson_budget.suggest_budget`: the untiled step does not fit in it), and
+(`dgemma.memory.lesson.suggest_budget`: the untiled step does not fit in it), and
 untiled with no budget (the tab's rerun with room to spare), after one untimed run of each. Printed per implementation: the
 tiles each call ran, the sampler's seconds of the whole run (the TilePlans' own clocks: the
 decoder's time, the same in both, is left out), their median over the repeats, tiled/untiled,
@@ -44,14 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from dgemma.engine import EngineConfig, EngineCore
+    from dgemma.examples import LESSON_PROMPTS
     from dgemma.gpus import RELEASED_VOCAB
     from dgemma.model.loading import load_model
     from dgemma.sampling import RunOptions
-    from dgemma.serving.lesson_budget import lesson_model, lesson_vocab, suggest_budget
+    from dgemma.memory.lesson import lesson_model, lesson_vocab, suggest_budget
 
     core = EngineCore(load_model(args.model, load_format=args.load_format), EngineConfig(max_num_seqs=args.requests))
     real_scale = not args.model_vocab
-    model = lesson_model(core.loaded, args.requests)
+    model = lesson_model(core.loaded, args.requests, LESSON_PROMPTS)
     budget = suggest_budget(model, args.requests, real_scale)
     vocab = f"vocab padded to {lesson_vocab(model, True):,}" if real_scale else f"vocab {core.loaded.vocab_size:,}"
     print(f"lesson: {args.requests} requests, CL {core.loaded.canvas_length}, {vocab}, tiled under {budget}, "
@@ -82,7 +83,7 @@ def lesson_run(core, requests: int, steps: int, options, what: str) -> tuple[lis
     """The lesson's batch as one engine run with `options`: each request's tokens and the run's tile
     plans; a request that failed is one ValueError naming `what`."""
     from dgemma.events import TilePlan
-    from dgemma.serving.lesson_budget import lesson_prompts
+    from dgemma.examples import lesson_prompts
 
     watch = core.subscribe(coalesce=False)
     handles = [core.submit(p, SamplingParams(max_denoising_steps=steps, seed=5 + i), core.loaded.canvas_length,

@@ -7,10 +7,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dgemma.errors import SettingsError
+from dgemma.examples import LESSON_PROMPTS
 from dgemma.events import FINAL, Event, RequestEvent, TilePlan
+from dgemma.memory.lesson import lesson_model, suggest_budget
 from dgemma.recording import Recording
 from dgemma.sampling import RunOptions, SamplingParams
-from dgemma.serving.lesson_budget import lesson_model, suggest_budget
 from dgemma.settings import Settings, parse_settings
 
 
@@ -91,7 +92,7 @@ class Backend(Protocol):
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         """The lesson's budget: one tile of its `requests` runs out of memory, tiles of a few fit
-        (dgemma/serving/lesson_budget.py)."""
+        (dgemma/memory/lesson.py)."""
 
     def info(self) -> dict[str, Any]: ...
 
@@ -164,7 +165,7 @@ class ModelBackend:
         self.loaded, self.config, self.limits, self.budget_text = loaded, config, limits, budget_text
         self.max_num_seqs = config.max_num_seqs
         # Plain values read now: on ZeroGPU spaces moves the main process's weights to disk after launch.
-        self.lesson_model = lesson_model(loaded, config.max_num_seqs, device)
+        self.lesson_model = lesson_model(loaded, config.max_num_seqs, LESSON_PROMPTS, device)
         p = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         # Two canvases by default: enough to watch a commit, short enough for a laptop (the CLI's too).
         self.defaults = Settings(params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),

@@ -15,7 +15,7 @@ from dgemma.errors import SettingsError
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.serving.backend import Backend
 from dgemma.serving.backend import parse_call_settings
-from dgemma.serving.lesson_budget import lesson_prompts
+from dgemma.examples import lesson_prompts
 from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
 from dgemma.settings import BY_NAME, Settings

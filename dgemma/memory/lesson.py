@@ -1,20 +1,14 @@
-"""The lesson's batch and the memory budget it proposes (docs/tiling.md, section 5): what the engine
+"""The memory budget the lesson proposes for its batch (docs/tiling.md, section 5): what the engine
 holds during the run (weights, its default sampler, the lesson sampler's state, the requests' KV
 caches) plus 3/4 of one untiled tile's need, so the untiled step runs out of memory and tiles of
 about 3/8 of the batch fit."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dgemma.gpus import RELEASED_VOCAB
-
-PROMPTS = ("add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park")  # the embedded model's tasks
-
-
-def lesson_prompts(requests: int) -> list[str]:
-    """The lesson's batch of `requests` prompts (prompt i has seed S + i)."""
-    return [PROMPTS[i % len(PROMPTS)] for i in range(requests)]
 
 
 @dataclass(frozen=True)
@@ -30,17 +24,18 @@ class LessonModel:
     embed_scale: float
     softcap: float | None
     max_num_seqs: int  # the engine's samplers hold state for this many slots
-    prompt_tokens: tuple[int, ...]  # each of PROMPTS, tokenized as the engine does
+    prompt_tokens: tuple[int, ...]  # each of the lesson's prompts (cycled over the batch), tokenized as the engine does
     kv_bytes_per_token: int
 
 
-def lesson_model(loaded, max_num_seqs: int, device: str | None = None) -> LessonModel:
-    """`loaded`'s figures for the lesson's budget (`device`: where the engine runs, if not where it loaded)."""
+def lesson_model(loaded, max_num_seqs: int, prompts: Sequence[str], device: str | None = None) -> LessonModel:
+    """`loaded`'s figures for the lesson's budget over `prompts` (examples.LESSON_PROMPTS; `device`: where the
+    engine runs, if not where it loaded)."""
     return LessonModel(
         device or str(loaded.device), loaded.weight_bytes, loaded.canvas_length, loaded.vocab_size, loaded.hidden_size,
         str(loaded.embed_weight.dtype).removeprefix("torch."), loaded.embed_scale,
         getattr(loaded.model, "final_logit_softcapping", None), max_num_seqs,
-        tuple(len(loaded.encode(p)) for p in PROMPTS), kv_bytes_per_token(loaded.model.config, loaded.embed_weight.dtype),
+        tuple(len(loaded.encode(p)) for p in prompts), kv_bytes_per_token(loaded.model.config, loaded.embed_weight.dtype),
     )  # fmt: skip
 
 
@@ -84,7 +79,7 @@ def suggest_budget(model: LessonModel, requests: int, real_scale: bool) -> str:
     head = LMHead(torch.empty(model.vocab_size, model.hidden_size, dtype=dtype, device="meta"), model.softcap, vocab)
     embed = torch.empty(vocab, model.hidden_size, dtype=dtype, device="meta")
     calibration = calibrate_tile(reference_tile, model.canvas_length, vocab, embed, head, device=torch.device(model.device))
-    tokens = sum(model.prompt_tokens[i % len(PROMPTS)] for i in range(requests))
+    tokens = sum(model.prompt_tokens[i % len(model.prompt_tokens)] for i in range(requests))
     held = model.weight_bytes + state(model.vocab_size) + state(vocab) + tokens * model.kv_bytes_per_token
     free = max(int(0.75 * calibration.tile_bytes(requests)), 2 * calibration.tile_bytes(1) + calibration.bytes_per_request)
     return _round_mib(held + free)
