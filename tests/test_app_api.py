@@ -124,7 +124,7 @@ def test_server_still_serves_after_bad_input(client):
 
 @pytest.mark.parametrize(
     "budget, words",
-    [("lots", "is not a size such as 512MiB"), ("1KiB", "is too small for the model weights")],
+    [("lots", "must be a size such as 512MiB"), ("1KiB", "is too small for the model weights")],
 )
 def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, words):
     untiled, tiled, chunked, verdict, _chart, _budget, *_board = client.predict(4, budget, False, 2, "entropy_bound", api_name="/lesson")

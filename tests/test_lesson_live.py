@@ -27,10 +27,9 @@ def backend(tiny_model):
 
 def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
-    n, settings = tab._checked(backend, N, STEPS)
-    budget_bytes = tab._budget_bytes(budget)
+    n, settings = tab._checked(backend, N, STEPS, budget=budget)
     view = tab.watch(RunService(backend), None, tab.lesson_prompts(n),
-                      tab._run_settings(settings, budget_bytes, tiling, "reference", False), "a budget")
+                      tab._run_settings(settings, settings.options.memory_budget, tiling, "reference", False), "a budget")
     frames = []
     while True:
         try:
@@ -65,5 +64,5 @@ def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(backend)
 
 def test_a_bad_budget_is_one_sentence_on_the_untiled_card(backend):
     untiled, tiled, *_ = list(tab.run_lesson(RunService(backend), None, N, "lots", False, STEPS))[-1]
-    assert 'data-outcome="error"' in untiled and "is not a size such as 512MiB" in html.unescape(untiled)
+    assert 'data-outcome="error"' in untiled and "must be a size such as 512MiB" in html.unescape(untiled)
     assert "not run yet" in tiled

@@ -243,9 +243,8 @@ def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(g
     from dgemma.serving import zerogpu as gpu_worker
     from dgemma.ui.lesson import tab
 
-    n, settings = tab._checked(gpu_backend, 4, 2)
-    budget = tab._budget_bytes(gpu_backend.suggest_budget(n, False))
-    job = gpu_backend._job(tab._run_settings(settings, budget, "off", "reference", False), prompts=tuple(tab.lesson_prompts(n)))
+    n, settings = tab._checked(gpu_backend, 4, 2, budget=gpu_backend.suggest_budget(4, False))
+    job = gpu_backend._job(tab._run_settings(settings, settings.options.memory_budget, "off", "reference", False), prompts=tuple(tab.lesson_prompts(n)))
     snapshots = list(gpu_worker.run_on_gpu(job))
     errors = [e for s in snapshots for e in s.events if getattr(e, "status", "") == "error"]
     assert len(errors) == n and all(e.extra["oom"]["needed_bytes"] > e.extra["oom"]["free_bytes"] for e in errors)

@@ -169,10 +169,10 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     loaded = load_model(model, device="cpu", dtype=parse_dtype(dtype, torch.device("cpu")))
     backend = EngineBackend(loaded, EngineConfig(max_num_seqs=requests), Limits(), None)
     try:
-        n, settings = tab._checked(backend, requests, steps)
-        budget = tab._budget_bytes(backend.suggest_budget(n, True))
+        n, settings = tab._checked(backend, requests, steps, budget=backend.suggest_budget(requests, True))
         tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
-        handle = backend.start(lesson_prompts(n), tab._run_settings(settings, budget, tiling, impl, True))
+        handle = backend.start(lesson_prompts(n), tab._run_settings(settings, settings.options.memory_budget, tiling,
+                                                                     impl, True))
         recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
         outputs, _ = results(handle, recording)
         handle.close()

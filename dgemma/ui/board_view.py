@@ -1,15 +1,18 @@
 """The live view as one component: compact frames in (dgemma/ui/compact.py), drawn by the browser
 (assets/board_view.js): the overview of the batch, a focus card, the cards. Its template never
-changes, so Gradio never redraws it; a finished card's Refine is the component's own `refine` event."""
+changes, so Gradio never redraws it; a finished card's Refine is the component's own `refine` event.
+`frames` is the one loop from a run's ticks to the frames its views send (Run, Compare, the lesson)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gradio as gr
 
-from dgemma.ui.board import Board
+from dgemma.serving.runs import Tick
+from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.compact import SCHEMA, frame
 
 # The frames' constants, from the module that makes them, ahead of the script that reads them.
@@ -44,3 +47,25 @@ def build(elem_id: str = "cards", clicks_js: str = "") -> gr.HTML:
     which triggers `refine`)."""
     return gr.HTML(frame(Board()), html_template=TEMPLATE, js_on_load=SCRIPT + "\n" + clicks_js, apply_default_css=False,
                    elem_id=elem_id)
+
+
+def frames(ticks: Iterator[Tick], board: Board, refine: bool = True,
+           draw: Callable[[Board], bool] = lambda board: True) -> Iterator[tuple[Tick, dict | None]]:
+    """A run's ticks (`RunService.stream`) folded into `board`, each with the frame to send now, stamped
+    for its page to acknowledge: None when the visitor has not drawn the last one, the board has not
+    changed, or `draw(board)` says the view does not want it (a frame made is a frame sent). A failure
+    first fails every open card; its frame goes when there are cards. `ticks` closes with this loop,
+    whatever ends it: the run's requests are freed then, not when collected."""
+    sent = -1
+    try:
+        for tick in ticks:
+            fold(tick.events, board)
+            if tick.failure and board.requests:
+                fail_unfinished(board, tick.failure)
+            due = (bool(board.requests) if tick.failure
+                   else tick.send and (board.events != sent or tick.finished) and draw(board))
+            if due:
+                sent = board.events
+            yield tick, tick.stamp(frame(board, refine=refine)) if due else None
+    finally:
+        ticks.close()

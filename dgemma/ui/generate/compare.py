@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.runs import RunService
 from dgemma.settings import SETTINGS
 from dgemma.ui import board_view
-from dgemma.ui.board import Board, fail_unfinished, fold
+from dgemma.ui.board import Board
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate import first_canvas, playback
@@ -137,25 +138,20 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
         shown = [frame(boards[0]), frame(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
         for i, (side, checked) in enumerate(zip(sides, settings)):
             ticks = service.stream(request, batch, checked, side, slot=f"compare-{SIDES[i].lower()}")
-            try:
-                for tick in ticks:
-                    board = fold(tick.events, boards[i])
+            with closing(board_view.frames(ticks, boards[i])) as frames:
+                for tick, cards in frames:
+                    shown[i] = cards if cards is not None else shown[i]
                     if tick.failure:  # one sentence, on the side's cards and above them; B does not run
-                        if board.requests:
-                            shown[i] = tick.stamp(frame(fail_unfinished(board, tick.failure)))
                         yield [f'<div class="compare-error">⚠️ {SIDES[i]}: {html.escape(tick.failure)}</div>', *shown]
                         return
-                    if not tick.send:  # the visitor has not drawn the last frame yet: nothing goes
+                    if cards is None:  # the visitor has not drawn the last frame yet, or nothing changed
                         yield [gr.skip()] * 7
                         continue
-                    shown[i] = tick.stamp(frame(board))
                     if tick.finished:  # the side's figures, as its file's end line keeps them
                         summaries[i] = tick.summary or {}
-                        shown[2 + i] = plot(entropy_figure(board))
+                        shown[2 + i] = plot(entropy_figure(boards[i]))
                         shown[4 + i] = gr.DownloadButton(value=tick.file, interactive=tick.file is not None)
                     yield [f"<div class='compare-status'>{SIDES[i]} running…</div>", *shown]
-            finally:
-                ticks.close()  # its end frees the side's requests now, not when collected
         yield [table(boards, summaries), *shown]
 
     compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields, outputs=compare.outputs(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 
 import gradio as gr
@@ -20,14 +21,13 @@ from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
 from dgemma.settings import BY_NAME, Settings
 from dgemma.ui import board_view
-from dgemma.ui.board import Board, fail_unfinished, fold
+from dgemma.ui.board import Board
 from dgemma.ui.charts import plot, tile_figure
-from dgemma.ui.compact import frame
 from dgemma.ui.lesson import explorer
 from dgemma.ui.lesson import steps as lesson_steps
 from dgemma.ui.lesson.outcomes import CHUNKED, COMPARING, PENDING, TILED, UNTILED, LessonOutcome, summarize
 from dgemma.ui.lesson.outcomes import render_chunked, render_failure, render_not_compared, render_outcome, render_verdict
-from dgemma.units import format_bytes, parse_size
+from dgemma.units import format_bytes
 
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
@@ -113,25 +113,22 @@ def budget_for_scale(backend: Backend, requests: int, budget: str, real_scale: b
     return budget
 
 
-def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None) -> tuple[int, Settings]:
-    """The batch size and the settings every run of the lesson shares: one canvas per request, the
-    `scheduler` at its defaults (None: the server's)."""
+def _batch(backend: Backend, n: float) -> int:
     n = int(n)
     if not 1 <= n <= backend.max_num_seqs:
         raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
+    return n
+
+
+def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None,
+             budget: str | None = None) -> tuple[int, Settings]:
+    """The batch size and the settings every run of the lesson shares: one canvas per request, the
+    `scheduler` at its defaults (None: the server's), the `budget` (None: none of its own)."""
+    n = _batch(backend, n)
     length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
-    settings = parse_call_settings({"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler},
-                                   backend.defaults,
-                                   backend.limits, backend.max_num_seqs, prompts=n)
-    return n, settings
-
-
-def _budget_bytes(budget: str | None) -> int | None:
-    text = (budget or "").strip()
-    try:
-        return parse_size(text) if text else None
-    except ValueError:
-        raise ValueError(f"The memory budget {text[:40]!r} is not a size such as 512MiB or 2GiB.") from None
+    raw = {"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler,
+           "memory_budget": (budget or "").strip() or None}
+    return n, parse_call_settings(raw, backend.defaults, backend.limits, backend.max_num_seqs, prompts=n)
 
 
 def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str, real: bool) -> Settings:
@@ -146,25 +143,19 @@ def watch(service: RunService, request: object, prompts: list[str], settings: Se
     """One run of `prompts` for the request's tab: its board as compact frames while it runs (as its page
     can take them; gr.skip() otherwise), then its outcome, read from every event the run sent (`where`:
     its memory, for the sentence). A run that cannot start or whose stream fails: ValueError, one sentence."""
-    recording, board, shown, started = Recording(), Board(), -1, time.monotonic()
-    ticks = service.stream(request, prompts, settings)
-    try:
-        for tick in ticks:
+    recording, board, started = Recording(), Board(), time.monotonic()
+    # No frame until this run's first step arrives: the last run's board stays until then. No Refine
+    # on the lesson's cards, nor its data.
+    frames = board_view.frames(service.stream(request, prompts, settings), board, refine=False,
+                               draw=lambda board: bool(board.canvas_length or board.finished))
+    with closing(frames):
+        for tick, shown in frames:
             recording.extend(tick.events)  # for the outcome and the step-through
-            fold(tick.events, board)
             if tick.failure:  # every card it stopped says so, then the tab's card of this run
-                if board.requests:
-                    yield tick.stamp(frame(fail_unfinished(board, tick.failure), refine=False))
+                if shown is not None:
+                    yield shown
                 raise ValueError(tick.failure)
-            # A tick the page cannot take yet, an unchanged board (the keep-alive) and one with no canvas
-            # yet send nothing: the last run's board stays until this run's first step arrives.
-            if not tick.send or board.events == shown or not (board.canvas_length or board.finished):
-                yield gr.skip()
-                continue
-            shown = board.events
-            yield tick.stamp(frame(board, refine=False))  # no Refine on the lesson's cards, nor its data
-    finally:
-        ticks.close()  # its end frees the run's requests now, not when collected
+            yield shown if shown is not None else gr.skip()
     return summarize(recording.events(), time.monotonic() - started, where)
 
 
@@ -198,10 +189,10 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
             heading = gr.skip()
 
     try:
-        n, settings = _checked(backend, n, steps, scheduler)
-        ran = budget_for_scale(backend, n, budget, real)
+        ran = budget_for_scale(backend, _batch(backend, n), budget, real)
         shown_budget = ran if ran != budget else gr.skip()
-        budget_bytes = _budget_bytes(ran)
+        n, settings = _checked(backend, n, steps, scheduler, ran)
+        budget_bytes = settings.options.memory_budget
         cards[0] = PENDING
         yield outputs()
         untiled = runs["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
