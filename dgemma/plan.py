@@ -297,6 +297,46 @@ def _text_row(r: dict) -> str:
             f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
 
 
+def _size(n: int | None) -> str:
+    return "—" if n is None else format_bytes(n)
+
+
+def _share(part: int, free: int) -> str:
+    share = 100 * part / free
+    return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
+
+
+def _article(gpu: str) -> str:
+    return "an" if gpu[:1] in "AEFHILMNORSX" else "a"
+
+
+def plan_sentence(rows: Sequence[dict], model: str) -> str:
+    """One sentence that reads the chart for one GPU's rows (requests ascending)."""
+    if not rows:
+        return "No rows to read."
+    first, last = rows[0], rows[-1]
+    gpu = first["gpu"]
+    on = f"On {_article(gpu)} {gpu}"
+    if not first["fits_weights"]:
+        return (f"{on} {model} does not fit in bf16: its weights take {_size(first['weights_bytes'])} of "
+                f"{_size(first['gpu_bytes'])} (with a {_size(first['reserve_bytes'])} reserve), so no sampler runs; "
+                f"untiled, {last['requests']} requests would need {_size(last['untiled_peak_bytes'])} for the step alone.")  # fmt: skip
+    free = first["free_bytes"]
+    oom = next((r for r in rows if not r["fits_untiled"]), None)
+    untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {_size(oom['untiled_peak_bytes'])})"
+               if oom else f"untiled fits all {last['requests']} requests ({_size(last['untiled_peak_bytes'])})")  # fmt: skip
+    parts = [f"{on}, {_size(free)} is free after the weights of {model} and the reserve: {untiled}",
+             f"the seed's heuristic runs groups of {last['seed_group']} (peak {_size(last['seed_peak_bytes'])}, "
+             f"{_share(last['seed_peak_bytes'], free)})"]  # fmt: skip
+    if last["tile_size"] is not None:
+        parts.append(f"calibrated tiling runs tiles of {last['tile_size']} (peak {_size(last['tiled_peak_bytes'])}, "
+                     f"{_share(last['tiled_peak_bytes'], free)})")  # fmt: skip
+    if last["chunked_peak_bytes"] is not None:
+        held = "in one tile" if last["chunked_tiles"] == 1 else f"in tiles of {last['chunked_tile_size']}"
+        parts.append(f"the chunked step runs {last['requests']} requests {held} at {_size(last['chunked_peak_bytes'])}")
+    return "; ".join(parts[:-1]) + (", and " if len(parts) > 1 else "") + parts[-1] + "."
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     parser = build_parser()
@@ -318,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'tiled pk':>9} {'chunked':>9}")  # fmt: skip
     for row in rows:
         print(_text_row(row))
+    for gpu in args.gpus:  # each GPU's rows read in one sentence, as the lesson's explorer reads them
+        print(plan_sentence([r for r in rows if r["gpu"] == gpu.label], model.name))
     copies = closing["copies_per_request"]
     chunked = ", ".join(f"{v} (chunk {c})" for c, v in copies["chunked"].items()) or "-"
     print(f"copies per request: untiled {copies['untiled']}, seed assumes {copies['seed_assumed']}, tiled "

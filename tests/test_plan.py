@@ -16,7 +16,8 @@ from dgemma import plan
 from dgemma.sampling import LMHead, calibrate_tile, chunked_tile
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size
 from dgemma.ui.charts import plan_figure
-from dgemma.ui.lesson.explorer import plan_sentence, plan_table
+from dgemma.plan import plan_sentence
+from dgemma.ui.lesson.explorer import plan_table
 from app_server import ROOT
 
 MiB, GiB = 1024**2, 1024**3
@@ -150,6 +151,14 @@ def test_a_local_checkpoint_is_planned_from_its_config(capsys):
     row, closing = (json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert (row["canvas_length"], row["vocab"], closing["hidden"]) == (16, 45, 128)
     assert 1_000_000 < row["weights_bytes"] < 3_000_000 and row["fits_untiled"]  # 1.09 M parameters in bf16
+
+
+def test_the_table_ends_with_each_gpus_rows_read_in_the_explorers_sentence(capsys):
+    assert plan.main(["--gpus", "h200", "l4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("On ")] == [
+        plan.plan_sentence(rows_of(plan.plan_rows(gpus=(gpu,)), gpu.label), plan.RELEASED.name)
+        for gpu in (plan.gpu_arg("h200"), plan.gpu_arg("l4"))]
 
 
 @pytest.mark.parametrize("argv", [

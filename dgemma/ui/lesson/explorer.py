@@ -1,5 +1,5 @@
 """The lesson's what-if explorer: `python -m dgemma.plan` for one GPU, the released or the loaded model
-and a canvas length, drawn (charts.plan_figure), tabled and read in one sentence. dgemma.plan
+and a canvas length, drawn (charts.plan_figure), tabled and read in its sentence. dgemma.plan
 (calibrated on meta tensors) is imported when first used: the page's modules stay torch-free."""
 
 from __future__ import annotations
@@ -46,19 +46,10 @@ def _gib(n: int | None) -> str:
     return "—" if n is None else format_bytes(n)
 
 
-def _share(part: int, free: int) -> str:
-    share = 100 * part / free
-    return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
-
-
 def _short(name: str) -> str:
     """A model's name for the page: a local directory by its last two parts (assets/model), a hub id as is."""
     parts = name.rstrip("/").split("/")
     return "/".join(parts[-2:]) if name.startswith(("/", ".", "~")) else name
-
-
-def _article(gpu: str) -> str:
-    return "an" if gpu[:1] in "AEFHILMNORSX" else "a"
 
 
 def plan_table(rows: Sequence[dict]) -> str:
@@ -75,33 +66,6 @@ def plan_table(rows: Sequence[dict]) -> str:
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return (f'<table class="plan-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             "<small>tiles × requests per tile: peak transient of one sampler call</small>")  # fmt: skip
-
-
-def plan_sentence(rows: Sequence[dict], model: str) -> str:
-    """One sentence that reads the chart for one GPU's rows (requests ascending)."""
-    if not rows:
-        return "No rows to read."
-    first, last = rows[0], rows[-1]
-    gpu = first["gpu"]
-    on = f"On {_article(gpu)} {gpu}"
-    if not first["fits_weights"]:
-        return (f"{on} {model} does not fit in bf16: its weights take {_gib(first['weights_bytes'])} of "
-                f"{_gib(first['gpu_bytes'])} (with a {_gib(first['reserve_bytes'])} reserve), so no sampler runs; "
-                f"untiled, {last['requests']} requests would need {_gib(last['untiled_peak_bytes'])} for the step alone.")  # fmt: skip
-    free = first["free_bytes"]
-    oom = next((r for r in rows if not r["fits_untiled"]), None)
-    untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {_gib(oom['untiled_peak_bytes'])})"
-               if oom else f"untiled fits all {last['requests']} requests ({_gib(last['untiled_peak_bytes'])})")  # fmt: skip
-    parts = [f"{on}, {_gib(free)} is free after the weights of {model} and the reserve: {untiled}",
-             f"the seed's heuristic runs groups of {last['seed_group']} (peak {_gib(last['seed_peak_bytes'])}, "
-             f"{_share(last['seed_peak_bytes'], free)})"]  # fmt: skip
-    if last["tile_size"] is not None:
-        parts.append(f"calibrated tiling runs tiles of {last['tile_size']} (peak {_gib(last['tiled_peak_bytes'])}, "
-                     f"{_share(last['tiled_peak_bytes'], free)})")  # fmt: skip
-    if last["chunked_peak_bytes"] is not None:
-        held = "in one tile" if last["chunked_tiles"] == 1 else f"in tiles of {last['chunked_tile_size']}"
-        parts.append(f"the chunked step runs {last['requests']} requests {held} at {_gib(last['chunked_peak_bytes'])}")
-    return "; ".join(parts[:-1]) + (", and " if len(parts) > 1 else "") + parts[-1] + "."
 
 
 def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "sample") -> tuple[str, object, str]:
@@ -122,7 +86,7 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "s
         model = plan.model_from_facts(facts)
     name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None, row=row or "sample")
-    return plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
+    return plan.plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
 
 
 def section(backend) -> ExplorerParts:
