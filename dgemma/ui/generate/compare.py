@@ -140,7 +140,8 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
             ticks = service.stream(request, batch, checked, side, slot=f"compare-{SIDES[i].lower()}")
             with closing(board_view.frames(ticks, boards[i])) as frames:
                 for tick, cards in frames:
-                    shown[i] = cards if cards is not None else shown[i]
+                    if cards is not None:
+                        shown[i] = cards
                     if tick.failure:  # one sentence, on the side's cards and above them; B does not run
                         yield [f'<div class="compare-error">⚠️ {SIDES[i]}: {html.escape(tick.failure)}</div>', *shown]
                         return
