@@ -84,7 +84,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("commit_threshold", "commit threshold", "block_refinement: a position whose confidence is above this "
             "commits beyond the step's share", "number", "scheduler"),
     Setting("editing_threshold", "editing threshold", "block_refinement: a committed token is replaced when the model "
-            "prefers another with confidence above this; empty or off: no editing", "number", "scheduler"),
+            "prefers another with confidence above this; empty or off: no editing", "text", "scheduler"),  # a page's
+    # number field cannot hold "off": it shows 0, which would edit
     Setting("corrector_steps", "corrector steps", "discrete_ddim: corrector sweeps (one decoder forward each) after "
             "each early step, within the denoising steps", "integer", "scheduler"),
     Setting("corrector_k", "corrector k", "discrete_ddim: positions each corrector sweep resamples", "integer",

@@ -35,6 +35,14 @@ def test_editing_off_is_none(off):
     assert SamplingParams(editing_threshold="0").editing_threshold == 0.0  # 0 edits, as diffusers does
 
 
+def test_the_pages_editing_threshold_is_a_text_field_empty_for_off():
+    from dgemma.ui.generate.controls import page_value
+
+    assert BY_NAME["editing_threshold"].widget == "text"  # a number field shows None as 0: editing on
+    assert page_value(BY_NAME["editing_threshold"], Settings()) is None
+    assert parse_settings({"editing_threshold": "0.9"}, Settings()).params.editing_threshold == 0.9
+
+
 @pytest.mark.parametrize("raw, sentence", [
     ({"scheduler": "ddpm"}, "Setting 'scheduler' must be one of entropy_bound, block_refinement, discrete_ddim, got 'ddpm'."),
     ({"corrector_selection": "best"}, "Setting 'corrector_selection' must be one of lowest_log_margin, lowest_maxprob, "

@@ -5,7 +5,7 @@ prompts as one `fill`.
 Every fresh page gets one tick even when the model was ready long before, and the visitor may be
 typing by then: so the tick writes no field itself, and the browser, as the fill arrives, writes
 each value only into a field the visitor has not touched (by its elem_id, kept in a page-wide set:
-Gradio may redraw the input element) and that still holds and shows what the page was built with."""
+Gradio may redraw the input element) and that still shows what the page was built with."""
 
 from __future__ import annotations
 
@@ -22,26 +22,22 @@ from dgemma.ui.generate.tab import GenerateTab
 
 UNCHANGED_OUTPUTS = 3  # the fill, the run button and the example prompts: what a tick leaves alone while loading
 # Installed when the page opens: every element with an id around what the visitor types in, picks or
-# ticks is theirs from then on (window.dgemmaTouched).
+# ticks is theirs from then on (window.dgemmaTouched). Once a page: a second run of the page's load
+# events would otherwise forget what the visitor had touched.
 MARK_TOUCHED_JS = """() => {
+  if (window.dgemmaTouched) return;
   window.dgemmaTouched = new Set();
   for (const kind of ["input", "change"]) document.addEventListener(kind, (e) => {
     if (!e.isTrusted) return;
     for (let node = e.target; node; node = node.parentElement) if (node.id) window.dgemmaTouched.add(node.id);
   }, true);
 }"""
-# Runs after each tick, in the browser: the model's value where the field is untouched, else nothing
-# (undefined). A field is the visitor's when they typed in it, it has focus, or what it shows (its input
-# element) or holds differs from what the page was built with: whichever of Gradio's state and the
-# element learns of a keystroke first, either keeps it. A value equal to the built one is never written.
-FILL_JS = """(fill, ...held) => held.map((value, i) => {
+# Runs after each tick, in the browser: the model's value where the field is untouched, else nothing (undefined).
+FILL_JS = """(fill, ...shown) => shown.map((value, i) => {
   if (!fill || !fill.values) return undefined;
-  const id = fill.ids[i], box = document.getElementById(id), built = JSON.stringify(fill.built[i]);  // no box: a tab not shown yet
-  const input = box && box.querySelector("input, textarea");
-  const shown = input && (input.type === "checkbox" ? input.checked : input.value);
-  const theirs = (window.dgemmaTouched || new Set()).has(id) || (box && box.contains(document.activeElement))
-    || JSON.stringify(value) !== built || (input && String(shown) !== String(fill.built[i] ?? ""));
-  return theirs || JSON.stringify(fill.values[i]) === built ? undefined : fill.values[i];
+  const id = fill.ids[i], box = document.getElementById(id);  // none: a tab not shown yet
+  const theirs = (window.dgemmaTouched || new Set()).has(id) || (box && box.contains(document.activeElement));
+  return !theirs && JSON.stringify(value) === JSON.stringify(fill.built[i]) ? fill.values[i] : undefined;
 })"""
 
 
