@@ -15,7 +15,9 @@ from app_server import MODEL_ARGS, ROOT, shared
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
 
-REQUESTS, STEPS = 4, 3
+# 16 requests: at 4, a fast CPU ran the tiled run's steps within one frame period, and the page saw
+# its start and its end only.
+REQUESTS, STEPS = 16, 3
 FRAME_BYTES = 64 * 1024  # the Generate tab's bound for a real-scale frame on the wire (tests/test_real_scale.py)
 # Every 50 ms: the overview's rows and columns, the first card's step, and which run the page says runs.
 PROBE = """() => {
