@@ -29,11 +29,11 @@ def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
     n, settings = tab._checked(backend, N, STEPS, budget=budget)
     view = tab.watch(RunService(backend), None, tab.lesson_prompts(n),
-                      tab._run_settings(settings, settings.options.memory_budget, tiling, "reference", False), "a budget")
+                      tab._run_settings(settings, settings.options.memory_budget, tiling, "reference", False), "a run")
     frames = []
     while True:
         try:
-            frames.append(next(view))
+            frames.append(next(view)[-1])  # the board's output
         except StopIteration as ended:
             return [f for f in frames if "rows" in f], ended.value  # the rest are gr.skip(): nothing new
 

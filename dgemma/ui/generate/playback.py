@@ -208,15 +208,14 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         def due(timeout: float) -> list[int]:  # the next step once it falls due: the play clock keeps time
             nonlocal latest
             time.sleep(clock.wait(latest))
-            recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
-            if stopped() or recording is None:
+            if stopped():
                 return []
-            latest = min(clock.next_step(latest, clock.pace), recording.steps)
+            # getattr: the memory cap may evict the recording meanwhile (and stop play).
+            latest = min(clock.next_step(latest, clock.pace), getattr(playback.recording, "steps", 0))
             return [latest]
 
         def over() -> bool:
-            recording = playback.recording
-            return stopped() or recording is None or latest >= recording.steps
+            return stopped() or latest >= getattr(playback.recording, "steps", 0)
 
         # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
         for tick in service.paced(request, due, over):

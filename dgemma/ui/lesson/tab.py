@@ -139,24 +139,30 @@ def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str
 
 
 def watch(service: RunService, request: object, prompts: list[str], settings: Settings,
-          where: str) -> Generator[dict, None, LessonOutcome]:
-    """One run of `prompts` for the request's tab: its board as compact frames while it runs (as its page
-    can take them; gr.skip() otherwise), then its outcome, read from every event the run sent (`where`:
-    its memory, for the sentence). A run that cannot start or whose stream fails: ValueError, one sentence."""
+          title: str | None) -> Generator[tuple, None, LessonOutcome]:
+    """One run of `prompts` for the request's tab, as the tab's outputs while it runs: its board (as its
+    page can take it) under the `title` (None: the board keeps the last run's, as for the rerun behind
+    the verdict); then its outcome, read from every event the run sent. A run that cannot start or whose
+    stream fails: ValueError, one sentence."""
     recording, board, started = Recording(), Board(), time.monotonic()
+    heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {len(prompts)} requests, one '
+               "row each, one cell per canvas position.</div>") if title else gr.skip()
     # No frame until this run's first step arrives: the last run's board stays until then. No Refine
     # on the lesson's cards, nor its data.
     frames = board_view.frames(service.stream(request, prompts, settings), board, refine=False,
-                               draw=lambda board: bool(board.canvas_length or board.finished))
+                               draw=lambda board: bool(title and (board.canvas_length or board.finished)))
     with closing(frames):
         for tick, shown in frames:
             recording.extend(tick.events)  # for the outcome and the step-through
-            if tick.failure:  # every card it stopped says so, then the tab's card of this run
-                if shown is not None:
-                    yield shown
+            if tick.failure and (shown is None or not title):  # then the tab's card of this run says why
                 raise ValueError(tick.failure)
-            yield shown if shown is not None else gr.skip()
-    return summarize(recording.events(), time.monotonic() - started, where)
+            yield (*[gr.skip()] * 6, heading, shown if shown is not None else gr.skip())
+            heading = gr.skip()
+            if tick.failure:  # every card it stopped said so first
+                raise ValueError(tick.failure)
+    budget = settings.options.memory_budget
+    return summarize(recording.events(), time.monotonic() - started,
+                     f"budget {format_bytes(budget)}" if budget else "no budget")
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
@@ -174,19 +180,8 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         return (*cards, chart, shown_budget, gr.skip(), gr.skip())
 
     def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
-        """One run, its board streamed (no title: the board keeps the last run's, as for the rerun
-        behind the verdict); returns its outcome."""
-        where = f"budget {format_bytes(budget)}" if budget else "no budget"
-        view = watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real), where)
-        heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {n} requests, one row each, '
-                   "one cell per canvas position.</div>") if title else gr.skip()
-        while True:
-            try:
-                shown = next(view)
-            except StopIteration as ended:
-                return ended.value
-            yield (*[gr.skip()] * 6, heading, shown if title else gr.skip())
-            heading = gr.skip()
+        return (yield from watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real),
+                                 title))
 
     try:
         ran = budget_for_scale(backend, _batch(backend, n), budget, real)
