@@ -6,13 +6,12 @@ memory cap (`slot_key`); the engine's subscriptions are the backend's own, never
 from __future__ import annotations
 
 import logging
-import math
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import gradio as gr
 
@@ -29,6 +28,7 @@ from dgemma.serving.runfiles import RunFiles
 from dgemma.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HZ = 6.0  # frames a second at most: the plain rate, and the page's when it draws them in time
 KEEPALIVE_S = 0.5  # a tick at least this often, drawn or not: a yield is where Gradio ends a gone client's stream
@@ -271,12 +271,21 @@ class RunService:
             log.warning("could not write the run's file: %s", err)
             return None
 
-    def paced(self, request: object, poll: Callable[[float], list], over: Callable[[], bool]) -> Iterator[Tick]:
-        """A view's own updates (a replay's steps: `poll` returns each as it falls due, keeping its own
-        time) as ticks the request's visitor can take, as a run's are (no rate but `poll`'s)."""
+    def paced(self, request: object, updates: Iterable[T], last: Callable[[T], bool],
+              keepalive: float = KEEPALIVE_S) -> Iterator[tuple[T, Pace | None]]:
+        """`updates` (cheap states: a replay's steps) as the request's visitor can take them: (update, pace)
+        to draw and send through `pace.stamp`, or (update, None) at most every `keepalive` seconds while
+        they cannot (draw nothing); the `last` always goes."""
         pace = Pace(paces_by_acks(request))
+        shown = time.monotonic()
         try:
-            yield from ticks(poll, over, pace, hz=math.inf)
+            for update in updates:
+                if last(update) or pace.ready():
+                    shown = time.monotonic()
+                    yield update, pace
+                elif time.monotonic() - shown >= keepalive:
+                    shown = time.monotonic()
+                    yield update, None
         finally:
             pace.close()
 

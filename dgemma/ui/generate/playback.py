@@ -199,44 +199,34 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         # The view already shows the step play starts from, unless it starts over: only the status line changes.
         yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
 
-        latest = drawn = int(step or 0)  # the step last due (a late step catches up), the step last drawn
-
-        def stopped() -> bool:  # paused, taken by the user, played again, or a new Run that the view follows
-            return (not playback.playing or playback.clock is not clock or (playback.live and playback.follow)
-                    or playback.recording is None)
-
-        def due(timeout: float) -> list[int]:  # the next step once it falls due: the play clock keeps time
-            nonlocal latest
-            time.sleep(clock.wait(latest))
-            if stopped():
-                return []
-            # getattr: the memory cap may evict the recording meanwhile (and stop play).
-            latest = min(clock.next_step(latest, clock.pace), getattr(playback.recording, "steps", 0))
-            return [latest]
-
-        def over() -> bool:
-            return stopped() or latest >= getattr(playback.recording, "steps", 0)
+        def due_steps() -> Iterator[tuple[int, bool]]:  # (step, the last?) as each falls due, until play stops
+            shown = int(step or 0)
+            while True:
+                time.sleep(clock.wait(shown))
+                # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
+                recording = playback.recording  # once: the memory cap may evict it meanwhile (and stop play)
+                if not playback.playing or playback.clock is not clock or (playback.live and playback.follow) or recording is None:
+                    return
+                shown = min(clock.next_step(shown, clock.pace), recording.steps)  # a late step catches up
+                yield shown, shown >= recording.steps
 
         # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
-        for tick in service.paced(request, due, over):
-            recording = playback.recording
-            if recording is None or not tick.send or latest == drawn:  # nothing new, or their page is behind
+        for (nxt, at_end), pace in service.paced(request, due_steps(), lambda due: due[1]):
+            if pace is None:  # their page has not drawn the last frame yet: nothing goes
                 yield [gr.skip()] * 5
                 continue
-            at_end = latest >= recording.steps
             if at_end:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
             charts = clock.charts_due(CHART_PERIOD_S, at_end)
-            drawn = latest
-            shown_now = show(playback, drawn, not at_end, clock.pace, charts and not at_end)
+            shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
             if not (playback.playing or at_end) or playback.clock is not clock:
                 return  # paused while this step was drawn: the pause's view stays
-            yield [tick.stamp(shown_now[0]), *shown_now[1:]]
+            yield [pace.stamp(shown_now[0]), *shown_now[1:]]
             if at_end:  # the last step's charts follow its frame, which they would hold up
                 recording = playback.recording
                 if recording is not None:
-                    yield [gr.skip(), *view(recording, drawn, playback.kept)[1:], gr.skip(), gr.skip()]
+                    yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
                 return
 
     def repace(playback: Playback, step: float, pace: float) -> None:
