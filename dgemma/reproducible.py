@@ -16,7 +16,18 @@ element in one fixed order: each of those shapes then gave the same bits at ever
 from 1 to 128, on both code paths, at one and two threads, and the LM head's shapes too. MKL
 reads the variable once, at its first call, so the package sets it when it is imported (before
 any product; importing torch calls no MKL). A process that ran an MKL product before importing
-dgemma keeps MKL's default mode. Out of its reach: a CPU's bf16/fp16 products (oneDNN, which
+dgemma keeps MKL's default mode.
+
+MKL honours STRICT on Intel CPUs only (its docs: on other CPUs only its AUTO and COMPATIBLE
+branches exist, and neither is strict), `mkl_strict_mode_holds()`. Measured on an AMD EPYC
+(AVX-512, torch 2.11.0, MKL 2024.2) under `AUTO,STRICT`: a product of one to three rows took
+another kernel and gave those rows other bits than in a product of 256, at one and two threads
+and for every shape above; from four rows on, every row count gave the same bits. The sampler's
+products have at least a canvas (CL >= 4 positions) of rows per request, and experts run per
+canvas on a CPU, so a request's tokens hold there too; what does not is experts over the whole
+batch (an expert routed one to three of a batch's tokens): not the CPU's default.
+
+Out of its reach: a CPU's bf16/fp16 products (oneDNN, which
 gave other bits for some row counts at one thread), and a GPU's (cuBLAS, which picks its kernels
 by shape too; the one H200 run compared tiles' tokens, all equal, not their soft embeddings:
 scripts/gpu_check.py now compares those, in tiles of one request). So no step computes its
@@ -28,8 +39,10 @@ timed), for bits this mode already makes equal on a CPU.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 STRICT = "STRICT"
+CPU_INFO = Path("/proc/cpuinfo")
 
 
 def ask_mkl_for_strict_reproducibility() -> str:
@@ -39,3 +52,13 @@ def ask_mkl_for_strict_reproducibility() -> str:
     if STRICT not in value.upper().split(","):
         os.environ["MKL_CBWR"] = f"{value},{STRICT}" if value else f"AUTO,{STRICT}"
     return os.environ["MKL_CBWR"]
+
+
+def mkl_strict_mode_holds() -> bool:
+    """Whether MKL can be strict here: torch's CPU products run on MKL, on an Intel CPU with AVX2
+    or later (MKL's strict mode exists on no other). False where that cannot be read (no
+    /proc/cpuinfo): nothing is promised that was not checked."""
+    import torch  # only here: importing dgemma stays free of torch
+
+    text = CPU_INFO.read_text() if CPU_INFO.exists() else ""
+    return torch.backends.mkl.is_available() and "GenuineIntel" in text and " avx2" in text
