@@ -298,10 +298,6 @@ def _text_row(r: dict) -> str:
             f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
 
 
-def _size(n: int | None) -> str:
-    return "—" if n is None else format_bytes(n)
-
-
 def _share(part: int, free: int) -> str:
     share = 100 * part / free
     return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
@@ -319,22 +315,23 @@ def plan_sentence(rows: Sequence[dict], model: str) -> str:
     gpu = first["gpu"]
     on = f"On {_article(gpu)} {gpu}"
     if not first["fits_weights"]:
-        return (f"{on} {model} does not fit in bf16: its weights take {_size(first['weights_bytes'])} of "
-                f"{_size(first['gpu_bytes'])} (with a {_size(first['reserve_bytes'])} reserve), so no sampler runs; "
-                f"untiled, {last['requests']} requests would need {_size(last['untiled_peak_bytes'])} for the step alone.")  # fmt: skip
+        return (f"{on} {model} does not fit in bf16: its weights take {format_bytes(first['weights_bytes'])} of "
+                f"{format_bytes(first['gpu_bytes'])} (with a {format_bytes(first['reserve_bytes'])} reserve), "
+                f"so no sampler runs; "
+                f"untiled, {last['requests']} requests would need {format_bytes(last['untiled_peak_bytes'])} for the step alone.")  # fmt: skip
     free = first["free_bytes"]
     oom = next((r for r in rows if not r["fits_untiled"]), None)
-    untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {_size(oom['untiled_peak_bytes'])})"
-               if oom else f"untiled fits all {last['requests']} requests ({_size(last['untiled_peak_bytes'])})")  # fmt: skip
-    parts = [f"{on}, {_size(free)} is free after the weights of {model} and the reserve: {untiled}",
-             f"the seed's heuristic runs groups of {last['seed_group']} (peak {_size(last['seed_peak_bytes'])}, "
+    untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {format_bytes(oom['untiled_peak_bytes'])})"
+               if oom else f"untiled fits all {last['requests']} requests ({format_bytes(last['untiled_peak_bytes'])})")  # fmt: skip
+    parts = [f"{on}, {format_bytes(free)} is free after the weights of {model} and the reserve: {untiled}",
+             f"the seed's heuristic runs groups of {last['seed_group']} (peak {format_bytes(last['seed_peak_bytes'])}, "
              f"{_share(last['seed_peak_bytes'], free)})"]  # fmt: skip
     if last["tile_size"] is not None:
-        parts.append(f"calibrated tiling runs tiles of {last['tile_size']} (peak {_size(last['tiled_peak_bytes'])}, "
+        parts.append(f"calibrated tiling runs tiles of {last['tile_size']} (peak {format_bytes(last['tiled_peak_bytes'])}, "
                      f"{_share(last['tiled_peak_bytes'], free)})")  # fmt: skip
     if last["chunked_peak_bytes"] is not None:
         held = "in one tile" if last["chunked_tiles"] == 1 else f"in tiles of {last['chunked_tile_size']}"
-        parts.append(f"the chunked step runs {last['requests']} requests {held} at {_size(last['chunked_peak_bytes'])}")
+        parts.append(f"the chunked step runs {last['requests']} requests {held} at {format_bytes(last['chunked_peak_bytes'])}")
     return "; ".join(parts[:-1]) + (", and " if len(parts) > 1 else "") + parts[-1] + "."
 
 

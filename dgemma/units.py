@@ -34,8 +34,10 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
-def format_bytes(n: float) -> str:
-    """Bytes for people: 28672 MiB reads better than 30064771072."""
+def format_bytes(n: float | None) -> str:
+    """Bytes for people: 28672 MiB reads better than 30064771072; None (not known, or not run) is "—"."""
+    if n is None:
+        return "—"
     if abs(n) >= GiB:
         return f"{n / GiB:.2f} GiB"
     if abs(n) >= MiB:

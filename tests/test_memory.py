@@ -23,6 +23,7 @@ from dgemma.memory import (
     Repeats,
     TransientTracker,
     VirtualDevice,
+    format_bytes,
     measure_peak,
     memory_for,
     parse_size,
@@ -48,6 +49,12 @@ def test_malformed_sizes_raise_one_clear_line(text):
     with pytest.raises(ValueError) as info:
         parse_size(text)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("n, text", [(3 * GiB, "3.00 GiB"), (1536 * 1024, "1.5 MiB"), (2048, "2 KiB"), (12, "12 B"),
+                                     (None, "—")])
+def test_sizes_print_for_people_and_an_unknown_one_as_a_dash(n, text):
+    assert format_bytes(n) == text
 
 
 def test_tracker_counts_new_storages_not_views_of_inputs():

@@ -21,9 +21,8 @@ from dgemma.metrics import run_summary
 from dgemma.recording import Recording, RecordingError, load_file, recording_bound, run_header
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
-from dgemma.serving.backend import Backend, Output, Progress, Run, results
+from dgemma.serving.backend import Backend, Output, Progress, Run, parse_call_settings, parse_prompts, results
 from dgemma.serving.held_runs import HeldRuns, Holder
-from dgemma.serving.backend import parse_call_settings, parse_prompts
 from dgemma.serving.runfiles import RunFiles
 from dgemma.settings import Settings
 

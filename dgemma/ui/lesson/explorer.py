@@ -42,10 +42,6 @@ class ExplorerParts:
     table: gr.HTML
 
 
-def _gib(n: int | None) -> str:
-    return "—" if n is None else format_bytes(n)
-
-
 def _short(name: str) -> str:
     """A model's name for the page: a local directory by its last two parts (assets/model), a hub id as is."""
     parts = name.rstrip("/").split("/")
@@ -57,11 +53,11 @@ def plan_table(rows: Sequence[dict]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("requests", "untiled", "seed heuristic", "calibrated tiling", "chunked"))
     body = []
     for r in rows:
-        untiled = _gib(r["untiled_peak_bytes"]) + ("" if r["fits_untiled"] else " (OOM)")
-        seed = f"{r['seed_tiles']} × {r['seed_group']}: {_gib(r['seed_peak_bytes'])}" + ("" if r["fits_seed"] else " (OOM)")
-        tiled = "—" if r["tile_size"] is None else f"{r['tiles']} × {r['tile_size']}: {_gib(r['tiled_peak_bytes'])}"
+        untiled = format_bytes(r["untiled_peak_bytes"]) + ("" if r["fits_untiled"] else " (OOM)")
+        seed = f"{r['seed_tiles']} × {r['seed_group']}: {format_bytes(r['seed_peak_bytes'])}" + ("" if r["fits_seed"] else " (OOM)")
+        tiled = "—" if r["tile_size"] is None else f"{r['tiles']} × {r['tile_size']}: {format_bytes(r['tiled_peak_bytes'])}"
         chunked = "—" if r["chunked_peak_bytes"] is None else (
-            f"{r['chunked_tiles']} × {r['chunked_tile_size']}: {_gib(r['chunked_peak_bytes'])}")  # fmt: skip
+            f"{r['chunked_tiles']} × {r['chunked_tile_size']}: {format_bytes(r['chunked_peak_bytes'])}")  # fmt: skip
         cells = (r["requests"], untiled, seed, tiled, chunked)
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return (f'<table class="plan-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
