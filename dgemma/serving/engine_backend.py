@@ -17,8 +17,7 @@ from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
-from dgemma.serving.backend import ModelBackend, sentence
-from dgemma.serving.backend import Limits
+from dgemma.serving.backend import Limits, ModelBackend, sentence
 from dgemma.settings import Settings, run_options
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,8 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.examples import lesson_prompts
 from dgemma.gpus import RELEASED_VOCAB
-from dgemma.serving.backend import Backend
-from dgemma.serving.backend import parse_call_settings
 from dgemma.recording import Recording
+from dgemma.serving.backend import Backend, parse_call_settings
 from dgemma.serving.runs import RunService
 from dgemma.settings import BY_NAME, Settings
 from dgemma.ui import board_view
