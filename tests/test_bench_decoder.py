@@ -29,4 +29,4 @@ def test_its_table_names_the_widths_and_every_mode(capsys):
     out = capsys.readouterr().out
     assert "16 experts top-2, hidden 64" in out
     assert all(mode in out for mode in ("per_canvas", "whole_batch", "eager"))
-    assert f"MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (Intel CPUs only)'}" in out
+    assert f"MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (MKL has it on Intel CPUs only)'}" in out

@@ -46,8 +46,8 @@ def decode_alone_and_together(runner: Runner, mode: str) -> tuple[list[torch.Ten
 
 
 # Whole batch gives an expert one to three of a batch's tokens, rows whose bits MKL keeps only in
-# its strict mode, which exists on Intel CPUs alone (dgemma/reproducible.py).
-NEEDS_STRICT_MKL = pytest.mark.skipif(not mkl_strict_mode_holds(), reason="MKL's strict mode exists on Intel CPUs only")
+# its strict mode, which exists on Intel CPUs alone (dgemma/reproducible.py checks it is in force).
+NEEDS_STRICT_MKL = pytest.mark.skipif(not mkl_strict_mode_holds(), reason="MKL's strict mode is not in force")
 
 
 @pytest.mark.parametrize("mode", [pytest.param(m, marks=NEEDS_STRICT_MKL) if m == WHOLE_BATCH else m for m in EXPERT_MODES])

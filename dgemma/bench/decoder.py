@@ -12,7 +12,7 @@ are prefilled, and one decoder call over n canvases is timed, alternated after a
 Printed per row: the median seconds, the ratio to per_canvas, and whether the hidden states equal
 per_canvas's bit for bit (else their largest difference). The vocabulary only sizes the embedding
 (the decoder returns hidden states; the sampler applies the head), so a CPU may pass a smaller one.
-On a CPU the header says whether MKL can be strict there (Intel CPUs only): where it cannot,
+On a CPU the header says whether MKL's strict mode is in force (it exists on Intel CPUs only): where not,
 whole batch and eager may differ from per canvas in the last bits (`dgemma/reproducible.py`).
 """
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decoder: {args.layers} layer(s), {args.experts} experts top-{args.top_k}, hidden {args.hidden}, "
               f"CL {args.canvas_length}, cache {args.prompt_tokens} tokens, {device} {str(dtype).removeprefix('torch.')}, "
               f"{torch.get_num_threads()} threads, built in {built:.1f} s; median of {args.repeats} decoder calls"
-              + (f"; MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (Intel CPUs only)'}" if device.type == "cpu" else ""))
+              + (f"; MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (MKL has it on Intel CPUs only)'}" if device.type == "cpu" else ""))
         print(f"{'canvases':>8} {'mode':>12} {'s':>9} {'/per_canvas':>11} {'= per_canvas':>12} {'max diff':>9}")
     for n in args.canvases:
         for row in rows_for(runner, model, n, args, device):
