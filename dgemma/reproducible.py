@@ -18,22 +18,21 @@ reads the variable once, at its first call, so the package sets it when it is im
 any product; importing torch calls no MKL). A process that ran an MKL product before importing
 dgemma keeps MKL's default mode.
 
-MKL honours STRICT on Intel CPUs only (its docs: on other CPUs only its AUTO and COMPATIBLE
-branches exist, and neither is strict); `mkl_strict_mode_holds()` checks whether it is in force.
-Measured on an AMD EPYC (AVX-512, torch 2.11.0, MKL 2024.2) under `AUTO,STRICT`: a product of
-one to three rows took another kernel and gave those rows other bits than in a product of 256, at
-one and two threads and for every shape above; from four rows on, every row count gave the same bits. The sampler's
-products have at least a canvas (CL >= 4 positions) of rows per request, and experts run per
-canvas on a CPU, so a request's tokens hold there too; what does not is experts over the whole
-batch (an expert routed one to three of a batch's tokens): not the CPU's default.
+MKL honours STRICT on Intel CPUs only (its docs: other CPUs have only its AUTO and COMPATIBLE
+branches, neither strict); `mkl_strict_mode_holds()` checks whether it is in force. Without it,
+the AUTO branch this module still asks for took another kernel for a product of one to three rows
+on an AMD EPYC, and kept every row count from four on (docs/benchmarks.md, "Where MKL cannot be
+strict"). A request brings at least a canvas of rows (CL >= 4) to each of the sampler's products,
+and experts run per canvas on a CPU, so its tokens hold there too; experts over the whole batch
+(an expert routed one to three of a batch's tokens) do not, and are not the CPU's default.
 
-Out of its reach: a CPU's bf16/fp16 products (oneDNN, which
-gave other bits for some row counts at one thread), and a GPU's (cuBLAS, which picks its kernels
-by shape too; the one H200 run compared tiles' tokens, all equal, not their soft embeddings:
-scripts/gpu_check.py now compares those, in tiles of one request). So no step computes its
-products per request: that would cost a GPU a launch per request, and a CPU re-packing the
-embedding per request (1.3-3.4x the one product's CPU time at 16-32 positions per request, hand
-timed), for bits this mode already makes equal on a CPU.
+Out of its reach: a CPU's bf16/fp16 products (oneDNN, which gave other bits for some row counts
+at one thread), and a GPU's (cuBLAS, which picks its kernels by shape too; the one H200 run
+compared tiles' tokens, all equal, not their soft embeddings: scripts/gpu_check.py now compares
+those, in tiles of one request). So no step computes its products per request: that would cost a
+GPU a launch per request, and a CPU re-packing the embedding per request (1.3-3.4x the one
+product's CPU time at 16-32 positions per request, hand timed), for bits that are already equal on
+a CPU (in strict mode, or at a canvas of rows a request).
 """
 
 from __future__ import annotations
