@@ -42,13 +42,6 @@ MAX_FILES = 10_000  # and at most this many: tiny uploads cannot make every save
 FRESH_DIR_S = 60.0  # an empty directory younger than this may be Gradio's, about to receive an upload
 
 
-class Usage:
-    """What the directory holds now."""
-
-    def __init__(self, files: int, nbytes: int):
-        self.files, self.bytes = files, nbytes
-
-
 class RunFiles:
     def __init__(self, root: str | Path, max_bytes: int, max_age_s: int):
         self.root = Path(os.path.abspath(root))
@@ -130,10 +123,6 @@ class RunFiles:
 
     # ---------------------------------------------------------------- the directory's total
 
-    def usage(self) -> Usage:
-        entries = self._entries()
-        return Usage(len(entries), sum(size for _, size, _ in entries))
-
     def reserve(self, size: int) -> bool:
         """Count `size` bytes about to be written (an upload) against the cap, making room by
         removing the oldest files; False (nothing counted) if the cap cannot hold them."""
@@ -142,7 +131,7 @@ class RunFiles:
                 return False
             self._reserved += size
             self._fit()
-            if sum(size for _, size, _ in self._entries(stored_only=True)) + self._reserved > self.max_bytes:
+            if sum(size for _, size, _ in self._stored()) + self._reserved > self.max_bytes:
                 self._reserved -= size
                 return False
             return True
@@ -155,7 +144,7 @@ class RunFiles:
         """Remove the oldest stored files (`keep` last) while they and the reserved bytes pass the cap.
         An upload under way (a file Gradio writes at the top of the directory, then moves into a folder
         of its own) is never removed: its reservation counts it."""
-        entries = sorted(self._entries(stored_only=True), key=lambda e: (e[2] == keep, e[0]))
+        entries = sorted(self._stored(), key=lambda e: (e[2] == keep, e[0]))
         total = sum(size for _, size, _ in entries) + self._reserved
         count = len(entries)
         evicted = 0
@@ -168,17 +157,16 @@ class RunFiles:
                 evicted += 1
         return evicted
 
-    def _entries(self, stored_only: bool = False) -> list[tuple[float, int, str]]:
-        """(mtime, size, path) of every file in the directory but the lock; `stored_only`: not those at
-        its top, where Gradio writes an upload under way."""
+    def _stored(self) -> list[tuple[float, int, str]]:
+        """(mtime, size, path) of every file stored in the directory: not those at its top (the lock,
+        and an upload under way, which Gradio writes there)."""
         found = []
         for folder, _, names in os.walk(self.root):
+            if folder == str(self.root):
+                continue
             for name in names:
-                path = os.path.join(folder, name)
-                if folder == str(self.root) and (name == LOCK or stored_only):
-                    continue
                 with contextlib.suppress(OSError):  # gone meanwhile
-                    st = os.stat(path)
+                    st = os.stat(path := os.path.join(folder, name))
                     found.append((st.st_mtime, st.st_size, path))
         return found
 
