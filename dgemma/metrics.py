@@ -82,11 +82,17 @@ def run_summary(requests: Sequence[dict | None], wall_seconds: float) -> dict:
     return {**summary, "requests": len(done)}
 
 
+def shown(value: float | None, spec: str) -> str:
+    """A figure as people read it: "-" when there is none, a size in its unit (`spec` "bytes")."""
+    if value is None:
+        return "-"
+    return format_bytes(value) if spec == "bytes" else format(value, spec)
+
+
 def summary_line(summary: dict) -> str:
     """The run summary as one line of text (the CLI's stderr, the page's status)."""
     def show(key: str, fmt: str) -> str:
-        value = summary.get(key)
-        return "-" if value is None else format(value, fmt)
+        return shown(summary.get(key), fmt)
 
     sweeps = (summary.get("decoder_forwards") or 0) - (summary.get("predictor_steps") or 0)
     named = f"{summary['scheduler']} · " if summary.get("scheduler") else ""
@@ -94,4 +100,4 @@ def summary_line(summary: dict) -> str:
     return (f"{named}{show('tokens_per_s', '.1f')} tokens/s · {show('tokens_per_forward', '.2f')} tokens per forward · "
             f"{show('steps_per_canvas', '.1f')} steps per canvas{corrector} · decoder {show('decoder_share', '.0%')} / "
             f"sampler {show('sampler_share', '.0%')} of a step · peak sampler memory "
-            f"{format_bytes(summary.get('peak_sampler_bytes') or 0)}")
+            f"{shown(summary.get('peak_sampler_bytes') or 0, 'bytes')}")

@@ -16,6 +16,7 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
+from dgemma.metrics import shown
 from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.runs import RunService
 from dgemma.settings import SETTINGS
@@ -25,7 +26,6 @@ from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate import first_canvas, playback
 from dgemma.ui.generate.controls import Panel, read_panel
-from dgemma.units import format_bytes
 
 SIDES = ("A", "B")
 # (figure, how it reads, format): the rows of the comparison table.
@@ -93,12 +93,6 @@ def changed_settings(text: str | None) -> dict[str, str]:
 def table(boards: list[Board], summaries: list[dict]) -> str:
     """Both runs' figures (their summaries, dgemma/metrics.py) and B's difference from A, plus how many
     texts are the same."""
-
-    def shown(value: Any, spec: str) -> str:
-        if value is None:
-            return "-"
-        return format_bytes(value) if spec == "bytes" else format(value, spec)
-
     rows = []
     for key, label, spec in ROWS:
         a, b = (summary.get(key) for summary in summaries)
