@@ -20,7 +20,7 @@ from typing import TextIO
 
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.sampling import SamplingParams
-from dgemma.settings import NAMES, SETTINGS, Settings, parse_settings
+from dgemma.settings import NAMES, SETTINGS, Settings, name_value_pairs, parse_settings
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -74,13 +74,7 @@ def raw_settings(args: argparse.Namespace) -> dict[str, object]:
 
 def pins_from_flags(flags: list[str]) -> dict[str, str] | None:
     """--pin POSITION=TEXT flags as the settings' {position: text} (the text may hold '=')."""
-    pins: dict[str, str] = {}
-    for flag in flags:
-        position, sep, text = flag.partition("=")
-        if not sep or not position.strip():
-            raise ValueError(f"--pin takes POSITION=TEXT (for example --pin 3=x), got {flag[:40]!r}")
-        pins[position.strip()] = text
-    return pins or None
+    return name_value_pairs(flags, "--pin takes POSITION=TEXT (for example --pin 3=x), got {part!r}") or None
 
 
 def early_check(raw: dict[str, object]) -> dict[str, object]:

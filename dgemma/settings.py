@@ -21,7 +21,7 @@ per prompt. Whether a piece is one token and a position inside the canvas is the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -189,6 +189,21 @@ def _pins(value: Any) -> PinTexts:
             raise SettingsError(f"Setting 'pins': the token at position {position} must be text, got {got}.")
         held[position] = piece
     return tuple(sorted(held.items()))
+
+
+def name_value_pairs(parts: Iterable[str], problem: str) -> dict[str, str]:
+    """`name=value` parts as {name: value}: the name stripped, the value as written (it may hold '='),
+    blank parts skipped. A part without a name or an '=' raises SettingsError(`problem`), whose
+    `{part!r}` is that part (its first 40 characters)."""
+    pairs: dict[str, str] = {}
+    for part in parts:
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(problem.format(part=part.strip()[:40]))
+        pairs[name.strip()] = value
+    return pairs
 
 
 def run_options(settings: Settings, server_budget: int | None) -> RunOptions:

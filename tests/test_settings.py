@@ -7,7 +7,7 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.memory import MiB
 from dgemma.sampling import MAX_SEED, MAX_STABILITY, RunOptions, SamplingParams
-from dgemma.settings import Settings, parse_settings
+from dgemma.settings import Settings, name_value_pairs, parse_settings
 
 
 @pytest.mark.parametrize(
@@ -89,3 +89,13 @@ def test_the_cli_the_api_docs_and_the_page_take_their_settings_from_the_table():
     for setting in SETTINGS:
         assert setting.name in args and f"{setting.name} [" in docs and setting.help in docs
     assert parse_args(["--confidence-threshold", "0.5", "--pin", "0=x"]).confidence_threshold == "0.5"
+
+
+def test_name_value_parts_keep_the_value_as_written_and_skip_blank_parts():
+    assert name_value_pairs([" 3 = x", "", "  ", "5=a=b"], "{part!r}") == {"3": " x", "5": "a=b"}
+
+
+@pytest.mark.parametrize("part", ["seven", "=x", " =x "])
+def test_a_part_without_a_name_or_an_equals_sign_is_the_callers_sentence(part):
+    with pytest.raises(SettingsError, match=f"^got {part.strip()!r}\\.$"):
+        name_value_pairs(["a=1", part], "got {part!r}.")

@@ -14,12 +14,11 @@ from typing import Any
 
 import gradio as gr
 
-from dgemma.errors import SettingsError
 from dgemma.examples import prompt_note
 from dgemma.metrics import shown
 from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.runs import RunService
-from dgemma.settings import SETTINGS
+from dgemma.settings import SETTINGS, name_value_pairs
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import entropy_figure, plot
@@ -79,15 +78,9 @@ def build() -> Compare:
 
 def changed_settings(text: str | None) -> dict[str, str]:
     """`greedy=true, entropy_bound=0.5` (commas or lines) -> {"greedy": "true", "entropy_bound": "0.5"}."""
-    changes: dict[str, str] = {}
-    for part in (text or "").replace("\n", ",").split(","):
-        if not part.strip():
-            continue
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip():
-            raise SettingsError(f"Compare: write name=value (for example greedy=true), got {part.strip()[:40]!r}.")
-        changes[name.strip()] = value.strip()
-    return changes
+    changes = name_value_pairs((text or "").replace("\n", ",").split(","),
+                               "Compare: write name=value (for example greedy=true), got {part!r}.")
+    return {name: value.strip() for name, value in changes.items()}
 
 
 def table(boards: list[Board], summaries: list[dict]) -> str:

@@ -15,7 +15,7 @@ import gradio as gr
 
 from dgemma.errors import SettingsError
 from dgemma.recording import Recording
-from dgemma.settings import BY_NAME
+from dgemma.settings import BY_NAME, name_value_pairs
 from dgemma.ui.board import RequestView
 from dgemma.ui.compact import is_special, refinable
 from dgemma.ui.seek import Seeker
@@ -70,15 +70,8 @@ def template_pins(template: str) -> dict[str, str]:
 
 def pin_lines(text: str) -> dict[str, str]:
     """`position=token` lines -> {position: token} (the token as written, spaces kept)."""
-    pins: dict[str, str] = {}
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        position, sep, piece = line.partition("=")
-        if not sep or not position.strip():
-            raise SettingsError(f"Pins: write one position=token per line (for example 3=x), got {line[:40]!r}.")
-        pins[position.strip()] = piece
-    return pins
+    return name_value_pairs((text or "").splitlines(),
+                            "Pins: write one position=token per line (for example 3=x), got {part!r}.")
 
 
 def canvas_settings(start: str | None, pins: str | None, template: str | None) -> dict[str, Any]:
