@@ -316,9 +316,9 @@ def plan_sentence(rows: Sequence[dict], model: str) -> str:
     on = f"On {_article(gpu)} {gpu}"
     if not first["fits_weights"]:
         return (f"{on} {model} does not fit in bf16: its weights take {format_bytes(first['weights_bytes'])} of "
-                f"{format_bytes(first['gpu_bytes'])} (with a {format_bytes(first['reserve_bytes'])} reserve), "
-                f"so no sampler runs; "
-                f"untiled, {last['requests']} requests would need {format_bytes(last['untiled_peak_bytes'])} for the step alone.")  # fmt: skip
+                f"{format_bytes(first['gpu_bytes'])} (with a {format_bytes(first['reserve_bytes'])} reserve), so no "
+                f"sampler runs; untiled, {last['requests']} requests would need "
+                f"{format_bytes(last['untiled_peak_bytes'])} for the step alone.")
     free = first["free_bytes"]
     oom = next((r for r in rows if not r["fits_untiled"]), None)
     untiled = (f"untiled runs out of memory at {oom['requests']} requests (it needs {format_bytes(oom['untiled_peak_bytes'])})"

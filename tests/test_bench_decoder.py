@@ -19,7 +19,7 @@ def test_it_prints_a_row_per_mode_and_canvas_count_with_the_ratio_to_per_canvas(
         (n, m) for n in (1, 3) for m in ("per_canvas", "whole_batch", "eager")]
     for row in rows:
         assert row["seconds"] > 0 and row["experts"] == 16 and row["top_k"] == 2
-        # Per canvas is invariant on any CPU; the others only where MKL can be strict (Intel CPUs).
+        # Per canvas is invariant on any CPU; the others only where MKL's strict mode is in force.
         assert row["equal_to_per_canvas"] is True or (row["canvases"] > 1 and not mkl_strict_mode_holds())
     assert {r["vs_per_canvas"] for r in rows if r["mode"] == "per_canvas"} == {1.0}
 

@@ -9,8 +9,8 @@ import torch
 
 from dgemma.reproducible import ask_mkl_for_strict_reproducibility, mkl_strict_mode_holds
 
-# MKL is strict on Intel CPUs only; elsewhere (an AMD EPYC here) a product of one to three rows took
-# another kernel, and from four rows on every row count gave the same bits (dgemma/reproducible.py).
+# MKL is strict on Intel CPUs only; elsewhere (an AMD EPYC, docs/benchmarks.md) a product of one to
+# three rows took another kernel, and from four rows on every row count gave the same bits.
 FEWEST_ROWS = 1 if mkl_strict_mode_holds() else 4
 
 

@@ -144,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(model)
     built = time.perf_counter() - started
     if not args.json:
+        strict = "" if device.type != "cpu" else (
+            f"; MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (MKL has it on Intel CPUs only)'}")
         print(f"decoder: {args.layers} layer(s), {args.experts} experts top-{args.top_k}, hidden {args.hidden}, "
               f"CL {args.canvas_length}, cache {args.prompt_tokens} tokens, {device} {str(dtype).removeprefix('torch.')}, "
               f"{torch.get_num_threads()} threads, built in {built:.1f} s; median of {args.repeats} decoder calls"
-              + (f"; MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (MKL has it on Intel CPUs only)'}" if device.type == "cpu" else ""))
+              f"{strict}")
         print(f"{'canvases':>8} {'mode':>12} {'s':>9} {'/per_canvas':>11} {'= per_canvas':>12} {'max diff':>9}")
     for n in args.canvases:
         for row in rows_for(runner, model, n, args, device):
