@@ -173,3 +173,13 @@ def test_only_the_embedded_model_is_offered_its_task_prompts(embedded_model, tin
     assert embedded_model.facts()["embedded"] is True
     assert example_prompts(embedded_model.facts()) == TASK_PROMPTS
     assert example_prompts(tiny_model.facts()) == PLAIN_PROMPTS  # another checkpoint, no chat template
+
+
+def test_info_names_the_model_publicly_while_it_loads_too(tiny_model_dir):
+    from pathlib import Path
+
+    from dgemma.serving.backend import Limits
+    from dgemma.serving.loading import LoadingBackend
+
+    assert LoadingBackend(Limits(), 8, None).info()["model"] == "embedded"  # not assets/model's absolute path
+    assert LoadingBackend(Limits(), 8, None, tiny_model_dir).info()["model"] == Path(tiny_model_dir).name

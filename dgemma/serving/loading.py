@@ -11,7 +11,7 @@ from typing import Any
 
 from dgemma.errors import first_line
 from dgemma.model.download import DownloadProgress
-from dgemma.model.source import DEFAULT_MODEL, is_embedded
+from dgemma.model.source import is_embedded, public_name
 from dgemma.serving.backend import Backend, Limits, LoadState, Run, sentence
 from dgemma.settings import Settings
 
@@ -70,7 +70,7 @@ class LoadingBackend:
 
     def info(self) -> dict[str, Any]:
         if self._real is None:
-            return {"model": self.model or DEFAULT_MODEL, "embedded": is_embedded(self.model),
+            return {"model": public_name(self.model), "embedded": is_embedded(self.model),
                     "memory_budget": self.budget_text or "none", "lesson_budget": self.suggest_budget(16, False)}
         return self._real.info()
 

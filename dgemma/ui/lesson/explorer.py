@@ -42,12 +42,6 @@ class ExplorerParts:
     table: gr.HTML
 
 
-def _short(name: str) -> str:
-    """A model's name for the page: a local directory by its last two parts (assets/model), a hub id as is."""
-    parts = name.rstrip("/").split("/")
-    return "/".join(parts[-2:]) if name.startswith(("/", ".", "~")) else name
-
-
 def plan_table(rows: Sequence[dict]) -> str:
     """The rows as a small HTML table: requests, then each way's layout and peak."""
     head = "".join(f"<th>{h}</th>" for h in ("requests", "untiled", "seed heuristic", "calibrated tiling", "chunked"))
@@ -80,7 +74,7 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "s
         if not isinstance(facts.get("vocab_size"), int):
             return "The model is still loading; choose the released model or try again in a moment.", gr.skip(), gr.skip()
         model = plan.model_from_facts(facts)
-    name = "the released model" if model is plan.RELEASED else f"the loaded model ({_short(model.name)})"
+    name = "the released model" if model is plan.RELEASED else f"the loaded model ({model.name})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None, row=row or "sample")
     return plan.plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
 
@@ -92,7 +86,7 @@ def section(backend) -> ExplorerParts:
     served = backend.info().get("model")
     models = [(f"released: {RELEASED_ID} (26 B, bf16)", "released")]
     if served:
-        models.append((f"loaded: {_short(served)}", "loaded"))
+        models.append((f"loaded: {served}", "loaded"))  # its public name (never a path)
     with gr.Column(elem_id="explorer"):
         gr.Markdown(INTRO)
         with gr.Row():
