@@ -1,4 +1,5 @@
-"""The two things every front end says about a failure: a setting's one sentence, an error's first line."""
+"""What every front end says about a failure: a setting's one sentence, an error's first line, a
+problem written as a sentence."""
 
 from __future__ import annotations
 
@@ -12,3 +13,8 @@ def first_line(err: BaseException, limit: int | None = None) -> str:
     lines = str(err).strip().splitlines()
     text = lines[0] if lines else type(err).__name__
     return text[:limit] if limit is not None else text
+
+
+def sentence(problem: str) -> str:
+    """A problem as the one sentence a person reads: capitalised, one full stop."""
+    return f"{problem[:1].upper()}{problem[1:].rstrip('.')}."

@@ -196,7 +196,7 @@ def test_importing_every_view_loads_neither_torch_nor_spaces():
 # the old one. The goal is APP_LINES_GOAL; MAX_APP_LINES is where the redesign stands, a ratchet that
 # only ever comes down (lower it when a change takes lines out; never raise it to make room).
 APP_LINES_GOAL = 3_800
-MAX_APP_LINES = 4_186
+MAX_APP_LINES = 4_181
 APP_FILES = ("dgemma/serving/*.py", "dgemma/ui/*.py", "dgemma/ui/*/*.py", "assets/*.js")
 
 

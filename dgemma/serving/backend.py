@@ -146,11 +146,6 @@ def results(run: Run, recording: Recording | None = None) -> tuple[list[Output],
     return progress.outputs(), progress.plans
 
 
-def sentence(problem: str) -> str:
-    """A problem as the one sentence a person reads: capitalised, one full stop."""
-    return f"{problem[:1].upper()}{problem[1:].rstrip('.')}."
-
-
 def backend_state(backend: Backend) -> LoadState:
     """A backend that loads its model after the page is served has a state; any other is ready."""
     state = getattr(backend, "state", None)

@@ -11,13 +11,13 @@ import logging
 import torch
 
 from dgemma.engine import Engine, EngineConfig, EngineError
-from dgemma.errors import first_line
+from dgemma.errors import first_line, sentence
 from dgemma.events import Event
 from dgemma.memory import format_bytes, parse_size, resolve_device
 from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
-from dgemma.serving.backend import Limits, ModelBackend, sentence
+from dgemma.serving.backend import Limits, ModelBackend
 from dgemma.settings import Settings, run_options
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dgemma.errors import first_line
+from dgemma.errors import first_line, sentence
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import is_embedded, public_name
-from dgemma.serving.backend import Backend, Limits, LoadState, Run, sentence
+from dgemma.serving.backend import Backend, Limits, LoadState, Run
 from dgemma.settings import Settings
 
 

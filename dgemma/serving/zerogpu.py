@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from dgemma.errors import first_line
+from dgemma.errors import first_line, sentence
 from dgemma.events import FINAL, Event, RequestEvent
-from dgemma.serving.backend import ModelBackend, sentence
+from dgemma.serving.backend import ModelBackend
 from dgemma.settings import Settings, run_options
 
 

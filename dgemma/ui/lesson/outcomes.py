@@ -8,6 +8,7 @@ import html
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from dgemma.errors import sentence
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 from dgemma.units import format_bytes
 
@@ -63,9 +64,8 @@ def summarize(events: Iterable[Event], seconds: float, where: str) -> LessonOutc
                 calls[-1].append(i)
     common = dict(plans=plans, tokens=tokens, seconds=seconds, calls=[tuple(c) for c in calls])
     if errors:
-        sentence = errors[0][:1].upper() + errors[0][1:]
         oom = oom or {}
-        return LessonOutcome(False, sentence if sentence.endswith(".") else f"{sentence}.",
+        return LessonOutcome(False, sentence(errors[0]),
                              needed_bytes=oom.get("needed_bytes", 0), free_bytes=oom.get("free_bytes", 0),
                              detail=oom.get("detail", ""), **common)
     vocab = f", vocab {plans[0].vocab_size:,}" if plans else ""
