@@ -83,10 +83,10 @@ def section(backend) -> ExplorerParts:
     """The explorer's components and events (call inside the lesson's tab)."""
     from dgemma.gpus import GPUS, RELEASED_ID
 
-    served = backend.info().get("model")
+    facts = backend.info()
     models = [(f"released: {RELEASED_ID} (26 B, bf16)", "released")]
-    if served:
-        models.append((f"loaded: {served}", "loaded"))  # its public name (never a path)
+    if facts.get("model"):  # its public name, never a path
+        models.append((f"loaded: {'the embedded model' if facts.get('embedded') else facts['model']}", "loaded"))
     with gr.Column(elem_id="explorer"):
         gr.Markdown(INTRO)
         with gr.Row():
