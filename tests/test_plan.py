@@ -252,3 +252,17 @@ def test_the_explorer_plans_for_the_chosen_schedulers_row():
     _, _, sample = explore(loading, "h200", "released", 0, "sample")
     _, _, sweep = explore(loading, "h200", "released", 0, "sweep")
     assert "1 × 32" in sample and "2 × 16" in sweep
+
+
+def test_the_explorer_names_the_embedded_model_in_words(embedded_model):
+    from dgemma.engine import EngineConfig
+    from dgemma.serving.backend import Limits
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.ui.lesson.explorer import explore
+
+    backend = EngineBackend(embedded_model, EngineConfig(max_num_seqs=4), Limits(), None)
+    try:
+        sentence, _, _ = explore(backend, "h200", "loaded", 0)
+    finally:
+        backend.close()
+    assert "after the weights of the embedded model and the reserve" in sentence

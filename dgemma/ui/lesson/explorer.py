@@ -68,13 +68,13 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "s
     gpu = next((g for g in plan.GPUS if g.key == gpu_key), None)
     if gpu is None:
         return f"Unknown GPU {gpu_key!r}: choose one from the list.", gr.skip(), gr.skip()
-    model = plan.RELEASED
+    model, name = plan.RELEASED, "the released model"
     if which == "loaded":
         facts = backend.info()
         if not isinstance(facts.get("vocab_size"), int):
             return "The model is still loading; choose the released model or try again in a moment.", gr.skip(), gr.skip()
         model = plan.model_from_facts(facts)
-    name = "the released model" if model is plan.RELEASED else f"the loaded model ({model.name})"
+        name = "the embedded model" if facts.get("embedded") else f"the loaded model ({model.name})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None, row=row or "sample")
     return plan.plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
 
