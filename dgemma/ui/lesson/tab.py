@@ -153,11 +153,11 @@ def watch(service: RunService, request: object, prompts: list[str], settings: Se
     with closing(frames):
         for tick, shown in frames:
             recording.extend(tick.events)  # for the outcome and the step-through
-            if tick.failure and (shown is None or not title):  # then the tab's card of this run says why
-                raise ValueError(tick.failure)
-            yield (*[gr.skip()] * 6, heading, shown if shown is not None else gr.skip())
-            heading = gr.skip()
-            if tick.failure:  # every card it stopped said so first
+            # A failure's frame (every card it stopped says so) goes only on a titled run's board.
+            if not tick.failure or (title and shown is not None):
+                yield (*[gr.skip()] * 6, heading, shown if shown is not None else gr.skip())
+                heading = gr.skip()
+            if tick.failure:  # then the tab's card of this run says why
                 raise ValueError(tick.failure)
     budget = settings.options.memory_budget
     return summarize(recording.events(), time.monotonic() - started,
