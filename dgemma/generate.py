@@ -19,6 +19,7 @@ import time
 from typing import TextIO
 
 from dgemma.cli import ArgumentParser, positive_int
+from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import NAMES, SETTINGS, Settings, name_value_pairs, parse_settings
 
@@ -74,7 +75,12 @@ def raw_settings(args: argparse.Namespace) -> dict[str, object]:
 
 def pins_from_flags(flags: list[str]) -> dict[str, str] | None:
     """--pin POSITION=TEXT flags as the settings' {position: text} (the text may hold '=')."""
-    return name_value_pairs(flags, "--pin takes POSITION=TEXT (for example --pin 3=x), got {part!r}") or None
+    problem = "--pin takes POSITION=TEXT (for example --pin 3=x), got {part!r}"
+    # A box's blank lines are nothing; a blank flag was typed, and is as wrong as any other without '='.
+    blank = [flag for flag in flags if not flag.strip()]
+    if blank:
+        raise SettingsError(problem.format(part=blank[0]))
+    return name_value_pairs(flags, problem) or None
 
 
 def early_check(raw: dict[str, object]) -> dict[str, object]:

@@ -59,6 +59,7 @@ def test_json_rows_and_summary_quote_tokens_per_forward_and_the_step_shares(caps
     (["--pin", "16=7"], "pin position 16 is outside the canvas (positions 0 to 15)"),
     (["--pin", "x=7"], "Setting 'pins': a pin's position must be a whole number from 0, got 'x'."),
     (["--pin", "7"], "--pin takes POSITION=TEXT (for example --pin 3=x), got '7'"),
+    (["--pin", ""], "--pin takes POSITION=TEXT (for example --pin 3=x), got ''"),
     (["--start", "1 2 3 4 5 6 7 8 9"], "the start text is 17 tokens but the canvas holds 16; shorten it to the first canvas"),
 ])  # fmt: skip
 def test_a_bad_pin_or_start_exits_2_with_one_line_before_anything_runs(capsys, argv, sentence):
