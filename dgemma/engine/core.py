@@ -15,6 +15,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import asdict
 
 import torch
 
@@ -56,8 +57,7 @@ class EngineCore:
             self.resident.hold(loaded.weight_bytes, "the model weights")
         except Exception:  # noqa: BLE001 - torch.OutOfMemoryError from a budget below the weights
             raise EngineError(self.resident.refuse_to_start(loaded.weight_bytes, "the model weights")) from None
-        self.stats = dict(steps=0, decoder_calls=0, decoder_splits=0, canvases=0, requests_done=0, preemptions=0,
-                          decoder_seconds=0.0, sampler_seconds=0.0)
+        self.steps = 0  # steps taken; every other counter is its part's own (`stats`)
         self.detok = Detokenizer(loaded.tokenizer)
         self.subscribers = Subscribers()
         self.scheduler = Scheduler(config.max_num_seqs)
@@ -69,10 +69,9 @@ class EngineCore:
             raise EngineError(f"the memory budget of {cap} is too small for the sampler's per-slot state beside "
                               "the model weights") from None
         self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
-                                   set(loaded.eos_token_ids), self.stats, self._forget_subscriber,
-                                   loaded.tokenizer.pad_token_id)
+                                   set(loaded.eos_token_ids), self._forget_subscriber, loaded.tokenizer.pad_token_id)
         self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
-                                  loaded.tokenizer.pad_token_id or 0, self.stats)
+                                  loaded.tokenizer.pad_token_id or 0)
         self._limits = RequestLimits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
         self._ids = itertools.count(1)
         self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
@@ -182,6 +181,12 @@ class EngineCore:
         with self.intake:
             return len(self.scheduler.running), len(self.scheduler.waiting) + len(self._inbox)
 
+    @property
+    def stats(self) -> dict:
+        """The engine's counters, each read from the one part that keeps it."""
+        return dict(steps=self.steps, **asdict(self.phases.counts), **asdict(self.lifecycle.counts),
+                    **asdict(self.phases.clock.totals))
+
     def _forget_subscriber(self, request_id: int) -> None:
         with self.intake:
             self._subscriber_of.pop(request_id, None)
@@ -206,7 +211,7 @@ class EngineCore:
             rows, hidden = self.lifecycle.still_running(rows, hidden)  # a preemption may have taken a decoded row
             if rows:
                 self.phases.sample_and_emit(rows, hidden)
-            self.stats["steps"] += 1
+            self.steps += 1
 
     def _apply_cancels(self, cancels: dict[int, str]) -> None:
         if not cancels:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -28,17 +29,25 @@ def oom_sentence(err: BaseException | str, what: str) -> str:
     return f"out of memory: {what} ({first})"
 
 
+@dataclass
+class RequestCounts:
+    """Canvases committed, requests done and preemptions, since the engine started."""
+
+    canvases: int = 0
+    requests_done: int = 0
+    preemptions: int = 0
+
+
 class Lifecycle:
     def __init__(self, scheduler: Scheduler, pool: SamplerPool, resident: Resident, subscribers: Subscribers,
-                 detok: Detokenizer, eos: set[int], stats: dict, forget_subscriber: Callable[[int], None],
-                 pad_id: int | None = None):
+                 detok: Detokenizer, eos: set[int], forget_subscriber: Callable[[int], None], pad_id: int | None = None):
         self.scheduler = scheduler
         self.pool = pool
         self.resident = resident
         self.subscribers = subscribers
         self.detok = detok
         self.eos = eos
-        self.stats = stats
+        self.counts = RequestCounts()
         self._forget_subscriber = forget_subscriber
         self.pad_id = pad_id
 
@@ -59,7 +68,7 @@ class Lifecycle:
 
     def converged(self, req: Request, canvas: list[int]) -> None:
         """A canvas converged: keep its tokens up to EOS; finish, or commit it next step."""
-        self.stats["canvases"] += 1
+        self.counts.canvases += 1
         logprobs = self.pool[req.options].take_logprobs(req.slot).tolist()
         cut = next((j for j, t in enumerate(canvas) if t in self.eos), None)
         keep = canvas if cut is None else canvas[:cut]
@@ -87,7 +96,7 @@ class Lifecycle:
         finished = time.monotonic()
         self.release(req, ended=True)
         if status == "done":
-            self.stats["requests_done"] += 1
+            self.counts.requests_done += 1
         self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
             queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished), **(extra or {}))))
@@ -128,7 +137,7 @@ class Lifecycle:
         self.release(req, ended=False)
         req.restart_from_prompt()
         self.scheduler.requeue_first(req)
-        self.stats["preemptions"] += 1
+        self.counts.preemptions += 1
         log.info("preempted request %d (%d running): %s", req.id, len(self.scheduler.running), reason)
         self.emit(req, request_event(req, "queued", extra=dict(
             preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -24,9 +24,22 @@ def plan_dict(plan: TilePlan) -> dict:
     return asdict(plan)
 
 
-def to_host(out: StepOutput) -> tuple[list, list, list, list, list, list]:
-    """The step's outputs as Python lists in ONE device->host copy (one sync per step on CUDA):
-    the frames and the convergence decisions need them. Token ids are exact in float64."""
+@dataclass
+class HostStep:
+    """A sampler step's outputs on the host, one entry per row: what the frames and the convergence
+    decisions read."""
+
+    draft: list[list[int]]
+    entropy: list[list[float]]
+    accepted: list[list[bool]]
+    mean_entropy: list[float]
+    converged: list[bool]
+    finite: list[bool]  # False where a request's logits held NaN/inf
+
+
+def to_host(out: StepOutput) -> HostStep:
+    """The step's outputs as Python lists in ONE device->host copy (one sync per step on CUDA).
+    Token ids are exact in float64."""
     n, cl = out.draft.shape
     packed = torch.cat(
         [out.draft.double(), out.entropy.double(), out.accepted.double(),
@@ -37,7 +50,7 @@ def to_host(out: StepOutput) -> tuple[list, list, list, list, list, list]:
     entropy = packed[:, cl : 2 * cl].float().tolist()
     accepted = packed[:, 2 * cl : 3 * cl].bool().tolist()
     mean, converged, finite = packed[:, 3 * cl :].unbind(1)
-    return draft, entropy, accepted, mean.float().tolist(), converged.bool().tolist(), finite.bool().tolist()
+    return HostStep(draft, entropy, accepted, mean.float().tolist(), converged.bool().tolist(), finite.bool().tolist())
 
 
 class Detokenizer:

@@ -13,6 +13,7 @@ Out of memory that even one request cannot survive preempts (see `Lifecycle.make
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -29,16 +30,23 @@ from dgemma.sampling import StepOutput
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class DecoderCounts:
+    """The decoder batches run and the batches split on out-of-memory, since the engine started."""
+
+    decoder_calls: int = 0
+    decoder_splits: int = 0
+
+
 class ModelPhases:
-    def __init__(self, runner: Runner, pool: SamplerPool, memory: MemoryDevice, lifecycle: Lifecycle,
-                 pad_id: int, stats: dict):
+    def __init__(self, runner: Runner, pool: SamplerPool, memory: MemoryDevice, lifecycle: Lifecycle, pad_id: int):
         self.runner = runner
         self.pool = pool
         self.memory = memory
         self.lifecycle = lifecycle
         self.pad_id = pad_id
-        self.stats = stats
-        self.clock = ShareClock(runner.device, stats)  # the decoder's and sampler's shares, no sync of their own
+        self.counts = DecoderCounts()
+        self.clock = ShareClock(runner.device)  # the decoder's and sampler's shares, no sync of their own
 
     # -- encode
 
@@ -110,7 +118,7 @@ class ModelPhases:
             if self.lifecycle.make_room_for(rows[0], message, "its decoder step does not fit"):
                 return self.decode_splitting_on_oom(rows)
             return [], None
-        self.stats["decoder_splits"] += 1
+        self.counts.decoder_splits += 1
         log.info("decoder out of memory with %d requests; splitting: %s", len(rows), message)
         half = len(rows) // 2
         left, left_hidden = self.decode_splitting_on_oom(rows[:half])
@@ -119,7 +127,7 @@ class ModelPhases:
         return left + right, (torch.cat(parts) if parts else None)
 
     def _decode_once(self, rows: list[Request]) -> torch.Tensor:
-        self.stats["decoder_calls"] += 1
+        self.counts.decoder_calls += 1
         canvas = canvases(self.pool, rows)
         soft = soft_embeds(self.pool, rows)
         caches = [r.cache for r in rows]
@@ -174,7 +182,7 @@ class ModelPhases:
         return stepped, sampler.outputs([r.slot for r in stepped], plan)
 
     def _emit(self, rows: list[Request], out: StepOutput, started: object) -> None:
-        draft, entropy, accepted, mean, converged, finite = to_host(out)  # waits for the step's end
+        host = to_host(out)  # waits for the step's end
         self.clock.charge(started, self.clock.mark(), rows, "sampler_seconds")
         self.clock.settle()  # after the host copy: before any row below finishes and reports its shares
         peak = out.plan.peak_transient_bytes if out.plan is not None else 0
@@ -187,13 +195,13 @@ class ModelPhases:
             sampler = self.pool[req.options]
             req.predictor_steps += not sampler.swept(req.slot)
             step = sampler.steps_done(req.slot)
-            if not finite[i]:
+            if not host.finite[i]:
                 life.finish(req, "error", error=(
                     f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
                     f"step {step}; this request was stopped"))
                 continue
             if req.stream_steps:
-                life.emit(req, step_event(req, step, draft[i], entropy[i], accepted[i], mean[i],
-                                          bool(converged[i]), life.detok))
-            if converged[i]:
-                life.converged(req, draft[i])
+                life.emit(req, step_event(req, step, host.draft[i], host.entropy[i], host.accepted[i],
+                                          host.mean_entropy[i], bool(host.converged[i]), life.detok))
+            if host.converged[i]:
+                life.converged(req, host.draft[i])

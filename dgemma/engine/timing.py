@@ -12,17 +12,27 @@ returns, so the marks are `time.perf_counter()` and the same queue settles them.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 
+@dataclass
+class Shares:
+    """The engine's total seconds in each share, since it started (the engine's stats read them)."""
+
+    decoder_seconds: float = 0.0
+    sampler_seconds: float = 0.0
+
+
 class ShareClock:
     """`mark()` a point in the device's work; `charge(start, end, rows, name)` the interval to the
-    engine's stats and each row's counter `name`; `settle()` after a host copy adds them all up."""
+    engine's total `name` (`totals`) and each row's counter `name`; `settle()` after a host copy
+    adds them all up."""
 
-    def __init__(self, device: torch.device, stats: dict):
+    def __init__(self, device: torch.device):
         self.cuda = torch.device(device).type == "cuda"
-        self.stats = stats
+        self.totals = Shares()
         self.pending: list[tuple[object, object, list, str]] = []
 
     def mark(self) -> object:
@@ -42,7 +52,7 @@ class ShareClock:
             self.pending[-1][1].synchronize()  # type: ignore[attr-defined]  # the last mark: all before it are done
         for start, end, rows, name in self.pending:
             seconds = start.elapsed_time(end) / 1000.0 if self.cuda else end - start  # type: ignore[attr-defined]
-            self.stats[name] += seconds
+            setattr(self.totals, name, getattr(self.totals, name) + seconds)
             for row in rows:
                 setattr(row, name, getattr(row, name) + seconds)
         self.pending.clear()
