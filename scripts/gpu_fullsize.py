@@ -185,7 +185,7 @@ def part_lesson(args) -> None:
     import torch
 
     from dgemma.memory import memory_for
-    from dgemma.sampling import LMHead, SamplingParams, build_sampler
+    from dgemma.sampling import LMHead, SamplerConfig, SamplingParams, build_sampler
 
     loaded = load(args)
     device, cl, vocab = loaded.device, loaded.canvas_length, loaded.vocab_size
@@ -196,8 +196,8 @@ def part_lesson(args) -> None:
         memory.reserve(loaded.weight_bytes, "the model weights")
 
     def sampler(n: int, tiling):
-        built = build_sampler("reference", n, cl, vocab, loaded.embed_weight, loaded.embed_scale, memory=memory,
-                              tiling=tiling, lm_head=head)
+        built = build_sampler(SamplerConfig(n, cl, vocab, loaded.embed_weight, loaded.embed_scale, memory=memory,
+                                            tiling=tiling, lm_head=head))
         for slot in range(n):
             built.start_canvas(slot, SamplingParams(seed=100 + slot), 0)
         return built

@@ -32,10 +32,10 @@ def test_the_variable_overrides_auto_and_a_bad_value_is_one_sentence(monkeypatch
 
 def test_the_calibration_on_meta_tensors_runs_the_eager_step(tiny_model):
     """A compiled sampler still calibrates: meta inputs take the eager function, compiling nothing."""
-    from dgemma.sampling import build_sampler
+    from dgemma.sampling import SamplerConfig, build_sampler
 
-    sampler = build_sampler("reference", 4, tiny_model.canvas_length, tiny_model.vocab_size, tiny_model.embed_weight,
-                            tiny_model.embed_scale)
+    sampler = build_sampler(SamplerConfig(4, tiny_model.canvas_length, tiny_model.vocab_size, tiny_model.embed_weight,
+                                          tiny_model.embed_scale))
     eager = sampler.calibration()
     sampler.tile_fn = compiled_tile(reference_tile)
     sampler._calibration = None

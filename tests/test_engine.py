@@ -79,7 +79,7 @@ def test_embedded_model_request_is_identical_alone_and_among_32_with_arrivals_an
 def test_first_step_of_each_canvas_matches_transformers_forward_on_its_own_cache(tiny_model):
     from transformers import DynamicCache
 
-    from dgemma.sampling import TiledSampler
+    from dgemma.sampling import SamplerConfig, TiledSampler
 
     prompt, settings = "count 1 to 4", params(seed=11, greedy=True)
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
@@ -89,7 +89,7 @@ def test_first_step_of_each_canvas_matches_transformers_forward_on_its_own_cache
     assert final.status == "done" and final.canvases == 2 and len(final.token_ids) == 32
     firsts = {e.canvas_index: e.token_ids for e in events if isinstance(e, StepEvent) and e.step == 1}
 
-    start = TiledSampler(1, tiny_model.canvas_length, tiny_model.vocab_size, tiny_model.embed_weight, 1.0)
+    start = TiledSampler(SamplerConfig(1, tiny_model.canvas_length, tiny_model.vocab_size, tiny_model.embed_weight, 1.0))
     cache = DynamicCache(config=tiny_model.model.config.text_config)
     context = torch.tensor([tiny_model.encode(prompt)])
     for canvas_index in (0, 1):

@@ -8,7 +8,7 @@ import torch
 from dgemma.engine import EngineConfig, EngineCore
 from dgemma.events import RequestEvent
 from dgemma.gpus import RELEASED_VOCAB
-from dgemma.sampling import RunOptions, SamplingParams, build_sampler
+from dgemma.sampling import RunOptions, SamplerConfig, SamplingParams, build_sampler
 from dgemma.sampling.primitives import PAD_LOGIT
 from dgemma.examples import LESSON_PROMPTS, lesson_prompts
 from dgemma.memory.lesson import lesson_model, suggest_budget
@@ -46,7 +46,7 @@ def lessons_own_loop(loaded, prompts: list[str], params: list[SamplingParams], v
     runner = Runner(loaded.model)
     embed = torch.zeros(vocab, loaded.hidden_size, dtype=loaded.embed_weight.dtype)
     embed[: loaded.vocab_size] = loaded.embed_weight.detach()
-    sampler = build_sampler("reference", len(prompts), loaded.canvas_length, vocab, embed, loaded.embed_scale)
+    sampler = build_sampler(SamplerConfig(len(prompts), loaded.canvas_length, vocab, embed, loaded.embed_scale))
     caches = []
     for i, prompt in enumerate(prompts):
         caches.append(runner.new_cache())

@@ -17,7 +17,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 
 from dgemma.memory import Calibration, VirtualDevice
 from dgemma.memory.tracker import measure_peak
-from dgemma.sampling import LMHead, RowKey, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, chunked_tile, reference_tile
+from dgemma.sampling import LMHead, RowKey, SamplerConfig, Scores, TiledSampler, TileInputs, TileResult, calibrate_tile, chunked_tile, reference_tile
 from dgemma.sampling.params import MAX_STABILITY
 from dgemma.sampling.primitives import group_bytes_for
 from dgemma.sampling.tiled import COMMITTING
@@ -28,7 +28,8 @@ HIDDEN = 8
 
 def make_sampler(num_slots: int, canvas_length: int, vocab: int, tiling="off", **kwargs) -> TiledSampler:
     embed = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(7))
-    return TiledSampler(num_slots, canvas_length, vocab, embed, HIDDEN**0.5, tiling=tiling, **kwargs)
+    built = {k: kwargs.pop(k) for k in ("tile_fn", "calibration") if k in kwargs}  # TiledSampler's own, beside its config
+    return TiledSampler(SamplerConfig(num_slots, canvas_length, vocab, embed, HIDDEN**0.5, tiling=tiling, **kwargs), **built)
 
 
 def reference_cost(canvas_length: int, vocab: int) -> Calibration:
@@ -419,7 +420,7 @@ def test_bad_settings_raise_one_clear_line(kwargs, message):
 def test_bad_sampler_shapes_raise(kwargs):
     args = {"max_num_seqs": 2, "canvas_length": 4, "vocab_size": 10} | kwargs
     with pytest.raises(ValueError, match="must be >= 1"):
-        TiledSampler(embed_weight=torch.zeros(10, 2), normalizer=1.0, **args)
+        TiledSampler(SamplerConfig(embed_weight=torch.zeros(10, 2), normalizer=1.0, **args))
 
 
 @pytest.mark.parametrize("value", ["sometimes", "0", -2, True])

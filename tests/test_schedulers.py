@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from dgemma.memory import VirtualDevice
-from dgemma.sampling import SamplingParams, build_sampler
-from dgemma.sampling.schedulers import Phase, budget, phase
+from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, SamplerConfig, SamplingParams, build_sampler
+from dgemma.sampling.primitives import Phase
+from dgemma.sampling.schedulers import SCHEDULER_TABLE, DenoisingScheduler, budget, phase
+from dgemma.sampling.steps import STEPS as STEP_TABLE
 from dgemma.sampling.start import CanvasStart
 
 HIDDEN, CL, V, STEPS = 8, 6, 700, 5  # three vocab blocks; the chunked step's chunks cut them
@@ -47,8 +49,8 @@ def logits_for(params: list[SamplingParams], step: int) -> torch.Tensor:
 
 def run(params: list[SamplingParams], impl: str = "reference", tiling="off", memory=None, starts=None, chunk_size=300):
     """Every step's per-slot state and outputs, per request, over STEPS forwards."""
-    sampler = build_sampler(impl, len(params), CL, V, embed(), 2.0, memory=memory, tiling=tiling,
-                            chunk_size=chunk_size if impl == "chunked" else None)  # fmt: skip
+    sampler = build_sampler(SamplerConfig(len(params), CL, V, embed(), 2.0, memory=memory, tiling=tiling, impl=impl,
+                                          chunk_size=chunk_size if impl == "chunked" else None))  # fmt: skip
     for slot, p in enumerate(params):
         sampler.start_canvas(slot, p, 0, (starts or {}).get(slot))
     slots, idx = list(range(len(params))), torch.arange(len(params))
@@ -64,6 +66,13 @@ def assert_same(a, b, rows=None):
         for name in FIELDS:
             mine = one[name] if rows is None else one[name][rows]
             assert torch.equal(mine, other[name]), (k, name)
+
+
+def test_each_scheduler_is_a_class_of_its_own_in_the_table_the_settings_name():
+    assert tuple(SCHEDULER_TABLE) == SCHEDULERS  # the settings' torch-free list, in the table's order
+    classes = [type(s) for s in SCHEDULER_TABLE.values()]
+    assert len(set(classes)) == len(classes) and all(issubclass(c, DenoisingScheduler) for c in classes)
+    assert tuple(STEP_TABLE) == SAMPLER_STEPS  # the step implementations' table, likewise
 
 
 def test_the_plan_folds_corrector_sweeps_into_the_forwards_as_diffusers_does():
@@ -116,7 +125,7 @@ def test_a_pinned_position_holds_its_token_and_counts_as_committed():
 
 def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
     params = [SamplingParams(seed=3, scheduler="block_refinement", max_denoising_steps=STEPS)]
-    sampler = build_sampler("reference", 1, CL, V, embed(), 2.0, tiling="off")
+    sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params[0], 0)
     for step in range(STEPS):
         logits = logits_for(params, step)
@@ -128,7 +137,7 @@ def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
 
 def test_a_corrector_sweep_resamples_k_positions_and_keeps_its_predictors_draft_entropy_and_self_conditioning():
     params = SamplingParams(seed=7, scheduler="discrete_ddim", corrector_steps=1, corrector_k=2, max_denoising_steps=STEPS)
-    sampler = build_sampler("reference", 1, CL, V, embed(), 2.0, tiling="off")
+    sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params, 0)
     sampler.step(logits_for([params], 0), [0])  # the predictor step
     before = {name: getattr(sampler, name)[0].clone() for name in ("canvas", "draft", "soft", "out_entropy")}

@@ -41,7 +41,7 @@ import torch
 from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
-from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, TiledSampler, build_sampler, seed_tile
+from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.start import CanvasStart
 
@@ -100,13 +100,13 @@ def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch
     # as the engine hands them (dgemma/engine/phases.py): their transient counts the projection's
     # output. The seed's step takes the logits as input (they do not count).
     if impl == "seed":
-        return TiledSampler(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
-                            memory=memory, tiling="off", tile_fn=seed_tile, impl="seed")  # fmt: skip
+        return TiledSampler(SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
+                                          memory=memory, tiling="off", impl="seed"), tile_fn=seed_tile)  # fmt: skip
     head = LMHead(embed, SOFTCAP)
-    return build_sampler(
-        impl, case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
-        memory=memory, tiling=tiling, lm_head=head, chunk_size=case.chunk_size,
-    )  # fmt: skip
+    return build_sampler(SamplerConfig(
+        case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
+        memory=memory, tiling=tiling, impl=impl, lm_head=head, chunk_size=case.chunk_size,
+    ))  # fmt: skip
 
 
 def _start(sampler: TiledSampler, case: Case, pinned: bool = False) -> None:

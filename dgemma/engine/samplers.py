@@ -19,7 +19,7 @@ import torch
 from dgemma.engine.resident import Resident, RunBudget, tensor_bytes
 from dgemma.memory import MemoryDevice
 from dgemma.model.loading import LoadedModel
-from dgemma.sampling import LMHead, RunOptions, TiledSampler, build_sampler
+from dgemma.sampling import LMHead, RunOptions, SamplerConfig, TiledSampler, build_sampler
 from dgemma.sampling.primitives import TileFn
 
 COMPILE_ENV = "DGEMMA_COMPILE_SAMPLER"  # on | off | auto (default): compile the sampler's tile step
@@ -80,11 +80,11 @@ class SamplerPool:
     def _build(self, options: RunOptions) -> TiledSampler:
         loaded = self.loaded
         memory = self.memory if options.memory_budget is None else RunBudget(self.memory, options.memory_budget, self.resident)
-        sampler = build_sampler(
-            options.sampler, self.max_num_seqs, loaded.canvas_length, max(loaded.vocab_size, options.pad_vocab or 0),
-            loaded.embed_weight, loaded.embed_scale, memory=memory, tiling=options.tiling, lm_head=self.head,
-            split=not options.fail_on_oom,
-        )  # fmt: skip
+        sampler = build_sampler(SamplerConfig(
+            self.max_num_seqs, loaded.canvas_length, max(loaded.vocab_size, options.pad_vocab or 0),
+            loaded.embed_weight, loaded.embed_scale, memory=memory, tiling=options.tiling, impl=options.sampler,
+            lm_head=self.head, split=not options.fail_on_oom,
+        ))  # fmt: skip
         if compiles_sampler(loaded.device):
             sampler.tile_fn = compiled_tile(sampler.tile_fn)
         nbytes = tensor_bytes(sampler)

@@ -67,14 +67,14 @@ def suggest_budget(model: LessonModel, requests: int, real_scale: bool) -> str:
     import torch
 
     from dgemma.engine.resident import tensor_bytes
-    from dgemma.sampling import LMHead, TiledSampler, calibrate_tile, reference_tile
+    from dgemma.sampling import LMHead, SamplerConfig, TiledSampler, calibrate_tile, reference_tile
 
     vocab = lesson_vocab(model, real_scale)
     dtype = getattr(torch, model.embed_dtype)
 
     def state(vocab_size: int) -> int:  # a sampler's per-slot state, the embedding it reads included
         embed = torch.empty(vocab_size, model.hidden_size, dtype=dtype, device="meta")
-        return tensor_bytes(TiledSampler(model.max_num_seqs, model.canvas_length, vocab_size, embed, model.embed_scale))
+        return tensor_bytes(TiledSampler(SamplerConfig(model.max_num_seqs, model.canvas_length, vocab_size, embed, model.embed_scale)))
 
     head = LMHead(torch.empty(model.vocab_size, model.hidden_size, dtype=dtype, device="meta"), model.softcap, vocab)
     embed = torch.empty(vocab, model.hidden_size, dtype=dtype, device="meta")

@@ -220,11 +220,11 @@ def free_device_bytes(device: torch.device, memory_budget: int | None = None) ->
 def sampler_reserve_bytes(config) -> int:
     """The eager sampler step's calibrated transient for RESERVED_REQUESTS requests, measured on
     meta tensors at this checkpoint's canvas and vocabulary (no memory touched)."""
-    from dgemma.sampling import build_sampler
+    from dgemma.sampling import SamplerConfig, build_sampler
 
     text = config.text_config
     embed = torch.empty(text.vocab_size, text.hidden_size, device="meta")
-    sampler = build_sampler("reference", 1, int(config.canvas_length), int(text.vocab_size), embed, 1.0)
+    sampler = build_sampler(SamplerConfig(1, int(config.canvas_length), int(text.vocab_size), embed, 1.0))
     return int(sampler.calibration().tile_bytes(RESERVED_REQUESTS))
 
 

@@ -2,8 +2,9 @@
 
 params (what a request asks, how a run is laid out), keyed (keyed randomness), primitives (the
 step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
-reference / chunked (the step implementations, by name in steps), schedulers (block refinement's
-and discrete DDIM's phases 4-6, beside the entropy bound's in primitives), seed
+reference / chunked (the step implementations, by name in steps, with the config a sampler is
+built from), schedulers (the three schedulers' classes and their phases 4-6; discrete DDIM's
+arithmetic in ddim), seed
 (the seed's step, a baseline), calibration (memory on meta tensors), tiled (the slot state and
 the tiling loop).
 """
@@ -25,11 +26,12 @@ if TYPE_CHECKING:
     from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult
     from dgemma.sampling.reference import reference_tile
     from dgemma.sampling.seed import seed_tile
+    from dgemma.sampling.steps import SamplerConfig
     from dgemma.sampling.tiled import StepOutput, TiledSampler, TileOutOfMemory, build_sampler
 
 __all__ = [
-    "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplingParams",
-    "Scores", "StepOutput", "TileInputs", "TileOutOfMemory", "TileResult", "TiledSampler", "build_sampler",
+    "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplerConfig",
+    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileOutOfMemory", "TileResult", "TiledSampler", "build_sampler",
     "calibrate_tile",
     "check_number", "chunked_tile", "meta_tile_inputs", "parse_tiling", "reference_tile", "seed_tile",
 ]  # fmt: skip
@@ -39,7 +41,7 @@ __all__ = [
 _LAZY = {
     "calibrate_tile": "calibration", "meta_tile_inputs": "calibration", "chunked_tile": "chunked",
     "RowKey": "keyed", "LMHead": "primitives", "Scores": "primitives", "TileInputs": "primitives",
-    "TileResult": "primitives", "reference_tile": "reference", "seed_tile": "seed", "StepOutput": "tiled",
+    "TileResult": "primitives", "reference_tile": "reference", "seed_tile": "seed", "SamplerConfig": "steps", "StepOutput": "tiled",
     "TiledSampler": "tiled", "TileOutOfMemory": "tiled", "build_sampler": "tiled",
 }  # fmt: skip
 

@@ -9,8 +9,8 @@ import torch
 from dgemma.memory import Calibration, calibrate
 from dgemma.sampling.keyed import RowKey
 from dgemma.sampling.params import SamplingParams
-from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, group_bytes_for
-from dgemma.sampling.schedulers import Phase
+from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Phase, Scores, TileFn, TileInputs, group_bytes_for
+from dgemma.sampling.schedulers import scheduler_for
 
 # The rows a tile is sized for, by their costliest step: (params, forward). "sample": the entropy
 # bound's sampling row (greedy rows and block refinement's and DDIM's at temperature 0 cost no
@@ -25,9 +25,10 @@ COSTLIEST = {
 
 def row_kind(params: SamplingParams) -> str:
     """The costliest row (a key of `COSTLIEST`) a request with `params` ever puts in a tile."""
-    if params.scheduler == "discrete_ddim" and params.corrector_steps > 0:
+    scheduler = scheduler_for(params)
+    if scheduler.sweeps(params) > 0:
         return "sweep"
-    if params.scheduler != "entropy_bound" and params.temperature > 0:
+    if scheduler.reads_raw and params.temperature > 0:
         return "tempered"
     return "sample"
 
@@ -43,7 +44,7 @@ def meta_tile_inputs(n: int, canvas_length: int, group_bytes: int | None = None,
         canvas=torch.empty(n, canvas_length, dtype=torch.long, device=meta),
         committed=torch.empty(n, canvas_length, dtype=torch.bool, device=meta))  # fmt: skip
     return TileInputs(
-        rows=[RowKey(0, 0, forward, False, params.scheduler, sweep)] * n,
+        rows=[RowKey(0, 0, forward, False, params.scheduler, sweep, scheduler_for(params).reads_raw)] * n,
         **scheduled,
         temperature=torch.empty(n, device=meta),
         entropy_bound=torch.empty(n, device=meta),

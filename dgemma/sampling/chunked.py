@@ -27,7 +27,7 @@ from dgemma.memory import plan_tiles
 from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, race_noise, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups
-from dgemma.sampling.reference import settled, tempered_race
+from dgemma.sampling.reference import Figures, settled, tempered_race
 
 MAX_CHUNK = 128 * BLOCK  # narrower chunks pay per-op overhead; wider ones cost memory
 MIN_CHUNK = BLOCK
@@ -116,7 +116,7 @@ def chunked_tile(
         sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered, width)
     soft_embeds = (softmax.acc / softmax.s[..., None] * normalizer).to(embed_weight.dtype).view(n, canvas_length, -1)
     # A corrector sweep's rows take their logits whole there: it has no streamed form (above)
-    return settled(scores, inputs, draft, sampled, confidence, entropy, soft_embeds, logprobs)
+    return settled(scores, inputs, Figures(draft, sampled, entropy, soft_embeds, logprobs, confidence))
 
 
 def _tempered_samples(scores: Scores, inputs: TileInputs, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:

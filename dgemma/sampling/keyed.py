@@ -57,7 +57,8 @@ def stream_key(seed: int, canvas_index: int, step: int, purpose: int) -> int:
 class RowKey:
     """Who a tile row is, for its random numbers: the request's seed, canvas and step (forwards
     done on the canvas), whether it samples at all (a greedy row draws no Gumbel noise), its
-    scheduler and whether this forward is a corrector sweep (discrete DDIM): together, the row's kind."""
+    scheduler, whether this forward is a corrector sweep (discrete DDIM) and whether its scheduler
+    reads the raw distribution (`DenoisingScheduler.reads_raw`): together, the row's kind."""
 
     seed: int
     canvas_index: int
@@ -65,18 +66,18 @@ class RowKey:
     greedy: bool = False
     scheduler: str = "entropy_bound"
     sweep: bool = False
+    raw: bool = False  # block refinement's and DDIM's rows: temperature 1, and a plan (sampling/schedulers.py)
 
     @property
     def greedy_pass(self) -> bool:
         """Whether the row's softmax is a greedy row's (no race in it): the entropy bound's greedy
-        rows, and block refinement's and DDIM's, which read the raw distribution (a temperature's
-        sample is a pass of its own)."""
-        return self.greedy or self.scheduler != "entropy_bound"
+        rows, and those that read the raw distribution (a temperature's sample is a pass of its own)."""
+        return self.greedy or self.raw
 
     @property
     def tempered(self) -> bool:
-        """A block refinement or DDIM predictor row that samples at a temperature (its own pass)."""
-        return not self.greedy and self.scheduler != "entropy_bound" and not self.sweep
+        """A raw-reading predictor row that samples at a temperature (its own pass)."""
+        return not self.greedy and self.raw and not self.sweep
 
     @property
     def kind(self) -> tuple[str, bool, bool]:

@@ -20,7 +20,8 @@ MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold ma
 # where RunOptions checks them without importing torch.
 SAMPLER_STEPS = ("reference", "chunked")
 # The schedulers a request may denoise with (diffusers 0.42.1's three for Diffusion-Gemma; docs/design.md,
-# the schedulers): what a step accepts, commits and re-noises.
+# the schedulers): what a step accepts, commits and re-noises. Each is a class in
+# sampling/schedulers.py (`SCHEDULER_TABLE`, in this order); here, torch-free, for the settings.
 SCHEDULERS = ("entropy_bound", "block_refinement", "discrete_ddim")
 # How discrete DDIM's corrector picks the positions it resamples (diffusers' `corrector_selection`).
 CORRECTOR_SELECTIONS = ("lowest_log_margin", "lowest_maxprob", "lowest_current_prob", "random")
@@ -170,11 +171,6 @@ class SamplingParams:
             object.__setattr__(self, f.name, checked)
         if self.t_max < self.t_min:
             raise SettingsError(f"Setting 't_max' ({self.t_max:g}) must not be below 't_min' ({self.t_min:g}).")
-
-    @property
-    def samples(self) -> bool:
-        """Whether this request draws its tokens at random (else it takes the argmax)."""
-        return not self.greedy if self.scheduler == "entropy_bound" else self.temperature > 0
 
     def for_prompt(self, index: int) -> SamplingParams:
         """The `index`-th prompt's params of a call seeded S: seed S + index, all else the same."""

@@ -1,5 +1,6 @@
 """What every step implementation shares: its inputs (`Scores`, `TileInputs`), its output
-(`TileResult`) and phases 4-6 (`settle`), which run on [n, CL] tensors (docs/design.md)."""
+(`TileResult`) and every scheduler's stopping rule (`stop_test`, phases 5-6), on [n, CL] tensors
+(docs/design.md); each scheduler's phases 4-6 are in sampling/schedulers.py."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import torch
 
 from dgemma.memory.repeats import Repeats
 from dgemma.sampling.keyed import RowKey
-from dgemma.sampling.params import MAX_STABILITY
-
-
+from dgemma.sampling.params import MAX_STABILITY, SamplingParams
 
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
 
@@ -179,6 +178,19 @@ def group_bytes_for(device: torch.device) -> int | None:
     return CACHE_GROUP_BYTES if device.type == "cpu" else None
 
 
+@dataclass(frozen=True)
+class Phase:
+    """Where one decoder forward falls in its request's plan for a canvas (`schedulers.phase`)."""
+
+    step: int  # the predictor step (0-based) this forward is, or follows
+    steps: int  # predictor steps per canvas (the scheduler's N)
+    sweep: int = 0  # 0: the predictor step itself; j >= 1: its j-th corrector sweep
+
+    @property
+    def last(self) -> bool:
+        return self.sweep == 0 and self.step >= self.steps - 1
+
+
 @dataclass
 class TileInputs:
     """The per-row settings and state one tile reads (rows = requests in the tile)."""
@@ -195,11 +207,12 @@ class TileInputs:
     # The position groups' bodies counted so far (memory/repeats.py): the sampler keeps one for all
     # its tiles, chunks and steps, so a group of a size it has counted once is charged from then on.
     repeats: Repeats | None = None
-    # What block refinement and discrete DDIM rows read (sampling/schedulers.py); None in a tile of
-    # entropy-bound rows only. params / phases: each row's settings and place in its plan; canvas:
-    # the canvas the decoder read; committed: block refinement's committed positions.
-    params: list[Any] | None = None
-    phases: list[Any] | None = None
+    # What the rows of a scheduler that reads its plan read (block refinement's, discrete DDIM's:
+    # sampling/schedulers.py); None in a tile of entropy-bound rows only. params / phases: each row's
+    # settings and place in its plan; canvas: the canvas the decoder read; committed: block
+    # refinement's committed positions.
+    params: list[SamplingParams] | None = None
+    phases: list[Phase] | None = None
     canvas: torch.Tensor | None = None  # [n, CL] long
     committed: torch.Tensor | None = None  # [n, CL] bool
 
@@ -276,34 +289,6 @@ def cache_group(positions: int, width: int, group_bytes: int | None) -> int:
 # A step implementation: (scores, inputs, embed_weight, normalizer) -> TileResult. Pure: it
 # writes no state, so a tile that runs out of memory can be split and retried without a trace.
 TileFn = Callable[[Scores, TileInputs, torch.Tensor, float], TileResult]
-
-
-def settle(
-    sampled: torch.Tensor,
-    draft: torch.Tensor,
-    entropy: torch.Tensor,
-    inputs: TileInputs,
-    renoise: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Phases 4-6 on [n, CL] tensors: returns (draft, next canvas, accepted mask, new history,
-    mean entropy, converged); `renoise` holds the tokens for the positions not accepted. A pinned
-    position (`inputs.pins`) holds its token in the draft, the sample and the next canvas, and
-    counts as accepted; its entropy stays the model's."""
-    if inputs.pins is not None:
-        held = inputs.pins >= 0
-        draft, sampled = torch.where(held, inputs.pins, draft), torch.where(held, inputs.pins, sampled)
-    # ---- Phase 4: entropy-bound acceptance; re-noise the rest
-    sorted_ent, sorted_idx = torch.sort(entropy, dim=-1, stable=True)
-    cumsum_ent = torch.cumsum(sorted_ent, dim=-1)
-    cummax_ent = torch.cummax(sorted_ent, dim=-1).values
-    sorted_mask = (cumsum_ent - cummax_ent) <= inputs.entropy_bound[:, None]
-    accepted = torch.zeros_like(sorted_mask).scatter_(1, sorted_idx, sorted_mask)
-    if inputs.pins is not None:
-        accepted |= held
-    next_canvas = torch.where(accepted, sampled, renoise)
-
-    history, mean_entropy, stops = stop_test(draft, entropy, inputs)
-    return draft, next_canvas, accepted, history, mean_entropy, stops | inputs.last_step
 
 
 def stop_test(draft: torch.Tensor, entropy: torch.Tensor, inputs: TileInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

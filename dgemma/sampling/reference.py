@@ -22,20 +22,30 @@ two. A GPU takes all positions at once.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
 from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups
-from dgemma.sampling.schedulers import committed_logprobs, settle_tile, sweep_rows
+from dgemma.sampling.ddim import sweep_rows
+from dgemma.sampling.schedulers import Offered, committed_logprobs, settle_tile
 
-# What each kind of row's phases 1-3 and 7 return for its rows:
-# (draft, sample, entropy, soft embeddings, log p(draft), p(draft)); the last is block
-# refinement's confidence (its rows are greedy rows here; with temperature > 0 `_tempered_samples`
-# gives the sample and its probability).
-Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+@dataclass
+class Figures:
+    """What phases 1-3 and 7 give a tile's rows: the argmax `draft`, the `sampled` proposal, the
+    `entropy`, the self-conditioning `soft_embeds`, `logprobs` = log p(draft) and `confidence`,
+    block refinement's ranking: p(draft) for a greedy pass (with temperature > 0
+    `_tempered_samples` replaces the sample and its probability)."""
+
+    draft: torch.Tensor
+    sampled: torch.Tensor
+    entropy: torch.Tensor
+    soft_embeds: torch.Tensor
+    logprobs: torch.Tensor
+    confidence: torch.Tensor
 
 
 def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
@@ -50,27 +60,27 @@ def reference_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tenso
     sampling = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass and not row.sweep]
     parts = [(rows, kind(scores, inputs, None if len(rows) == n else rows, embed_weight, normalizer))
              for rows, kind in ((greedy, _greedy_rows), (sampling, _sampling_rows)) if rows]  # fmt: skip
-    draft, sampled, entropy, soft_embeds, logprobs, confidence = _in_tile_order(parts, n, inputs, embed_weight, device)
+    figures = _in_tile_order(parts, n, inputs, embed_weight, device)
     tempered = [i for i, row in enumerate(inputs.rows) if row.tempered]
-    if tempered:  # block refinement and DDIM rows with temperature > 0 propose a sample of softmax(logits / T)
+    if tempered:  # raw-reading rows (block refinement, DDIM) with temperature > 0 propose a sample of softmax(logits / T)
         index = torch.tensor(tempered, device=device)
-        sampled, confidence = sampled.clone(), confidence.clone()
-        sampled[index], confidence[index] = _tempered_samples(scores, inputs, tempered)
-    return settled(scores, inputs, draft, sampled, confidence, entropy, soft_embeds, logprobs)
+        figures = replace(figures, sampled=figures.sampled.clone(), confidence=figures.confidence.clone())
+        figures.sampled[index], figures.confidence[index] = _tempered_samples(scores, inputs, tempered)
+    return settled(scores, inputs, figures)
 
 
-def settled(scores: Scores, inputs: TileInputs, draft: torch.Tensor, sampled: torch.Tensor, confidence: torch.Tensor,
-            entropy: torch.Tensor, soft_embeds: torch.Tensor, logprobs: torch.Tensor) -> TileResult:
+def settled(scores: Scores, inputs: TileInputs, figures: Figures) -> TileResult:
     """Phases 4-6 of either step (acceptance, re-noising, stability, convergence; each row by its
     scheduler, corrector sweeps on their rows' whole logits) and its result, from phases 1-3 and 7's
-    figures: the argmax `draft`, the `sampled` proposals and their `confidence`, `logprobs` of the argmax."""
+    `figures`."""
+    draft = figures.draft
     renoise = keyed_tokens(row_keys(inputs.rows, RENOISE, draft.device), draft.shape[-1], scores.vocab_size)
     swept = sweep_rows(inputs, lambda rows: raw_logits(scores, inputs, rows))
-    committed_draft, next_canvas, accepted, history, mean_entropy, converged, committed = settle_tile(
-        inputs, draft, sampled, confidence, entropy, renoise, scores.vocab_size, swept)
-    logprobs = committed_logprobs(scores, inputs, draft, committed_draft, logprobs)
-    return TileResult(next_canvas, committed_draft, entropy, accepted, mean_entropy, converged, history, soft_embeds,
-                      logprobs, committed)
+    offered = Offered(draft, figures.sampled, figures.confidence, figures.entropy, renoise, scores.vocab_size)
+    out = settle_tile(inputs, offered, swept)
+    logprobs = committed_logprobs(scores, inputs, draft, out.draft, figures.logprobs)
+    return TileResult(out.next_canvas, out.draft, figures.entropy, out.accepted, out.mean_entropy, out.converged,
+                      out.history, figures.soft_embeds, logprobs, out.committed)
 
 
 def raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
@@ -106,7 +116,7 @@ def tempered_race(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[
     return race, replace(inputs, temperature=inputs.temperature.clone().index_copy_(0, index, temperature))
 
 
-def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
+def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Figures:
     """Rows that sample: the softmax in vocab blocks; the draft is its argmax, the sample the block race."""
     keys = inputs.rows if rows is None else [inputs.rows[i] for i in rows]
     race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device), scores.vocab_size)
@@ -126,14 +136,14 @@ def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, e
     # ---- Phase 7: self-conditioning soft embedding probs @ embed = (e @ embed) / s ([CL, hidden]);
     # log p(draft) = -log s (the draft is the max)
     sampled = race.sample().view(draft.shape)
-    return draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total, torch.exp(-log_total)
+    return Figures(draft, sampled, entropy, _soft_embeds(exp, total, embed_weight, normalizer), -log_total, torch.exp(-log_total))
 
 
-def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Rows:
+def _greedy_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Figures:
     """Greedy rows: torch's softmax; the draft (and the sample) is the argmax of the logits."""
     (draft, entropy, mass, log_p_draft, p_draft), probs = in_position_groups(scores, inputs, rows, _greedy_positions)
     # ---- Phase 7: self-conditioning soft embedding probs @ embed ([CL, hidden])
-    return draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft, p_draft
+    return Figures(draft, draft, entropy, _soft_embeds(probs, mass, embed_weight, normalizer), log_p_draft, p_draft)
 
 
 def _greedy_positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
@@ -164,19 +174,20 @@ def _soft_embeds(weights: torch.Tensor, total: torch.Tensor, embed_weight: torch
     return torch.matmul(weights.to(embed_weight.dtype), embed_weight) * (normalizer / total[..., None]).to(embed_weight.dtype)
 
 
-def _in_tile_order(parts: list[tuple[list[int], Rows]], n: int, inputs: TileInputs, embed_weight: torch.Tensor,
-                   device: torch.device) -> Rows:
+def _in_tile_order(parts: list[tuple[list[int], Figures]], n: int, inputs: TileInputs, embed_weight: torch.Tensor,
+                   device: torch.device) -> Figures:
     """The kinds' outputs as whole-tile tensors, rows back in tile order; a corrector sweep's row
     (in no part) reads its canvas as its draft and zeros (its state keeps its predictor's)."""
     if len(parts) == 1 and len(parts[0][0]) == n:
         return parts[0][1]
     canvas_length = inputs.history.shape[-1]
     like = inputs.canvas if inputs.canvas is not None else torch.zeros(n, canvas_length, dtype=torch.long, device=device)
-    out = [like.clone(), like.clone(), torch.zeros(n, canvas_length, device=device),
-           torch.zeros(n, canvas_length, embed_weight.shape[1], dtype=embed_weight.dtype, device=device),
-           torch.zeros(n, canvas_length, device=device), torch.zeros(n, canvas_length, device=device)]
-    for rows, outputs in parts:
+    out = Figures(like.clone(), like.clone(), torch.zeros(n, canvas_length, device=device),
+                  torch.zeros(n, canvas_length, embed_weight.shape[1], dtype=embed_weight.dtype, device=device),
+                  torch.zeros(n, canvas_length, device=device), torch.zeros(n, canvas_length, device=device))
+    for rows, part in parts:
         index = torch.tensor(rows, device=device)
-        for whole, piece in zip(out, outputs):
-            whole[index] = piece.to(whole.dtype)
-    return tuple(out)  # type: ignore[return-value]
+        for f in fields(Figures):
+            whole = getattr(out, f.name)
+            whole[index] = getattr(part, f.name).to(whole.dtype)
+    return out

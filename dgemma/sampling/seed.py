@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from dgemma.sampling.primitives import Scores, TileInputs, TileResult, settle
+from dgemma.sampling.primitives import Scores, TileInputs, TileResult
+from dgemma.sampling.schedulers import EntropyBound, Offered
 
 
 def seed_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:
@@ -36,7 +37,8 @@ def seed_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, no
 
     # Phases 4-6 (re-noise from the global stream too), phase 7: self-conditioning and logprobs
     renoise = torch.randint(vocab_size, (n, canvas_length), device=device)
-    draft, next_canvas, accepted, history, mean_entropy, converged = settle(sampled, draft, entropy, inputs, renoise)
+    out = EntropyBound().settle(inputs, Offered(draft, sampled, None, entropy, renoise, vocab_size))
     soft_embeds = torch.matmul(probs.to(embed_weight.dtype), embed_weight) * normalizer
-    logprobs = log_probs.gather(-1, draft[..., None]).squeeze(-1)
-    return TileResult(next_canvas, draft, entropy, accepted, mean_entropy, converged, history, soft_embeds, logprobs)
+    logprobs = log_probs.gather(-1, out.draft[..., None]).squeeze(-1)
+    return TileResult(out.next_canvas, out.draft, entropy, out.accepted, out.mean_entropy, out.converged, out.history,
+                      soft_embeds, logprobs)

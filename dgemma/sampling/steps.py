@@ -1,4 +1,5 @@
-"""The step implementations, by name: the one table the rest of the project chooses from."""
+"""The step implementations, by name: the one table the rest of the project chooses from, and the
+config a sampler is built from (`SamplerConfig`)."""
 
 from __future__ import annotations
 
@@ -8,49 +9,63 @@ from dataclasses import dataclass
 
 import torch
 
+from dgemma.memory import MemoryDevice
 from dgemma.sampling.chunked import choose_chunk_size, chunked_tile
 from dgemma.sampling.params import SAMPLER_STEPS
 from dgemma.sampling.primitives import LMHead, TileFn
 from dgemma.sampling.reference import reference_tile
 
 
-@dataclass(frozen=True)
-class StepLayout:
-    """What a step implementation may size itself from when a sampler is built."""
+@dataclass(frozen=True, eq=False)
+class SamplerConfig:
+    """What a tiled sampler is built from (`tiled.build_sampler`), and what its step implementation
+    sizes itself from.
+
+    tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory), "off"
+    (one tile) or an int (fixed size); split=False: an out-of-memory tile is the error
+    (RunOptions.fail_on_oom). impl: the step implementation (`STEPS`); chunk_size: the chunked
+    step's vocab chunk (None: from free memory). fraction: the share of free memory a tile may take.
+    lm_head set: the step may take hidden states and project them per tile."""
 
     max_num_seqs: int
     canvas_length: int
     vocab_size: int
-    free_bytes: int
     embed_weight: torch.Tensor
-    lm_head: LMHead | None
-    fraction: float
-    chunk_size: int | None  # the chunked step's vocab chunk; None: from free memory
+    normalizer: float
+    memory: MemoryDevice | None = None  # None: the host's free memory
+    tiling: str | int = "auto"
+    impl: str = "reference"
+    lm_head: LMHead | None = None
+    chunk_size: int | None = None
+    fraction: float = 0.5
+    split: bool = True
 
 
-def _reference(layout: StepLayout) -> TileFn:
+def _reference(config: SamplerConfig, free_bytes: int) -> TileFn:
     return reference_tile
 
 
-def _chunked(layout: StepLayout) -> TileFn:
-    chunk_size = layout.chunk_size
+def _chunked(config: SamplerConfig, free_bytes: int) -> TileFn:
+    chunk_size = config.chunk_size
     if chunk_size is None:
         chunk_size = choose_chunk_size(
-            layout.vocab_size, layout.canvas_length, layout.max_num_seqs, layout.free_bytes,
-            layout.embed_weight, layout.lm_head, layout.fraction,
+            config.vocab_size, config.canvas_length, config.max_num_seqs, free_bytes,
+            config.embed_weight, config.lm_head, config.fraction,
         )  # fmt: skip
     elif chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return functools.partial(chunked_tile, chunk_size=chunk_size)
 
 
-# reference: eager, the one that runs out of memory (the lesson's); chunked: streams the vocabulary.
-# Each name in params.SAMPLER_STEPS is built by the function of that name here.
-STEPS: dict[str, Callable[[StepLayout], TileFn]] = {name: globals()[f"_{name}"] for name in SAMPLER_STEPS}
+# The names are params.SAMPLER_STEPS (torch-free, for the settings), in its order; a test holds them equal.
+STEPS: dict[str, Callable[[SamplerConfig, int], TileFn]] = {
+    "reference": _reference,  # eager, the one that runs out of memory (the lesson's)
+    "chunked": _chunked,  # streams the vocabulary
+}
 
 
-def step_for(name: str, layout: StepLayout) -> TileFn:
-    """The tile function of step implementation `name`, sized for `layout`."""
-    if name not in STEPS:
-        raise ValueError(f"unknown sampler {name!r}: choose from {', '.join(SAMPLER_STEPS)}")
-    return STEPS[name](layout)
+def step_for(config: SamplerConfig, free_bytes: int) -> TileFn:
+    """The tile function of `config`'s step implementation, sized for it and `free_bytes`."""
+    if config.impl not in STEPS:
+        raise ValueError(f"unknown sampler {config.impl!r}: choose from {', '.join(SAMPLER_STEPS)}")
+    return STEPS[config.impl](config, free_bytes)

@@ -12,18 +12,18 @@ import torch
 
 from dgemma.errors import first_line
 from dgemma.events import TilePlan, TileSplit
-from dgemma.memory import Calibration, HostMemory, MemoryDevice, plan_tiles, split_tiles
+from dgemma.memory import Calibration, HostMemory, plan_tiles, split_tiles
 from dgemma.memory.repeats import Repeats
 from dgemma.sampling.calibration import calibrate_tile, row_kind
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.sampling.params import SamplingParams, parse_tiling
 from dgemma.sampling.primitives import (
-    MAX_STABILITY, LMHead, Scores, TileFn, TileInputs, TileResult, group_bytes_for, pad_vocabulary,
+    MAX_STABILITY, Phase, Scores, TileFn, TileInputs, TileResult, group_bytes_for, pad_vocabulary,
 )  # fmt: skip
 from dgemma.sampling.reference import reference_tile
-from dgemma.sampling.schedulers import Phase, phase
+from dgemma.sampling.schedulers import phase, scheduler_for
 from dgemma.sampling.start import CanvasStart
-from dgemma.sampling.steps import StepLayout, step_for
+from dgemma.sampling.steps import SamplerConfig, step_for
 
 # Slot phases.
 FREE, DENOISING, COMMITTING = 0, 1, 2
@@ -68,62 +68,44 @@ class _HostSlot:
         return phase(self.params, self.steps)
 
     def row(self) -> RowKey:
-        p = self.params
-        return RowKey(p.seed, self.canvas_index, self.steps, not p.samples, p.scheduler, self.phase().sweep > 0)
+        p, scheduler = self.params, scheduler_for(self.params)
+        return RowKey(p.seed, self.canvas_index, self.steps, not scheduler.samples(p), p.scheduler, self.phase().sweep > 0,
+                      scheduler.reads_raw)  # fmt: skip
 
 
 class TiledSampler:
-    """Per-slot state for `max_num_seqs` requests and the tiled step over them.
+    """Per-slot state for `config.max_num_seqs` requests and the tiled step over them, running
+    `tile_fn` (`build_sampler` picks it from `config.impl`). An unsplit tile that runs out of
+    memory raises TileOutOfMemory (`SamplerConfig`: tiling and split)."""
 
-    tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory), "off"
-    (one tile) or an int (fixed size); split=False splits none. An unsplit tile raises TileOutOfMemory.
-    """
-
-    def __init__(
-        self,
-        max_num_seqs: int,
-        canvas_length: int,
-        vocab_size: int,
-        embed_weight: torch.Tensor,
-        normalizer: float,
-        memory: MemoryDevice | None = None,
-        tiling: str | int = "auto",
-        fraction: float = 0.5,
-        tile_fn: TileFn = reference_tile,
-        impl: str = "reference",
-        calibration: Calibration | None = None,
-        lm_head: LMHead | None = None,
-        split: bool = True,  # False: an out-of-memory tile is the error (RunOptions.fail_on_oom)
-    ):
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-        if canvas_length < 1:
-            raise ValueError(f"canvas_length must be >= 1, got {canvas_length}")
-        if vocab_size < 2:
-            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
-        self.tiling, self.split = parse_tiling(tiling), split
-        self.max_num_seqs = max_num_seqs
-        self.canvas_length = canvas_length
-        self.vocab_size = vocab_size
-        self.embed_weight = embed_weight
-        self.normalizer = float(normalizer)
-        self.device = embed_weight.device
-        self.memory = memory if memory is not None else HostMemory()
-        self.fraction = fraction
-        self.tile_fn, self.impl = tile_fn, impl
+    def __init__(self, config: SamplerConfig, tile_fn: TileFn = reference_tile, calibration: Calibration | None = None):
+        if config.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {config.max_num_seqs}")
+        if config.canvas_length < 1:
+            raise ValueError(f"canvas_length must be >= 1, got {config.canvas_length}")
+        if config.vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {config.vocab_size}")
+        self.config = config
+        self.tiling, self.split = parse_tiling(config.tiling), config.split
+        self.max_num_seqs, self.canvas_length, self.vocab_size = config.max_num_seqs, config.canvas_length, config.vocab_size
+        self.embed_weight, self.normalizer = config.embed_weight, float(config.normalizer)
+        self.device = config.embed_weight.device
+        self.memory = config.memory if config.memory is not None else HostMemory()
+        self.fraction = config.fraction
+        self.tile_fn, self.impl = tile_fn, config.impl
         # Transient per request by the costliest row a request puts in a tile (calibration.COSTLIEST),
         # each measured on first use; `calibration` given: the entropy bound's sampling row's.
         self._calibrations: dict[str, Calibration] = {} if calibration is None else {"sample": calibration}
-        self.lm_head = lm_head  # set: step() may take hidden states and project them per tile
+        self.lm_head = config.lm_head  # set: step() may take hidden states and project them per tile
 
-        S, CL, H, dev = max_num_seqs, canvas_length, embed_weight.shape[1], self.device
+        S, CL, H, dev = self.max_num_seqs, self.canvas_length, self.embed_weight.shape[1], self.device
         # State, preallocated per slot (vLLM's indexed-slot pattern); settings stay on the host.
         self.canvas = torch.zeros(S, CL, dtype=torch.long, device=dev)
         self.draft = torch.zeros(S, CL, dtype=torch.long, device=dev)
         self.phase = torch.zeros(S, dtype=torch.int8, device=dev)
         self.history = torch.full((S, MAX_STABILITY, CL), -1, dtype=torch.long, device=dev)
         self.history_valid = torch.zeros(S, MAX_STABILITY, dtype=torch.bool, device=dev)
-        self.soft = torch.zeros(S, CL, H, dtype=embed_weight.dtype, device=dev)
+        self.soft = torch.zeros(S, CL, H, dtype=self.embed_weight.dtype, device=dev)
         self.logprobs = torch.zeros(S, CL, dtype=torch.float32, device=dev)
         self.pins = torch.full((S, CL), -1, dtype=torch.long, device=dev)  # a pinned position's token, else -1
         self.committed = torch.zeros(S, CL, dtype=torch.bool, device=dev)  # block refinement's committed positions
@@ -214,7 +196,7 @@ class TiledSampler:
         temperature = t_min + (t_max - t_min) * remaining / max_steps
         dev = self.device
         rows = [h.row() for h in hosts]
-        others = [i for i, h in enumerate(hosts) if h.params.scheduler != "entropy_bound"]
+        others = [i for i, row in enumerate(rows) if row.raw]
         scheduled = {}
         if others:  # block refinement and DDIM read the raw distribution (temperature 1) and their plan
             phases = [h.phase() for h in hosts]
@@ -366,30 +348,13 @@ def place_start(canvas: torch.Tensor, pins: torch.Tensor, start: CanvasStart) ->
         canvas.copy_(torch.where(pins >= 0, pins, canvas))
 
 
-def build_sampler(
-    impl: str,
-    max_num_seqs: int,
-    canvas_length: int,
-    vocab_size: int,
-    embed_weight: torch.Tensor,
-    normalizer: float,
-    memory: MemoryDevice | None = None,
-    tiling: str | int = "auto",
-    lm_head: LMHead | None = None,
-    chunk_size: int | None = None,
-    fraction: float = 0.5,
-    split: bool = True,
-) -> TiledSampler:
-    """A tiled sampler running step implementation `impl` (steps.STEPS): "reference" (eager, the
-    one that runs out of memory) or "chunked" (streams the vocabulary; chunk size from free memory
-    unless given). A `vocab_size` above the LM head's rows pads the logits to it (`pad_vocabulary`)."""
-    memory = memory if memory is not None else HostMemory()
-    if lm_head is not None and vocab_size > lm_head.weight.shape[0]:
-        embed_weight, lm_head = pad_vocabulary(embed_weight, lm_head, vocab_size)
-    layout = StepLayout(max_num_seqs, canvas_length, vocab_size, memory.free_bytes(), embed_weight, lm_head, fraction, chunk_size)
-    return TiledSampler(
-        max_num_seqs, canvas_length, vocab_size, embed_weight, normalizer,
-        memory=memory, tiling=tiling, tile_fn=step_for(impl, layout), impl=impl, lm_head=lm_head, fraction=fraction,
-        split=split,
-    )  # fmt: skip
-
+def build_sampler(config: SamplerConfig) -> TiledSampler:
+    """A tiled sampler running `config.impl` (steps.STEPS): "reference" (eager, the one that runs
+    out of memory) or "chunked" (streams the vocabulary; chunk size from free memory unless given).
+    A `vocab_size` above the LM head's rows pads the logits to it (`pad_vocabulary`)."""
+    memory = config.memory if config.memory is not None else HostMemory()
+    lm_head, embed_weight = config.lm_head, config.embed_weight
+    if lm_head is not None and config.vocab_size > lm_head.weight.shape[0]:
+        embed_weight, lm_head = pad_vocabulary(embed_weight, lm_head, config.vocab_size)
+    config = replace(config, memory=memory, embed_weight=embed_weight, lm_head=lm_head)
+    return TiledSampler(config, tile_fn=step_for(config, memory.free_bytes()))
