@@ -212,3 +212,95 @@ def test_serving_and_the_views_stay_within_their_line_budget():
 @pytest.mark.xfail(strict=True, reason="issue #36's goal is not reached yet: when it is, drop this mark")
 def test_serving_and_the_views_are_at_most_3800_lines():
     assert app_lines() <= APP_LINES_GOAL
+
+
+# ------------------------------------------------------------------ issue #44: the sampler's shape
+MAX_PARAMETERS = 9  # self / cls excluded; more is a config value or a named input waiting to be made
+MAX_RETURNED_VALUES = 3  # more is a dataclass: a reader should not count positions
+NAMED_RESULTS = ("dgemma/sampling", "dgemma/engine")  # where results travel by name
+
+
+def _functions(tree: ast.AST):
+    return (node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's parameters, *args and **kwargs each counted once, a leading self / cls not."""
+    args = node.args
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def too_many_parameters(source: str) -> list[str]:
+    return [f"{node.name} ({n})" for node in _functions(ast.parse(source)) if (n := parameter_count(node)) > MAX_PARAMETERS]
+
+
+def globals_calls(source: str) -> list[int]:
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"]
+
+
+def long_tuple_returns(source: str) -> list[str]:
+    """`return a, b, c, d` (a tuple literal of more than MAX_RETURNED_VALUES), by function."""
+    return [f"{node.name}:{ret.lineno}" for node in _functions(ast.parse(source)) for ret in ast.walk(node)
+            if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and len(ret.value.elts) > MAX_RETURNED_VALUES]
+
+
+def scheduler_name_comparisons(source: str) -> list[int]:
+    """Comparisons (==, !=, in, ...) against a scheduler's name: a branch on which scheduler a row
+    has, where the scheduler's class (sampling/schedulers.py) should decide."""
+    from dgemma.sampling.params import SCHEDULERS
+
+    def names(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in SCHEDULERS
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(names(e) for e in node.elts)
+
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Compare) and any(names(n) for n in (node.left, *node.comparators))]
+
+
+def _scan(find, under: tuple[str, ...] = ("dgemma",)) -> dict[str, object]:
+    paths = [p for p in sorted(PACKAGE.rglob("*.py")) if str(p.relative_to(ROOT)).startswith(under)]
+    return {str(p.relative_to(ROOT)): found for p in paths if (found := find(p.read_text(encoding="utf-8")))}
+
+
+def test_no_function_takes_more_than_nine_parameters():
+    found = _scan(too_many_parameters)
+    assert not found, f"functions over {MAX_PARAMETERS} parameters: {found}"
+
+
+def test_the_parameter_rule_catches_a_long_signature_and_spares_self():
+    bad = "class A:\n    def f(self, a, b, c, d, e, f, g, h, i): ...\n\ndef g(a, b, c, d, e, f, g, h, *, i, j): ...\n"
+    assert too_many_parameters(bad) == ["g (10)"]
+
+
+def test_nothing_in_dgemma_looks_a_name_up_in_globals():
+    found = _scan(globals_calls)
+    assert not found, f"globals() lookups: {found}"
+
+
+def test_the_globals_rule_catches_a_table_built_from_globals():
+    assert globals_calls('STEPS = {n: globals()[f"_{n}"] for n in NAMES}\n') == [1]
+
+
+def test_no_sampling_or_engine_function_returns_more_than_three_values_by_position():
+    found = _scan(long_tuple_returns, NAMED_RESULTS)
+    assert not found, f"tuples of more than {MAX_RETURNED_VALUES} returned: {found}"
+
+
+def test_the_tuple_rule_catches_a_four_value_return_and_spares_a_nested_pair():
+    bad = "def f():\n    return a, b, c, d\n\ndef g():\n    return (a, b, c, d), e\n"
+    assert long_tuple_returns(bad) == ["f:2"]
+
+
+def test_no_sampling_or_engine_code_branches_on_a_schedulers_name():
+    found = _scan(scheduler_name_comparisons, NAMED_RESULTS)
+    assert not found, f"comparisons against a scheduler's name (let its class decide): {found}"
+
+
+def test_the_scheduler_rule_catches_a_branch_on_a_name():
+    bad = 'if kind == "block_refinement":\n    pass\nok = row.scheduler in ("entropy_bound", "x")\nfine = kind == "sweep"\n'
+    assert scheduler_name_comparisons(bad) == [1, 3]
