@@ -105,7 +105,7 @@ def run(argv: list[str] | None = None) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from dgemma.engine import Engine, EngineConfig, EngineError, plan_dict
+    from dgemma.engine import Engine, EngineConfig, EngineError
     from dgemma.events import TilePlan
     from dgemma.metrics import run_summary, summary_line
     from dgemma.model.loading import ModelLoadError, load_model
@@ -175,7 +175,7 @@ def run(argv: list[str] | None = None) -> int:
         max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
         engine=dict(engine.stats),  # steps, decoder calls and splits, preemptions
         metrics=figures,  # tokens/s, tokens per forward, steps per canvas, decoder/sampler shares, peak sampler memory
-        tile_plans=[plan_dict(p) for p in tile_plans],
+        tile_plans=[p.as_dict() for p in tile_plans],
     )
     if args.json:
         print(json.dumps({"summary": summary}))

@@ -251,7 +251,7 @@ def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:
                 "mean_entropy": _finite(item.mean_entropy), "confidence_threshold": item.confidence_threshold,
                 "converged": item.converged}  # fmt: skip
     if isinstance(item, TilePlan):
-        return {"type": "plan", **asdict(item)}
+        return {"type": "plan", **item.as_dict()}
     return {"type": "request", **asdict(item)}
 
 

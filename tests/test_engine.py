@@ -380,5 +380,5 @@ def test_engine_that_keeps_dying_gives_up_fails_queued_requests_and_refuses_new_
         late = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(5)
         assert late.status == "error" and "restart it" in late.error
         faults.crash_steps = 0
-        eng.restart()
+        eng.start()  # a fresh thread after it gave up
         assert eng.submit("add 4+4", params(seed=4), max_new_tokens=16).result(30).status == "done"

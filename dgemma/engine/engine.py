@@ -50,10 +50,6 @@ class Engine:
             self._thread.start()
         return self
 
-    def restart(self) -> Engine:
-        """Start a fresh engine thread after it gave up (auto_restart off or too many deaths)."""
-        return self.start()
-
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the thread; every unfinished request gets a final 'cancelled' event."""
         with self.core.intake:
@@ -152,8 +148,8 @@ class Engine:
             self.start()
             return
         with self.core.intake:
-            # One step: submit refuses until restart(), the queue is emptied (nothing may wait
-            # forever), and this thread counts as gone, so a restart() that comes before it has
+            # One step: submit refuses until start(), the queue is emptied (nothing may wait
+            # forever), and this thread counts as gone, so a start() that comes before it has
             # finished failing the queue starts a fresh thread (nothing queued after is touched).
             self.core.refusal = f"the engine stopped after repeated failures ({reason}); restart it"
             stranded = self.core.take_unstarted()

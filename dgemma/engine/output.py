@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from dataclasses import asdict
 
 import torch
 
@@ -17,11 +16,6 @@ from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import Request
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 from dgemma.sampling import StepOutput
-
-
-def plan_dict(plan: TilePlan) -> dict:
-    """A tile plan as plain JSON-able data."""
-    return asdict(plan)
 
 
 def to_host(out: StepOutput) -> tuple[list, list, list, list, list, list]:

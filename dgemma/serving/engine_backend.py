@@ -86,7 +86,7 @@ class EngineBackend(ModelBackend):
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.
             notice = f"The engine had stopped ({engine.last_error or 'no reason given'}); it was restarted for this run."
             log.warning(notice)
-            engine.restart()
+            engine.start()
         return EngineRun(engine, prompts, settings, options, stream, notice)
 
     def close(self) -> None:
