@@ -253,7 +253,7 @@ def test_a_request_that_cannot_fit_even_alone_fails_with_one_line_and_frees_the_
 
 def test_budget_smaller_than_the_weights_refuses_to_start_with_one_line(tiny_model):
     with pytest.raises(EngineError, match="too small for the model weights") as err:
-        Engine(tiny_model, EngineConfig(memory_budget="1MiB"))
+        Engine(tiny_model, EngineConfig(memory_budget=2**20))
     assert "\n" not in str(err.value)
 
 

@@ -18,7 +18,7 @@ N, STEPS = 6, 3
 def backend(tiny_model):
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
     yield backend
@@ -27,9 +27,9 @@ def backend(tiny_model):
 
 def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
-    n, settings = tab._checked(backend, N, STEPS, budget=budget)
-    view = tab.watch(RunService(backend), None, tab.lesson_prompts(n),
-                      tab._run_settings(settings, settings.options.memory_budget, tiling, "reference", False), "a run")
+    n, call = tab._checked(backend, N, STEPS, budget=budget)
+    view = tab.watch(RunService(backend), None, tab._run_call(call, call.settings.options.memory_budget, tiling,
+                                                               "reference", False), "a run")
     frames = []
     while True:
         try:

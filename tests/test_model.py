@@ -178,7 +178,7 @@ def test_only_the_embedded_model_is_offered_its_task_prompts(embedded_model, tin
 def test_info_names_the_model_publicly_while_it_loads_too(tiny_model_dir):
     from pathlib import Path
 
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.serving.loading import LoadingBackend
 
     assert LoadingBackend(Limits(), 8, None).info()["model"] == "embedded"  # not assets/model's absolute path

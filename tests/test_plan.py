@@ -227,7 +227,7 @@ def test_the_loaded_model_plans_as_its_checkpoint_directory_does(embedded_model)
 def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
     from dgemma.ui.lesson.explorer import explore
     from dgemma.serving.loading import LoadingBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     loading = LoadingBackend(Limits(), 8, None)  # page first: the model has not loaded yet
     sentence, chart, table = explore(loading, plan.GPUS[0].key, "loaded", 0)
@@ -246,7 +246,7 @@ def test_a_ddim_corrector_sweep_plans_smaller_tiles_than_the_entropy_bound():
 def test_the_explorer_plans_for_the_chosen_schedulers_row():
     from dgemma.ui.lesson.explorer import explore
     from dgemma.serving.loading import LoadingBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     loading = LoadingBackend(Limits(), 8, None)
     _, _, sample = explore(loading, "h200", "released", 0, "sample")
@@ -256,7 +256,7 @@ def test_the_explorer_plans_for_the_chosen_schedulers_row():
 
 def test_the_explorer_names_the_embedded_model_in_words(embedded_model):
     from dgemma.engine import EngineConfig
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.ui.lesson.explorer import explore
 

@@ -130,7 +130,7 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
     from dgemma.examples import example_sets
     from dgemma.serving.api import model_info
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.ui.generate.controls import PANEL_SETTINGS
     from dgemma.ui.loading_tick import loading_tick as _loading_tick
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 from dgemma.engine.config import EngineConfig
 from dgemma.engine.core import EngineCore
@@ -19,6 +19,7 @@ from dgemma.errors import first_line
 from dgemma.events import RequestEvent
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import RunOptions, SamplingParams
+from dgemma.sampling.start import CanvasStart
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,26 @@ class Engine:
 
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
                subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
-               start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
-        """Queue one prompt (see `EngineCore.submit`; `start` and `pins` shape its first canvas)."""
-        return self.core.submit(prompt, params, max_new_tokens, subscriber, stream_steps, options, start, pins)
+               start: CanvasStart | None = None) -> RequestHandle:
+        """Queue one prompt (see `EngineCore.submit`; `start`: its first canvas, resolved)."""
+        return self.core.submit(prompt, params, max_new_tokens, subscriber, stream_steps, options, start)
+
+    def submit_all(self, prompts: Sequence[str], params: Sequence[SamplingParams], max_new_tokens: int,
+                   subscriber: str | None, stream_steps: bool, options: RunOptions,
+                   starts: Sequence[CanvasStart | None]) -> list[RequestHandle]:
+        """Queue a run's prompts all or none: holding the intake, the next step takes the whole run at once
+        (up to max_num_seqs start together, so step 0 of a recording shows every canvas's random start)."""
+        with self.core.intake:
+            return [self.core.submit(p, q, max_new_tokens, subscriber, stream_steps, options, s)
+                    for p, q, s in zip(prompts, params, starts, strict=True)]
+
+    def check_options(self, options: RunOptions) -> str:
+        """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""
+        return self.core.check_options(options)
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """Output text's token ids (a start, a pin); safe from any thread."""
+        return self.core.tokenize_text(text)
 
     def cancel(self, request_id: int, subscriber: str | None = None, reason: str = "") -> None:
         self.core.cancel(request_id, subscriber, reason)

@@ -16,9 +16,9 @@ from dgemma.errors import SettingsError
 from dgemma.examples import lesson_prompts
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.recording import Recording
-from dgemma.serving.backend import Backend, parse_call_settings
+from dgemma.serving.backend import Backend
 from dgemma.serving.runs import RunService
-from dgemma.settings import BY_NAME, Settings
+from dgemma.settings import BY_NAME, RunRequest
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import plot, tile_figure
@@ -120,35 +120,36 @@ def _batch(backend: Backend, n: float) -> int:
 
 
 def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None,
-             budget: str | None = None) -> tuple[int, Settings]:
-    """The batch size and the settings every run of the lesson shares: one canvas per request, the
+             budget: str | None = None) -> tuple[int, RunRequest]:
+    """The batch size and the call every run of the lesson shares: its prompts, one canvas per request, the
     `scheduler` at its defaults (None: the server's), the `budget` (None: none of its own)."""
     n = _batch(backend, n)
     length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
     raw = {"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler,
            "memory_budget": (budget or "").strip() or None}
-    return n, parse_call_settings(raw, backend.defaults, backend.limits, backend.max_num_seqs, prompts=n)
+    return n, backend.request(lesson_prompts(n), raw)
 
 
-def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str, real: bool) -> Settings:
-    """One run's settings: the lesson's own options beside tiling, step and budget (a tile that runs out
-    of memory fails the run; real scale pads the logits to the released vocabulary)."""
-    return replace(settings, options=replace(settings.options, tiling=tiling, sampler=impl, memory_budget=budget,
-                                             fail_on_oom=True, pad_vocab=RELEASED_VOCAB if real else None))
+def _run_call(call: RunRequest, budget: int | None, tiling: str, impl: str, real: bool) -> RunRequest:
+    """One run of the lesson: its own options beside tiling, step and budget (a tile that runs out of
+    memory fails the run; real scale pads the logits to the released vocabulary)."""
+    return replace(call, settings=replace(call.settings, options=replace(
+        call.settings.options, tiling=tiling, sampler=impl, memory_budget=budget, fail_on_oom=True,
+        pad_vocab=RELEASED_VOCAB if real else None)))
 
 
-def watch(service: RunService, request: object, prompts: list[str], settings: Settings,
+def watch(service: RunService, request: object, call: RunRequest,
           title: str | None) -> Generator[tuple, None, LessonOutcome]:
-    """One run of `prompts` for the request's tab, as the tab's outputs while it runs: its board (as its
+    """One run of `call` for the request's tab, as the tab's outputs while it runs: its board (as its
     page can take it) under the `title` (None: the board keeps the last run's, as for the rerun behind
     the verdict); then its outcome, read from every event the run sent. A run that cannot start or whose
     stream fails: ValueError, one sentence."""
     recording, board, started = Recording(), Board(), time.monotonic()
-    heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {len(prompts)} requests, one '
+    heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {len(call.prompts)} requests, one '
                "row each, one cell per canvas position.</div>") if title else gr.skip()
     # No frame until this run's first step arrives: the last run's board stays until then. No Refine
     # on the lesson's cards, nor its data.
-    frames = board_view.frames(service.stream(request, prompts, settings), board, refine=False,
+    frames = board_view.frames(service.stream(request, call), board, refine=False,
                                draw=lambda board: bool(title and (board.canvas_length or board.finished)))
     with closing(frames):
         for tick, shown in frames:
@@ -159,7 +160,7 @@ def watch(service: RunService, request: object, prompts: list[str], settings: Se
                 heading = gr.skip()
             if tick.failure:  # then the tab's card of this run says why
                 raise ValueError(tick.failure)
-    budget = settings.options.memory_budget
+    budget = call.settings.options.memory_budget
     return summarize(recording.events(), time.monotonic() - started,
                      f"budget {format_bytes(budget)}" if budget else "no budget")
 
@@ -179,14 +180,13 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         return (*cards, chart, shown_budget, gr.skip(), gr.skip())
 
     def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
-        return (yield from watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real),
-                                 title))
+        return (yield from watch(service, request, _run_call(call, budget, tiling, impl, real), title))
 
     try:
         ran = budget_for_scale(backend, _batch(backend, n), budget, real)
         shown_budget = ran if ran != budget else gr.skip()
-        n, settings = _checked(backend, n, steps, scheduler, ran)
-        budget_bytes = settings.options.memory_budget
+        n, call = _checked(backend, n, steps, scheduler, ran)
+        budget_bytes = call.settings.options.memory_budget
         cards[0] = PENDING
         yield outputs()
         untiled = runs["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
