@@ -32,7 +32,7 @@ if zerogpu_enabled():  # `import spaces` before anything touches CUDA (torch inc
 
 from dgemma.cli import ArgumentParser, positive_int, size_arg  # noqa: E402  (after the environment is set)
 from dgemma.errors import first_line  # noqa: E402
-from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
+from dgemma.app_process import PAGE_LINE, READY_LINE  # noqa: E402
 
 FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
 ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler

@@ -2,7 +2,7 @@
 
 The page, the API (`record: true`) and the CLI (`--record FILE`) record a run the same way: each
 event the reader polls is appended here (the reader's own fold sees the same events). Playback is
-the fold of the events up to a step (dgemma/ui/generate/playback.py): one way to fold, live and replayed.
+the fold of the events up to a step (dgemma/ui/generate_tab/playback.py): one way to fold, live and replayed.
 
 Steps. Step k is the state after the run's k-th sampler call: the events before the (k+1)-th
 `TilePlan`. Step 0 is what came before the first call (queued, running, every canvas's random

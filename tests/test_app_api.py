@@ -22,7 +22,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, shared
-from dgemma.ui.generate.controls import client_inputs
+from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, LONG_RUN, stream_then_kill, wait_until
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",

@@ -13,7 +13,7 @@ import pytest
 from dgemma.serving.held_runs import EVICTED, HeldRuns
 from dgemma.recording import MAX_POSITIONS, load, recording_bound
 from dgemma.ui.board import fold, held_bytes
-from dgemma.ui.generate.playback import Playback, view
+from dgemma.ui.generate_tab.playback import Playback, view
 from test_recording import run_of
 
 RUN = run_of(8, 12, 16).text()  # a run of the embedded model's shape: 8 requests, 12 steps, canvas 16

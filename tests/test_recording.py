@@ -12,7 +12,7 @@ from dgemma.events import RequestEvent, StepEvent, TilePlan
 from dgemma.recording import MAX_FILE_BYTES, MAX_POSITIONS, Recording, RecordingError, load, load_file, run_header
 from dgemma.sampling import SamplingParams
 from dgemma.settings import RunRequest, Settings
-from dgemma.ui.generate import playback
+from dgemma.ui.generate_tab import playback
 from dgemma.ui.seek import Seeker
 from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import CELLS, frame

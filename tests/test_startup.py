@@ -22,7 +22,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
-from dgemma.serve import PAGE_LINE, READY_LINE, free_port
+from dgemma.app_process import PAGE_LINE, READY_LINE, free_port
 
 LOADING = "The model is still loading; try again when the page says it is ready."
 
@@ -131,7 +131,7 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
     from dgemma.serving.api import model_info
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.settings import Limits
-    from dgemma.ui.generate.controls import PANEL_SETTINGS
+    from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
     from dgemma.ui.loading_tick import loading_tick as _loading_tick
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)

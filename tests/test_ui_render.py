@@ -11,7 +11,7 @@ from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
 from dgemma.settings import Limits, make_request, parse_prompts
-from dgemma.ui.generate.controls import prompts_from_text
+from dgemma.ui.generate_tab.controls import prompts_from_text
 from dgemma.serving.runs import ticks
 from fake_clock import Clock
 

@@ -34,7 +34,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
-from dgemma.ui.generate.controls import client_inputs
+from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, stream_then_kill, wait_until
 
 SIM = Path(__file__).resolve().parent / "zerogpu_sim"

@@ -124,7 +124,7 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
     run's load has indexed its keyframes (as "Load a run" does). Wall time, and the thread's CPU
     time, which other jobs on a loaded machine do not inflate."""
     from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
-    from dgemma.ui.generate.playback import view
+    from dgemma.ui.generate_tab.playback import view
     from dgemma.ui.seek import Seeker
 
     steps = recording.steps

@@ -27,7 +27,7 @@ from pathlib import Path
 from dgemma.bench.soak import rss_bytes
 from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.errors import first_line
-from dgemma.serve import launch
+from dgemma.app_process import launch
 
 MiB = 2**20
 SAMPLE_PERIOD_S = 0.25

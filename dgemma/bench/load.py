@@ -23,7 +23,7 @@ from dgemma.bench import percentile
 from dgemma.cli import ArgumentParser
 from dgemma.embedded.corpus import FAMILIES, heldout
 from dgemma.errors import first_line
-from dgemma.serve import launch
+from dgemma.app_process import launch
 
 
 def load_prompts(count: int) -> list[str]:

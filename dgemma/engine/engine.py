@@ -128,7 +128,7 @@ class Engine:
     def unsubscribe(self, mailbox: Mailbox) -> None:
         self.core.unsubscribe(mailbox)
 
-    def generate(self, prompts: list[str], params: list[SamplingParams] | SamplingParams | None = None,
+    def run_until_done(self, prompts: list[str], params: list[SamplingParams] | SamplingParams | None = None,
                  max_new_tokens: int = 64, options: RunOptions | None = None) -> list[RequestEvent]:
         """Blocking convenience: submit all prompts, return their final events in input order."""
         if not isinstance(params, list):

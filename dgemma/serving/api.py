@@ -42,7 +42,7 @@ def register(service: RunService, embedded: bool = False) -> None:
     model, whose outputs carry a `warning` for prompts outside its families."""
     backend = service.backend
 
-    def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
+    def generate_endpoint(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
         """Generate one text per prompt. settings (optional; dgemma/settings.py's table): {settings}.
         start and pins are one value for every prompt or a list aligned with the prompts; record
         (true: also return the run as the page's "Download run" file).
@@ -74,8 +74,8 @@ def register(service: RunService, embedded: bool = False) -> None:
             result["recording"] = done.recording
         return result
 
-    generate.__doc__ = generate.__doc__.replace("{settings}", api_help())  # the one table's names and help
-    gr.api(generate, api_name="generate", concurrency_limit=None)
+    generate_endpoint.__doc__ = generate_endpoint.__doc__.replace("{settings}", api_help())  # the one table's names and help
+    gr.api(generate_endpoint, api_name="generate", concurrency_limit=None)
 
     def info() -> dict:
         """The served model: {"model" (name or path), "embedded" (this project's teaching model or not),

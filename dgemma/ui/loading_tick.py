@@ -17,8 +17,8 @@ import gradio as gr
 from dgemma.examples import abilities, example_prompts, example_sets
 from dgemma.serving.api import model_info
 from dgemma.serving.backend import Backend, backend_state
-from dgemma.ui.generate.controls import model_defaults_of
-from dgemma.ui.generate.tab import GenerateTab
+from dgemma.ui.generate_tab.controls import model_defaults_of
+from dgemma.ui.generate_tab.tab import GenerateTab
 
 UNCHANGED_OUTPUTS = 3  # the fill, the run button and the example prompts: what a tick leaves alone while loading
 # Installed when the page opens: every element with an id around what the visitor types in, picks or

@@ -23,9 +23,9 @@ from dgemma.settings import RunRequest
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.generate import compare, first_canvas, playback
-from dgemma.ui.generate.controls import FIELDS, Panel, read_panel, settings_panel
-from dgemma.ui.generate.first_canvas import refine_request
+from dgemma.ui.generate_tab import compare, first_canvas, playback
+from dgemma.ui.generate_tab.controls import FIELDS, Panel, read_panel, settings_panel
+from dgemma.ui.generate_tab.first_canvas import refine_request
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate import first_canvas, playback
-from dgemma.ui.generate.controls import Panel, read_panel
+from dgemma.ui.generate_tab import first_canvas, playback
+from dgemma.ui.generate_tab.controls import Panel, read_panel
 
 SIDES = ("A", "B")
 # (figure, how it reads, format): the rows of the comparison table.

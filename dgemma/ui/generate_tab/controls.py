@@ -12,7 +12,7 @@ import gradio as gr
 
 from dgemma.serving.backend import Backend
 from dgemma.settings import SETTINGS, Setting, Settings
-from dgemma.ui.generate.first_canvas import canvas_settings
+from dgemma.ui.generate_tab.first_canvas import canvas_settings
 
 PANEL_ROWS = ("length", "sampling", "scheduler", "layout")  # the panel's rows, top to bottom: the table's groups
 PANEL_SETTINGS = tuple(s for s in SETTINGS if s.group in PANEL_ROWS)

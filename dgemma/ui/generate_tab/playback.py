@@ -18,7 +18,7 @@ from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate import upload as loader
+from dgemma.ui.generate_tab import upload as loader
 from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
