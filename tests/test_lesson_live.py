@@ -33,9 +33,9 @@ def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     frames = []
     while True:
         try:
-            frames.append(next(view)[-1])  # the board's output
+            frames.append(next(view).get("board", {}))  # the board's output
         except StopIteration as ended:
-            return [f for f in frames if "rows" in f], ended.value  # the rest are gr.skip(): nothing new
+            return [f for f in frames if "rows" in f], ended.value  # the rest: nothing new
 
 
 def test_a_tiled_run_draws_one_row_per_request_and_commits_its_tokens(backend, tiny_model):
@@ -63,6 +63,7 @@ def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(backend)
 
 
 def test_a_bad_budget_is_one_sentence_on_the_untiled_card(backend):
-    untiled, tiled, *_ = list(tab.run_lesson(RunService(backend), None, N, "lots", False, STEPS))[-1]
+    last = list(tab.run_lesson(RunService(backend), None, N, "lots", False, STEPS))[-1]
+    untiled, tiled = last["untiled"], last["tiled"]
     assert 'data-outcome="error"' in untiled and "must be a size such as 512MiB" in html.unescape(untiled)
     assert "not run yet" in tiled

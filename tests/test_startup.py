@@ -139,7 +139,8 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
         settings = len(PANEL_SETTINGS)  # the panel's, from the one table, then the lesson's budget and the prompts
         ids = [f"field-{i}" for i in range(settings + 2)]
         built = [64, *[None] * (settings - 1), "256MiB", "example prompt"]
-        _header, status, run, fill, _examples, timer = _loading_tick(backend, False, ids, built)
+        tick = _loading_tick(backend, False, ids, built)
+        status, run, fill, timer = tick["status"], tick["run"], tick["fill"], tick["timer"]
         assert status == "Idle." and run.interactive is True and timer.active is False
         assert fill["ids"] == ids and fill["built"] == built
         shown = dict(zip((s.name for s in PANEL_SETTINGS), fill["values"]))

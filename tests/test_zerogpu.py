@@ -261,7 +261,7 @@ def test_the_lesson_through_the_gpu_call_runs_out_of_memory_untiled_and_complete
     *_, last = run_lesson(RunService(gpu_backend), None, 4, gpu_backend.suggest_budget(4, False), False, 2, runs)
     untiled, tiled = runs["untiled"], runs["tiled"]
     assert not untiled.ok and "OutOfMemoryError" in untiled.message and untiled.needed_bytes > untiled.free_bytes
-    assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last[3]
+    assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last["verdict"]
 
 
 def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):

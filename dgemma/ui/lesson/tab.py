@@ -139,14 +139,14 @@ def _run_call(call: RunRequest, budget: int | None, tiling: str, impl: str, real
 
 
 def watch(service: RunService, request: object, call: RunRequest,
-          title: str | None) -> Generator[tuple, None, LessonOutcome]:
-    """One run of `call` for the request's tab, as the tab's outputs while it runs: its board (as its
+          title: str | None) -> Generator[dict, None, LessonOutcome]:
+    """One run of `call` for the request's tab, as the tab's outputs while it runs (by LessonParts' names): its board (as its
     page can take it) under the `title` (None: the board keeps the last run's, as for the rerun behind
     the verdict); then its outcome, read from every event the run sent. A run that cannot start or whose
     stream fails: ValueError, one sentence."""
     recording, board, started = Recording(), Board(), time.monotonic()
     heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {len(call.prompts)} requests, one '
-               "row each, one cell per canvas position.</div>") if title else gr.skip()
+               "row each, one cell per canvas position.</div>") if title else None
     # No frame until this run's first step arrives: the last run's board stays until then. No Refine
     # on the lesson's cards, nor its data.
     frames = board_view.frames(service.stream(request, call), board, refine=False,
@@ -156,8 +156,8 @@ def watch(service: RunService, request: object, call: RunRequest,
             recording.extend(tick.events)  # for the outcome and the step-through
             # A failure's frame (every card it stopped says so) goes only on a titled run's board.
             if not tick.failure or (title and shown is not None):
-                yield (*[gr.skip()] * 6, heading, shown if shown is not None else gr.skip())
-                heading = gr.skip()
+                yield {name: v for name, v in (("board_title", heading), ("board", shown)) if v is not None}
+                heading = None
             if tick.failure:  # then the tab's card of this run says why
                 raise ValueError(tick.failure)
     budget = call.settings.options.memory_budget
@@ -166,7 +166,7 @@ def watch(service: RunService, request: object, call: RunRequest,
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
-               runs: dict[str, LessonOutcome] | None = None, scheduler: str | None = None) -> Iterator[tuple]:
+               runs: dict[str, LessonOutcome] | None = None, scheduler: str | None = None) -> Iterator[dict]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
     each run's canvases drawn live as it goes. A failure is one sentence on the card of the run it
     stopped; the cards before it stay. `runs` keeps the outcomes for stepping through them call by call."""
@@ -174,17 +174,18 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
     runs = runs if runs is not None else {}
     runs.clear()
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
-    chart, shown_budget, stage, budget_bytes = gr.skip(), gr.skip(), 0, None
+    chart, shown_budget, stage, budget_bytes = None, None, 0, None
 
-    def outputs() -> tuple:
-        return (*cards, chart, shown_budget, gr.skip(), gr.skip())
+    def outputs() -> dict:  # by LessonParts' names: the cards, and the chart and the budget once they change
+        shown = dict(zip(("untiled", "tiled", "chunked", "verdict"), cards))
+        return {**shown, **{name: v for name, v in (("chart", chart), ("budget", shown_budget)) if v is not None}}
 
     def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
         return (yield from watch(service, request, _run_call(call, budget, tiling, impl, real), title))
 
     try:
         ran = budget_for_scale(backend, _batch(backend, n), budget, real)
-        shown_budget = ran if ran != budget else gr.skip()
+        shown_budget = ran if ran != budget else None
         n, call = _checked(backend, n, steps, scheduler, ran)
         budget_bytes = call.settings.options.memory_budget
         cards[0] = PENDING
@@ -226,8 +227,9 @@ def wire(service: RunService, parts: LessonParts) -> None:
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     def run(n: float, budget: str, real: bool, steps: float, scheduler: str, runs: dict[str, LessonOutcome],
-            request: gr.Request) -> Iterator[tuple]:
-        yield from run_lesson(service, request, n, budget, real, steps, runs, scheduler)
+            request: gr.Request) -> Iterator[dict]:
+        for update in run_lesson(service, request, n, budget, real, steps, runs, scheduler):  # by name: the parts
+            yield {getattr(parts, name): value for name, value in update.items()} or gr.skip()
 
     parts.run.click(
         run,
