@@ -1,4 +1,4 @@
-"""`python -m dgemma.generate`: prompts in, text out, through the same engine the app uses.
+"""`python -m dgemma.generate`: prompts in, text out, through the app's own run (EngineBackend, EngineRun).
 
     python -m dgemma.generate --prompt "add 12+34" --prompt "reverse hello" --seed 1 --json
 

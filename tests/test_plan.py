@@ -230,9 +230,9 @@ def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
     from dgemma.settings import Limits
 
     loading = LoadingBackend(Limits(), 8, None)  # page first: the model has not loaded yet
-    sentence, chart, table = explore(loading, plan.GPUS[0].key, "loaded", 0)
+    sentence = explore(loading, plan.GPUS[0].key, "loaded", 0)["sentence"]
     assert sentence.startswith("The model is still loading") and sentence.count(". ") == 0
-    unknown, _, _ = explore(loading, "no-such-gpu", "released", 0)
+    unknown = explore(loading, "no-such-gpu", "released", 0)["sentence"]
     assert unknown == "Unknown GPU 'no-such-gpu': choose one from the list."
 
 
@@ -249,8 +249,8 @@ def test_the_explorer_plans_for_the_chosen_schedulers_row():
     from dgemma.settings import Limits
 
     loading = LoadingBackend(Limits(), 8, None)
-    _, _, sample = explore(loading, "h200", "released", 0, "sample")
-    _, _, sweep = explore(loading, "h200", "released", 0, "sweep")
+    sample = explore(loading, "h200", "released", 0, "sample")["table"]
+    sweep = explore(loading, "h200", "released", 0, "sweep")["table"]
     assert "1 × 32" in sample and "2 × 16" in sweep
 
 
@@ -262,7 +262,7 @@ def test_the_explorer_names_the_embedded_model_in_words(embedded_model):
 
     backend = EngineBackend(embedded_model, EngineConfig(max_num_seqs=4), Limits(), None)
     try:
-        sentence, _, _ = explore(backend, "h200", "loaded", 0)
+        sentence = explore(backend, "h200", "loaded", 0)["sentence"]
     finally:
         backend.close()
     assert "after the weights of the embedded model and the reserve" in sentence

@@ -180,8 +180,7 @@ def stream_run(service: RunService, embedded: bool, call: RunRequest, played: pl
                 yield failed(tab, tick.failure) if cards is None else {**failed(tab, tick.failure), tab.cards: cards,
                     tab.entropy_plot: plot(entropy_figure(board)), tab.tile_plot: plot(board_tile_figure(board))}
                 return
-            update: dict = {tab.player.download: gr.DownloadButton(value=tick.file, interactive=tick.file is not None)
-                            } if tick.finished else {}
+            update: dict = {tab.player.download: gr.DownloadButton(value=tick.file, interactive=bool(tick.file))} if tick.finished else {}
             if cards is None:  # the user has the slider (it still grows), the last frame is not drawn yet, or only the clock moves
                 if tick.send and played.follow:
                     update[tab.status] = run_status(board, tick.started)
