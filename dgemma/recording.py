@@ -91,7 +91,7 @@ def package_versions() -> dict[str, str]:
 def run_header(model: dict[str, Any], settings: Settings | None, prompts: list[str]) -> dict:
     """The header line's content: what was run (prompts, settings, each prompt's seed), on which
     model (the facts `/info` gives), with which versions."""
-    seeds = [settings.request_params(i).seed for i in range(len(prompts))] if settings is not None else []
+    seeds = [settings.params.for_prompt(i).seed for i in range(len(prompts))] if settings is not None else []
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {k: v for k, v in model.items() if k in MODEL_KEYS},

@@ -139,10 +139,6 @@ class Settings:
         """Every setting but the first canvas's, by name, as a call passes them (`/info`'s defaults)."""
         return {s.name: self.value(s.name) for s in SETTINGS if s.name not in CANVAS_NAMES}
 
-    def request_params(self, index: int) -> SamplingParams:
-        """The `index`-th prompt's params: seed S + index (parse_settings checked there is room)."""
-        return self.params.for_prompt(index)
-
 
 @dataclass(frozen=True)
 class Limits:

@@ -89,10 +89,6 @@ class Engine:
     def memory(self):
         return self.core.memory
 
-    @property
-    def default_params(self) -> SamplingParams:
-        return self.core.default_params
-
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
                subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
                start: CanvasStart | None = None) -> RequestHandle:

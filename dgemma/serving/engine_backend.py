@@ -42,7 +42,7 @@ class EngineRun:
         # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
         self.mailbox = engine.subscribe(self.key, coalesce=False)
         settings, n = request.settings, len(request.prompts)
-        engine.submit_all(request.prompts, [settings.request_params(i) for i in range(n)], settings.max_new_tokens,
+        engine.submit_all(request.prompts, [settings.params.for_prompt(i) for i in range(n)], settings.max_new_tokens,
                           self.key, stream, options, [request.canvas(i) for i in range(n)])
         self._closed = False
 

@@ -140,7 +140,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     finished = timed_out = False
     try:
         for i, prompt in enumerate(request.prompts):
-            core.submit(prompt, settings.request_params(i), settings.max_new_tokens, subscriber=subscriber,
+            core.submit(prompt, settings.params.for_prompt(i), settings.max_new_tokens, subscriber=subscriber,
                         stream_steps=job.stream, options=options, start=request.canvas(i))
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
