@@ -30,9 +30,9 @@ from dgemma.serving.zerogpu import enabled as zerogpu_enabled  # noqa: E402
 if zerogpu_enabled():  # `import spaces` before anything touches CUDA (torch included)
     import spaces  # noqa: F401
 
-from dgemma.cli import ArgumentParser, positive_int  # noqa: E402  (after the environment is set)
+from dgemma.cli import ArgumentParser, positive_int, size_arg  # noqa: E402  (after the environment is set)
 from dgemma.errors import first_line  # noqa: E402
-from dgemma.serve import PAGE_LINE, READY_LINE  # noqa: E402
+from dgemma.app_process import PAGE_LINE, READY_LINE  # noqa: E402
 
 FAILED_LINGER_S = float(os.environ.get("DGEMMA_FAILED_LINGER_S", "10"))  # the failure stays on the page
 ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler
@@ -47,16 +47,6 @@ def _port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port is at most 65535, got {value}")
     return value
-
-
-def _size(text: str) -> str:
-    from dgemma.memory import parse_size
-
-    try:
-        parse_size(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
 
 
 # On a Space nobody passes flags: these variables stand in for them (a flag given still wins).
@@ -98,18 +88,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="address to bind (default 127.0.0.1, this machine only; $GRADIO_SERVER_NAME on a Space)")
     p.add_argument("--port", type=_port, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
     p.add_argument("--max-num-seqs", type=positive_int, default=32, help="requests denoising at once (default 32)")
-    p.add_argument("--memory-budget", type=_size, default=None,
+    p.add_argument("--memory-budget", type=size_arg, default=None,
                    help="device memory the app may use, e.g. 2GiB (CUDA: a per-process cap; CPU: a virtual device)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     p.add_argument("--max-prompts", type=positive_int, default=64, help="prompts per call, UI or API (default 64)")
     p.add_argument("--max-new-tokens", type=positive_int, default=256, help="largest max_new_tokens a call may ask (default 256)")
     p.add_argument("--max-queued", type=positive_int, default=64,
                    help="requests one tab (a browser tab or an API client) may have waiting or running at once (default 64)")
-    p.add_argument("--max-disk", type=_size, default="2GiB",
+    p.add_argument("--max-disk", type=size_arg, default="2GiB",
                    help="disk all visitors' run files and uploads may use together, oldest removed first (default 2GiB)")
     p.add_argument("--files-max-age", type=positive_int, default=3600,
                    help="seconds a run file or upload is kept at most; a tab's go when it closes (default 3600)")
-    p.add_argument("--max-run-memory", type=_size, default="1GiB",
+    p.add_argument("--max-run-memory", type=size_arg, default="1GiB",
                    help="memory all tabs' kept runs may hold together, least recently viewed evicted first (default 1GiB)")
     argv = sys.argv[1:] if argv is None else list(argv)
     extra = _env_args(argv)
@@ -137,20 +127,18 @@ def _fail(message: str) -> int:
 def _keeping(args: argparse.Namespace):
     """Where the page keeps visitors' run files (args.files) and the cap on runs held in memory."""
     from dgemma.serving.held_runs import HeldRuns
-    from dgemma.memory import parse_size
     from dgemma.serving.runs import Keeping
 
-    return Keeping(args.files, HeldRuns(parse_size(args.max_run_memory)))
+    return Keeping(args.files, HeldRuns(args.max_run_memory))
 
 
 def _open_files(args: argparse.Namespace) -> None:
     """The app's directory for visitors' files (dgemma/serving/runfiles.py), before Gradio is imported: its
     upload folder is that directory. Kept on `args` for the launch (`args.files`)."""
-    from dgemma.memory import parse_size
     from dgemma.serving.runfiles import RunFiles
 
     parent = os.environ.get("GRADIO_TEMP_DIR")  # one set by the user is where the directory goes
-    args.files = RunFiles.for_this_start(parse_size(args.max_disk), args.files_max_age, parent)
+    args.files = RunFiles.for_this_start(args.max_disk, args.files_max_age, parent)
     os.environ["GRADIO_TEMP_DIR"] = str(args.files.root)
 
 
@@ -222,12 +210,14 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
     """Serve the page at once, then load torch, transformers and the model on a thread."""
     import threading
 
-    from dgemma.serving.backend import Limits
     from dgemma.serving.loading import LoadingBackend
+    from dgemma.settings import Limits
     from dgemma.ui.page import build_demo
+    from dgemma.units import format_bytes
 
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
-    backend = LoadingBackend(limits, args.max_num_seqs, args.memory_budget, args.model)
+    budget = format_bytes(args.memory_budget) if args.memory_budget else None
+    backend = LoadingBackend(limits, args.max_num_seqs, budget, args.model)
     # The queue's default concurrency (none: the engine batches), read by the queue every Blocks
     # starts with: a demo.queue(...) call would rebuild the whole server app once more (~0.3 s).
     os.environ["GRADIO_DEFAULT_CONCURRENCY_LIMIT"] = "none"

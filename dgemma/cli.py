@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from dgemma.errors import first_line
+from dgemma.units import parse_size
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -34,9 +35,7 @@ def positive_int(text: str) -> int:
 
 
 def size_arg(text: str) -> int:
-    """argparse type for sizes such as 8GiB; a malformed one becomes argparse's one-line error."""
-    from dgemma.memory import parse_size  # torch: imported by the commands that use it, not by app.py's page
-
+    """argparse type for sizes such as 8GiB, in bytes; a malformed one becomes argparse's one-line error."""
     try:
         return parse_size(text)
     except ValueError as err:

@@ -6,7 +6,7 @@ be JSON-encoded (`dataclasses.asdict`) and be compared in tests without touching
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,10 @@ class TilePlan:
     splits: tuple[TileSplit, ...] = ()
     seconds: float = 0.0
     peak_measured: bool = True  # False: peak_transient_bytes is the calibrated estimate
+
+    def as_dict(self) -> dict:
+        """This plan as plain JSON-able data: the API's `tile_plans`, the CLI's and a run file's."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

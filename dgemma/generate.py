@@ -1,4 +1,4 @@
-"""`python -m dgemma.generate`: prompts in, text out, through the same engine the app uses.
+"""`python -m dgemma.generate`: prompts in, text out, through the app's own run (EngineBackend, EngineRun).
 
     python -m dgemma.generate --prompt "add 12+34" --prompt "reverse hello" --seed 1 --json
 
@@ -21,7 +21,7 @@ from typing import TextIO
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
-from dgemma.settings import NAMES, SETTINGS, Settings, name_value_pairs, parse_settings
+from dgemma.settings import NAMES, SETTINGS, Limits, Settings, make_request, name_value_pairs
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -97,56 +97,57 @@ def run(argv: list[str] | None = None) -> int:
     try:
         prompts = read_prompts(args)
         raw = raw_settings(args)
-        limits = dict(max_tile=args.max_num_seqs, prompts=len(prompts))
-        early = parse_settings(early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), **limits)
+        # A check before the (slow) model load, on the defaults known now; the call is made again on the
+        # model's own defaults once it has loaded, through the same door.
+        early = make_request(prompts, early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), None,
+                             args.max_num_seqs, None).settings
         record = open_record(args.record)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
 
     from transformers.utils import logging as hf_logging
 
-    from dgemma.engine import Engine, EngineConfig, EngineError, plan_dict
-    from dgemma.events import TilePlan
+    from dgemma.engine import EngineConfig, EngineError
     from dgemma.metrics import run_summary, summary_line
     from dgemma.model.loading import ModelLoadError, load_model
     from dgemma.recording import Recording, run_header
+    from dgemma.serving.backend import Progress
+    from dgemma.serving.engine_backend import EngineBackend
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
+    options, backend = early.options, None
     try:
-        loaded = load_model(args.model, device=args.device, memory_budget=early.options.memory_budget,
+        loaded = load_model(args.model, device=args.device, memory_budget=options.memory_budget,
                             load_format=args.load_format, experts=args.experts)
+        config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling, sampler=options.sampler,
+                              memory_budget=options.memory_budget)
+        backend = EngineBackend(loaded, config, Limits(), None)
         model_defaults = SamplingParams.from_generation_config(loaded.model.generation_config)
-        settings = parse_settings(raw, Settings(model_defaults, early.options, DEFAULT_MAX_NEW_TOKENS), **limits)
-        options = settings.options
-        engine = Engine(loaded, EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling,
-                                             sampler=options.sampler, memory_budget=options.memory_budget))
-        params = [settings.request_params(i) for i in range(len(prompts))]
         # --start and --pin against the model (one token a pin, inside the canvas) before anything runs.
-        problem = settings.canvas_problem(len(prompts), loaded.canvas_length, loaded.encode_text)
-        if problem:
-            raise ValueError(problem)
+        call = make_request(prompts, raw, Settings(model_defaults, options, DEFAULT_MAX_NEW_TOKENS), None,
+                            args.max_num_seqs, backend.canvas_model())
     except (ModelLoadError, EngineError, ValueError) as err:
+        if backend is not None:
+            backend.close()
         return _fail(str(err), EXIT_USAGE)
 
+    settings = call.settings
     notes = prompt_notes(prompts, bool(loaded.facts()["embedded"]))
     if loaded.random_weights:
         print(f"python -m dgemma.generate: note: {loaded.facts()['note']}", file=sys.stderr)
-    events = engine.subscribe(coalesce=False)  # every tile plan, and with --record every step frame
     recording = Recording(run_header({**loaded.facts(), "max_num_seqs": args.max_num_seqs}, settings, prompts))
     started = time.monotonic()
-    # Submit everything before the engine thread starts, so the first step admits a full batch.
-    handles = [engine.submit(p, q, settings.max_new_tokens, stream_steps=record is not None, **settings.request_canvas(i))
-               for i, (p, q) in enumerate(zip(prompts, params))]
-    tile_plans: list[TilePlan] = []
-    with engine:
-        while True:  # read as the run goes: the recording keeps frames compactly, the mailbox would not
-            done = all(h.done for h in handles)
-            polled = events.poll(0.1)
-            tile_plans += [e for e in polled if isinstance(e, TilePlan)]
-            recording.extend(polled)
-            if done and not polled:
-                break
-        finals = [h.result() for h in handles]
+    try:  # the app's own run: every tile plan, and with --record every step frame, read as the run goes
+        run = backend.start(call, stream=record is not None)
+        progress = Progress(run.size, recording)
+        while not progress.over:
+            progress.add(run.poll(0.1))
+        run.close()
+        stats = dict(backend.engine.stats)  # steps, decoder calls and splits, preemptions
+    finally:
+        backend.close()
+    finals, tile_plans = list(progress.last.values()), progress.plans
+    options = settings.options
     wall = time.monotonic() - started
     figures = run_summary([f.extra.get("metrics") for f in finals], wall)
     if record is not None:
@@ -173,9 +174,9 @@ def run(argv: list[str] | None = None) -> int:
         canvas_tokens_per_s=round(canvas_tokens / wall, 2) if wall > 0 else None,
         weights=loaded.facts()["weights"], experts=loaded.experts,
         max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
-        engine=dict(engine.stats),  # steps, decoder calls and splits, preemptions
+        engine=stats,  # steps, decoder calls and splits, preemptions
         metrics=figures,  # tokens/s, tokens per forward, steps per canvas, decoder/sampler shares, peak sampler memory
-        tile_plans=[plan_dict(p) for p in tile_plans],
+        tile_plans=[p.as_dict() for p in tile_plans],
     )
     if args.json:
         print(json.dumps({"summary": summary}))
@@ -184,6 +185,9 @@ def run(argv: list[str] | None = None) -> int:
               f"{summary['canvas_tokens_per_s']} canvas tokens/s, {len(tile_plans)} sampler calls", file=sys.stderr)
         print(summary_line(figures), file=sys.stderr)
     return EXIT_REQUEST_FAILED if failed else 0
+
+
+
 
 
 def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:

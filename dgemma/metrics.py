@@ -22,11 +22,6 @@ from dataclasses import dataclass
 
 from dgemma.units import format_bytes
 
-METRIC_KEYS = ("scheduler", "tokens", "canvas_tokens", "seconds", "tokens_per_s", "tokens_per_forward", "decoder_forwards",
-               "predictor_steps", "canvases", "steps_per_canvas", "decoder_seconds", "sampler_seconds", "decoder_share", "sampler_share",
-               "peak_sampler_bytes")
-
-
 @dataclass(frozen=True)
 class Work:
     """What a request (or a whole run) did and spent."""

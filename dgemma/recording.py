@@ -2,7 +2,7 @@
 
 The page, the API (`record: true`) and the CLI (`--record FILE`) record a run the same way: each
 event the reader polls is appended here (the reader's own fold sees the same events). Playback is
-the fold of the events up to a step (dgemma/ui/generate/playback.py): one way to fold, live and replayed.
+the fold of the events up to a step (dgemma/ui/generate_tab/playback.py): one way to fold, live and replayed.
 
 Steps. Step k is the state after the run's k-th sampler call: the events before the (k+1)-th
 `TilePlan`. Step 0 is what came before the first call (queued, running, every canvas's random
@@ -91,7 +91,7 @@ def package_versions() -> dict[str, str]:
 def run_header(model: dict[str, Any], settings: Settings | None, prompts: list[str]) -> dict:
     """The header line's content: what was run (prompts, settings, each prompt's seed), on which
     model (the facts `/info` gives), with which versions."""
-    seeds = [settings.request_params(i).seed for i in range(len(prompts))] if settings is not None else []
+    seeds = [settings.params.for_prompt(i).seed for i in range(len(prompts))] if settings is not None else []
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {k: v for k, v in model.items() if k in MODEL_KEYS},
@@ -251,7 +251,7 @@ def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:
                 "mean_entropy": _finite(item.mean_entropy), "confidence_threshold": item.confidence_threshold,
                 "converged": item.converged}  # fmt: skip
     if isinstance(item, TilePlan):
-        return {"type": "plan", **asdict(item)}
+        return {"type": "plan", **item.as_dict()}
     return {"type": "request", **asdict(item)}
 
 

@@ -2,7 +2,7 @@
 
 `SETTINGS` is the one table of every setting a visitor can give: its name (the same on the page,
 the command line, the API and in Compare), its bound (dgemma/sampling/params.py's `BOUNDS`), its
-label, widget and help. The page's panel (dgemma/ui/generate/controls.py), the CLI's flags
+label, widget and help. The page's panel (dgemma/ui/generate_tab/controls.py), the CLI's flags
 (dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
 new setting is a field of `SamplingParams` or `RunOptions` (its check beside it) and a row here.
 
@@ -15,21 +15,24 @@ mistake reads the same sentence everywhere. `seed` S gives the i-th prompt the s
 `start` (text for the first canvas to start from) and `pins` ({position: token text} held in the
 first canvas) are one value for every prompt or a list aligned with the prompts; they are kept one
 per prompt. Whether a piece is one token and a position inside the canvas is the model's to say
-(dgemma/sampling/start.py, at submit).
+(dgemma/sampling/start.py).
+
+`make_request` is the one door a call comes in by (the page, Compare, the lesson, the API and the
+CLI): its prompts, its settings and each prompt's resolved first canvas become one `RunRequest`, the
+only place a prompt, a start, a pin or a size is checked; past it nothing parses again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
 from dgemma.sampling import MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling
 from dgemma.sampling.params import BOUNDS, CORRECTOR_SELECTIONS, SCHEDULERS, describe
-from dgemma.sampling.start import pin_position, resolve_start
-
+from dgemma.sampling.start import CanvasStart, pin_position, resolve_start
 
 
 @dataclass(frozen=True)
@@ -136,25 +139,36 @@ class Settings:
         """Every setting but the first canvas's, by name, as a call passes them (`/info`'s defaults)."""
         return {s.name: self.value(s.name) for s in SETTINGS if s.name not in CANVAS_NAMES}
 
-    def request_params(self, index: int) -> SamplingParams:
-        """The `index`-th prompt's params: seed S + index (parse_settings checked there is room)."""
-        return self.params.for_prompt(index)
 
-    def request_canvas(self, index: int) -> dict[str, Any]:
-        """The `index`-th prompt's first canvas as the engine's `submit` takes it: start=, pins=."""
-        start = self.start[index] if self.start else None
-        pins = dict(self.pins[index]) if self.pins else {}
-        return dict(start=start, pins=pins or None)
+@dataclass(frozen=True)
+class Limits:
+    """What one call or one tab may ask for, so that one client cannot starve the others."""
 
-    def canvas_problem(self, prompts: int, canvas_length: int, encode: Callable[[str], list[int]]) -> str:
-        """One sentence about the first prompt whose start or pins the model cannot take (a piece that
-        is not one token, a position outside the canvas, a start longer than it), else ''."""
-        for i in range(prompts if self.start or self.pins else 0):
-            canvas = self.request_canvas(i)
-            error, _ = resolve_start(canvas["start"], canvas["pins"], canvas_length, encode)
-            if error:
-                return f"prompt {i + 1}: {error}" if prompts > 1 else error
-        return ""
+    max_prompts: int = 64  # prompts in one call (after filling up to `concurrent`)
+    max_new_tokens: int = 256
+    max_queued: int = 64  # requests one tab (a browser tab, an API client) may have waiting or running at once
+    max_prompt_chars: int = 4000
+
+
+@dataclass(frozen=True)
+class CanvasModel:
+    """What resolving a first canvas reads of the model: its canvas length, and text to token ids."""
+
+    canvas_length: int
+    encode: Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One call, checked and resolved: its prompts, its settings and each prompt's first canvas."""
+
+    prompts: tuple[str, ...]
+    settings: Settings = field(default_factory=Settings)
+    canvases: tuple[CanvasStart, ...] = ()  # one per prompt; empty: every first canvas starts from noise
+
+    def canvas(self, index: int) -> CanvasStart | None:
+        """The `index`-th prompt's first canvas (None: noise)."""
+        return (self.canvases[index] or None) if self.canvases else None
 
 
 def _per_prompt(name: str, value: Any, prompts: int, one: Any) -> tuple:
@@ -204,6 +218,63 @@ def name_value_pairs(parts: Iterable[str], problem: str) -> dict[str, str]:
             raise SettingsError(problem.format(part=part.strip()[:40]))
         pairs[name.strip()] = value
     return pairs
+
+
+def parse_prompts(prompts: Any, limits: Limits) -> list[str]:
+    """Prompts as given (order kept); one sentence when the list is empty, too long or malformed."""
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if not isinstance(prompts, (list, tuple)):
+        raise SettingsError(f"Prompts must be a list of strings, got {type(prompts).__name__}.")
+    if not prompts:
+        raise SettingsError("Give at least one prompt.")
+    if len(prompts) > limits.max_prompts:
+        raise SettingsError(f"Too many prompts: {len(prompts)} given, at most {limits.max_prompts} per call.")
+    out = []
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, str):
+            raise SettingsError(f"Prompt {i + 1} must be a string, got {type(prompt).__name__}.")
+        if not prompt.strip():
+            raise SettingsError(f"Prompt {i + 1} is empty; write some text or remove it.")
+        if len(prompt) > limits.max_prompt_chars:
+            raise SettingsError(f"Prompt {i + 1} is {len(prompt)} characters long; the limit is {limits.max_prompt_chars}.")
+        # Lone surrogates cannot be encoded or tokenized; say so instead of failing deep inside.
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SettingsError(f"Prompt {i + 1} holds characters that are not valid Unicode text.") from None
+        out.append(prompt)
+    return out
+
+
+def resolve_canvases(settings: Settings, prompts: int, model: CanvasModel) -> tuple[CanvasStart, ...]:
+    """Each prompt's first canvas from its start and pins; SettingsError naming the first prompt whose
+    start or pins the model cannot take (a piece that is not one token, a position outside the canvas,
+    a start longer than it)."""
+    if not (settings.start or settings.pins):
+        return ()
+    canvases = []
+    for i in range(prompts):
+        start = settings.start[i] if settings.start else None
+        pins = dict(settings.pins[i]) if settings.pins else None
+        error, canvas = resolve_start(start, pins, model.canvas_length, model.encode)
+        if error:
+            raise SettingsError(f"prompt {i + 1}: {error}" if prompts > 1 else error)
+        canvases.append(canvas)
+    return tuple(canvases)
+
+
+def make_request(prompts: Sequence[str], raw: Mapping[str, Any] | Settings | None, defaults: Settings,
+                 limits: Limits | None, max_tile: int | None, model: CanvasModel | None) -> RunRequest:
+    """The one door of a call: its prompts checked under `limits` (None: as given, the engine refusing a bad
+    one as that request's failure: the CLI's), `raw` parsed over `defaults` (or Settings, already parsed),
+    a fixed tile of at most `max_tile`, and each first canvas resolved against `model` (None: not yet, a
+    check before the model is there). SettingsError (a ValueError): one sentence."""
+    batch = parse_prompts(prompts, limits) if limits is not None else list(prompts)
+    settings = raw if isinstance(raw, Settings) else parse_settings(
+        raw, defaults, max_new_tokens=limits.max_new_tokens if limits else None, max_tile=max_tile, prompts=len(batch))
+    canvases = resolve_canvases(settings, len(batch), model) if model is not None else ()
+    return RunRequest(tuple(batch), settings, canvases)
 
 
 def run_options(settings: Settings, server_budget: int | None) -> RunOptions:

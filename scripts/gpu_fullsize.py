@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -113,12 +112,12 @@ def engine_run(loaded, prompts, params, new_tokens: int) -> tuple[dict, list]:
     from dgemma.metrics import run_summary
 
     with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), max_new_tokens=new_tokens)) as engine:
-        engine.generate(prompts[:2], params[:2], min(new_tokens, loaded.canvas_length))
+        engine.run_until_done(prompts[:2], params[:2], min(new_tokens, loaded.canvas_length))
         mailbox = engine.subscribe(coalesce=False)
         before = dict(engine.stats)
         peak_reset(loaded.device)
         started = time.perf_counter()
-        finals = engine.generate(prompts, params, new_tokens)
+        finals = engine.run_until_done(prompts, params, new_tokens)
         wall = time.perf_counter() - started
         plans = [e for e in mailbox.poll(0.0) if isinstance(e, TilePlan)]
         steps = engine.stats["steps"] - before["steps"]
@@ -252,7 +251,6 @@ def part_lesson(args) -> None:
 def part_app(args) -> None:
     import socket
 
-    from gradio_client import Client
 
     size = sizes(args)
     with socket.socket() as s:

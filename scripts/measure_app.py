@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from dgemma.ui.generate.controls import client_inputs  # noqa: E402  (the Run endpoint's inputs, in order)
+from dgemma.ui.generate_tab.controls import client_inputs  # noqa: E402  (the Run endpoint's inputs, in order)
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dgemma.serve import launch  # noqa: E402
+from dgemma.app_process import launch  # noqa: E402
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park", "sort 9 3 7 1", "repeat abc 3"]
 SETTINGS = {"seed": 40, "max_new_tokens": 32}

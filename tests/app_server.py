@@ -1,6 +1,6 @@
 """A launched `python app.py` shared by the app's tests (test_app_api.py, test_browser.py).
 
-The launching itself is `dgemma.serve.launch`, the same the load benchmark uses: a real server
+The launching itself is `dgemma.app_process.launch`, the same the load benchmark uses: a real server
 subprocess on 127.0.0.1 and a free port, its start-up measured, its log kept for failures.
 """
 
@@ -10,7 +10,7 @@ import atexit
 import os
 from pathlib import Path
 
-from dgemma.serve import ROOT, AppServer, launch
+from dgemma.app_process import ROOT, AppServer, launch
 
 __all__ = ["MODEL_ARGS", "ROOT", "AppServer", "launch", "shared"]
 

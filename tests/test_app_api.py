@@ -22,7 +22,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, shared
-from dgemma.ui.generate.controls import client_inputs
+from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, LONG_RUN, stream_then_kill, wait_until
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
@@ -136,7 +136,8 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
     """Run pressed right after ticking real scale: the box still holds the small scale's budget."""
     from dgemma.model.loading import load_model
     from dgemma.examples import LESSON_PROMPTS
-    from dgemma.memory.lesson import lesson_model, suggest_budget
+    from dgemma.memory.lesson import lesson_model
+    from dgemma.serving.backend import suggest_budget
 
     model = lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32, LESSON_PROMPTS)  # app.py's --max-num-seqs
     small, real = suggest_budget(model, 4, False), suggest_budget(model, 4, True)
@@ -150,7 +151,8 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
 def test_the_lesson_runs_with_any_scheduler(client, scheduler):
     from dgemma.model.loading import load_model
     from dgemma.examples import LESSON_PROMPTS
-    from dgemma.memory.lesson import lesson_model, suggest_budget
+    from dgemma.memory.lesson import lesson_model
+    from dgemma.serving.backend import suggest_budget
 
     budget = suggest_budget(lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32, LESSON_PROMPTS), 4, False)
     untiled, tiled, _chunked, verdict, *_ = client.predict(4, budget, False, 2, scheduler, api_name="/lesson")
@@ -289,7 +291,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
 
     from dgemma.serving.engine_backend import make_backend
     from dgemma.sampling import SamplingParams
-    from dgemma.settings import Settings
+    from dgemma.settings import RunRequest, Settings
     from faults import install_faults
 
     args = argparse.Namespace(model=tiny_model_dir, device="cpu", memory_budget=None, max_num_seqs=4,
@@ -299,7 +301,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         engine = backend.engine
         faults = install_faults(engine.core)
         faults.crash_steps = engine.config.max_restarts + 2
-        first = backend.start(["add 12+34"], Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16))
+        first = backend.start(RunRequest(("add 12+34",), Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16)))
         outputs, _ = results(first)
         first.close()
         deadline = time.monotonic() + 30
@@ -307,7 +309,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
             time.sleep(0.05)
         assert outputs[0].error and not engine.alive
         faults.crash_steps = 0  # whatever killed it has passed
-        second = backend.start(["add 12+34"], Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16))
+        second = backend.start(RunRequest(("add 12+34",), Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16)))
         assert "restarted" in second.notice
         outputs, plans = results(second)
         second.close()

@@ -15,6 +15,7 @@ from dgemma.engine import Engine, EngineConfig
 from dgemma.events import RequestEvent, StepEvent
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
+from dgemma.settings import CanvasModel, Settings, make_request
 from same_noise import keyed_generate
 
 MAX_NEW_TOKENS = 48
@@ -24,9 +25,14 @@ def greedy(model, seed: int) -> SamplingParams:
     return SamplingParams.from_generation_config(model.model.generation_config, seed=seed, greedy=True)
 
 
+def first_canvas(model, **shape):
+    """`start=` and `pins=` as the engine takes them: resolved through the one door (dgemma/settings.py)."""
+    return make_request(["x"], shape, Settings(), None, None, CanvasModel(model.canvas_length, model.encode_text)).canvas(0)
+
+
 def engine_run(engine: Engine, prompt: str, params: SamplingParams, **shape) -> tuple[RequestEvent, list[int], list[StepEvent]]:
     """The request's final event, the steps each canvas took, and its step frames."""
-    handle = engine.submit(prompt, params, MAX_NEW_TOKENS, **shape)
+    handle = engine.submit(prompt, params, MAX_NEW_TOKENS, start=first_canvas(engine.loaded, **shape))
     events = list(handle.events(timeout=120))
     final = handle.result(120)
     totals = [e.steps for e in events if isinstance(e, RequestEvent) and e.status == "committed"] + [final.steps]
@@ -85,9 +91,9 @@ def test_a_start_changes_only_the_first_canvas_start(engine, embedded_model):
 
 
 def test_a_start_longer_than_the_canvas_is_refused_with_one_sentence(engine):
-    final = engine.submit("add 1+2", max_new_tokens=16, start="1 2 3 4 5 6 7 8 9").result(30)
-    assert final.status == "error"
-    assert final.error == "the start text is 17 tokens but the canvas holds 16; shorten it to the first canvas"
+    with pytest.raises(ValueError) as refused:  # at the door, before the engine sees it
+        first_canvas(engine.loaded, start="1 2 3 4 5 6 7 8 9")
+    assert str(refused.value) == "the start text is 17 tokens but the canvas holds 16; shorten it to the first canvas"
 
 
 def test_a_started_and_pinned_request_gives_the_same_tokens_alone_and_among_others(embedded_model):
@@ -96,10 +102,12 @@ def test_a_started_and_pinned_request_gives_the_same_tokens_alone_and_among_othe
     def sampled(seed: int) -> SamplingParams:
         return SamplingParams.from_generation_config(embedded_model.model.generation_config, seed=seed)
 
-    target = dict(prompt="count 12 to 20", params=sampled(5), max_new_tokens=MAX_NEW_TOKENS, start="12 1", pins={3: "3"})
+    target = dict(prompt="count 12 to 20", params=sampled(5), max_new_tokens=MAX_NEW_TOKENS,
+                  start=first_canvas(embedded_model, start="12 1", pins={3: "3"}))
     with Engine(embedded_model, EngineConfig(max_num_seqs=8, tiling=2)) as eng:
         alone = eng.submit(**target).result(120)
-        others = [eng.submit(p, sampled(100 + i), MAX_NEW_TOKENS, pins={i % 16: "7"}, start="9" * (i % 4))
+        others = [eng.submit(p, sampled(100 + i), MAX_NEW_TOKENS,
+                             start=first_canvas(embedded_model, pins={i % 16: "7"}, start="9" * (i % 4)))
                   for i, p in enumerate(bench_prompts(10))]
         together = eng.submit(**target).result(120)
         assert all(h.result(120).status == "done" for h in others)

@@ -89,7 +89,7 @@ def test_the_bars_print_nothing(capsys):
 
 def test_the_loading_status_line_shows_the_download():
     from dgemma.serving.loading import LoadingBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     backend = LoadingBackend(Limits(), 8, None, "google/diffusiongemma-26B-A4B-it")
     halfway, finish = threading.Event(), threading.Event()

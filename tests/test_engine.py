@@ -162,9 +162,9 @@ def test_nan_logits_fail_only_that_request(engine):
 def test_decoder_out_of_memory_is_retried_with_fewer_requests_and_none_is_lost(tiny_model):
     prompts = [f"sort {i} 3 1" for i in range(4)]
     with Engine(tiny_model, EngineConfig(max_num_seqs=4)) as eng:
-        reference = eng.generate(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
+        reference = eng.run_until_done(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
         install_faults(eng.core).decoder_oom_above = 1  # any decoder batch of 2+ requests runs out of memory
-        retried = eng.generate(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
+        retried = eng.run_until_done(prompts, [params(seed=i) for i in range(4)], max_new_tokens=32)
         assert eng.stats["decoder_splits"] > 0
     assert [r.status for r in retried] == ["done"] * 4
     assert [r.token_ids for r in retried] == [r.token_ids for r in reference]
@@ -174,7 +174,7 @@ def test_memory_budget_holds_weights_cache_and_transient(tiny_model):
     budget = tiny_model.weight_bytes + 24 * 2**20
     with Engine(tiny_model, EngineConfig(max_num_seqs=4, memory_budget=budget)) as eng:
         watch = eng.subscribe()
-        finals = eng.generate([f"add {i}+5" for i in range(4)], [params(seed=i) for i in range(4)], max_new_tokens=32)
+        finals = eng.run_until_done([f"add {i}+5" for i in range(4)], [params(seed=i) for i in range(4)], max_new_tokens=32)
         plans = [e for e in watch.poll(1.0) if isinstance(e, TilePlan)]
         memory = eng.memory
     assert [f.status for f in finals] == ["done"] * 4
@@ -189,13 +189,13 @@ def test_decoder_out_of_a_real_memory_budget_is_split_and_retried_with_the_same_
     roomy = tiny_model.weight_bytes + 64 * 2**20
     with Engine(tiny_model, EngineConfig(max_num_seqs=8, memory_budget=roomy)) as eng:
         watch = eng.subscribe(coalesce=False)
-        reference = eng.generate(prompts, settings, max_new_tokens=16)
+        reference = eng.run_until_done(prompts, settings, max_new_tokens=16)
         first_plan = next(e for e in watch.poll(1.0) if isinstance(e, TilePlan))
         held = roomy - first_plan.free_bytes  # weights, sampler state, caches: what a step starts from
         decode_peak = eng.memory.peak_total - held
     tight = held + decode_peak // 2  # the 8-request decoder step no longer fits; half of it does
     with Engine(tiny_model, EngineConfig(max_num_seqs=8, memory_budget=tight)) as eng:
-        retried = eng.generate(prompts, settings, max_new_tokens=16)
+        retried = eng.run_until_done(prompts, settings, max_new_tokens=16)
         assert eng.stats["decoder_splits"] > 0
     assert [r.status for r in retried] == ["done"] * 8
     assert [r.token_ids for r in retried] == [r.token_ids for r in reference]
@@ -207,12 +207,12 @@ def test_requests_whose_kv_caches_fill_the_budget_are_preempted_and_restart_with
     prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]  # two canvases each: caches grow
     settings = [SamplingParams(seed=i) for i in range(8)]
     with Engine(embedded_model, EngineConfig(max_num_seqs=8)) as eng:
-        reference = eng.generate(prompts, settings, max_new_tokens=32)
+        reference = eng.run_until_done(prompts, settings, max_new_tokens=32)
     # Weights, the sampler's slots and about half a MiB: not enough for eight requests at once.
     tight = embedded_model.weight_bytes + 2**19
     with Engine(embedded_model, EngineConfig(max_num_seqs=8, memory_budget=tight)) as eng:
         watch = eng.subscribe(coalesce=False)
-        squeezed = eng.generate(prompts, settings, max_new_tokens=32)
+        squeezed = eng.run_until_done(prompts, settings, max_new_tokens=32)
         preemptions = eng.stats["preemptions"]
         requeued = [e for e in watch.poll(1.0) if isinstance(e, RequestEvent) and e.extra.get("preempted")]
     assert preemptions > 0 and len(requeued) == preemptions
@@ -227,12 +227,12 @@ def test_an_untiled_sampler_step_that_runs_out_of_memory_preempts_and_keeps_the_
     prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]
     settings = [SamplingParams(seed=i) for i in range(8)]
     with Engine(embedded_model, EngineConfig(max_num_seqs=8)) as eng:
-        reference = eng.generate(prompts, settings, max_new_tokens=32)
+        reference = eng.run_until_done(prompts, settings, max_new_tokens=32)
     # One tile of all eight requests does not fit in the last 3/4 MiB; fewer requests at once do.
     tight = embedded_model.weight_bytes + 3 * 2**18
     with Engine(embedded_model, EngineConfig(max_num_seqs=8, tiling="off", memory_budget=tight)) as eng:
         watch = eng.subscribe(coalesce=False)
-        squeezed = eng.generate(prompts, settings, max_new_tokens=32)
+        squeezed = eng.run_until_done(prompts, settings, max_new_tokens=32)
         reasons = [e.extra["preempted"] for e in watch.poll(1.0) if isinstance(e, RequestEvent) and e.extra.get("preempted")]
     assert any("its sampler step does not fit" in r for r in reasons)
     assert [r.status for r in squeezed] == ["done"] * 8
@@ -243,7 +243,7 @@ def test_a_request_that_cannot_fit_even_alone_fails_with_one_line_and_frees_the_
     with Engine(tiny_model, EngineConfig(max_num_seqs=2)) as eng:
         faults = install_faults(eng.core)
         faults.decoder_oom_above = 0  # every decoder call runs out of memory, even for one request
-        finals = eng.generate(["add 1+1", "add 2+2"], [params(seed=1), params(seed=2)], max_new_tokens=16)
+        finals = eng.run_until_done(["add 1+1", "add 2+2"], [params(seed=1), params(seed=2)], max_new_tokens=16)
         faults.decoder_oom_above = None
         after = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(30)
     assert [f.status for f in finals] == ["error", "error"]
@@ -253,7 +253,7 @@ def test_a_request_that_cannot_fit_even_alone_fails_with_one_line_and_frees_the_
 
 def test_budget_smaller_than_the_weights_refuses_to_start_with_one_line(tiny_model):
     with pytest.raises(EngineError, match="too small for the model weights") as err:
-        Engine(tiny_model, EngineConfig(memory_budget="1MiB"))
+        Engine(tiny_model, EngineConfig(memory_budget=2**20))
     assert "\n" not in str(err.value)
 
 
@@ -355,7 +355,7 @@ def test_chunked_sampler_gives_the_same_tokens_as_the_reference(tiny_model):
     finals = {}
     for impl in ("reference", "chunked"):
         with Engine(tiny_model, EngineConfig(max_num_seqs=3, sampler=impl)) as eng:
-            finals[impl] = eng.generate(prompts, [params(seed=i) for i in range(3)], max_new_tokens=32)
+            finals[impl] = eng.run_until_done(prompts, [params(seed=i) for i in range(3)], max_new_tokens=32)
     assert [f.token_ids for f in finals["chunked"]] == [f.token_ids for f in finals["reference"]]
 
 
@@ -380,5 +380,5 @@ def test_engine_that_keeps_dying_gives_up_fails_queued_requests_and_refuses_new_
         late = eng.submit("add 3+3", params(seed=3), max_new_tokens=16).result(5)
         assert late.status == "error" and "restart it" in late.error
         faults.crash_steps = 0
-        eng.restart()
+        eng.start()  # a fresh thread after it gave up
         assert eng.submit("add 4+4", params(seed=4), max_new_tokens=16).result(30).status == "done"

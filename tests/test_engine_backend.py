@@ -38,14 +38,14 @@ def backend():
 def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(backend):
     from dgemma.sampling import RunOptions, SamplingParams
     from dgemma.serving.runs import RunService
-    from dgemma.settings import Settings
+    from dgemma.settings import RunRequest, Settings
     from dgemma.ui.lesson.tab import run_lesson
 
     prompts = ["add 12+34", "count 3 to 9"]
     texts = {}
     for tiling in ("auto", "off"):
         for sampler in ("reference", "chunked"):
-            run = backend.start(prompts, Settings(SamplingParams(seed=3), RunOptions(tiling=tiling, sampler=sampler), max_new_tokens=16))
+            run = backend.start(RunRequest(tuple(prompts), Settings(SamplingParams(seed=3), RunOptions(tiling=tiling, sampler=sampler), max_new_tokens=16)))
             outputs, plans = results(run)
             run.close()
             assert not any(o.error for o in outputs) and plans
@@ -60,10 +60,10 @@ def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(back
 
 
 def test_a_run_with_its_own_memory_budget_plans_against_it(backend):
-    from dgemma.sampling import RunOptions, SamplingParams
-    from dgemma.settings import Settings
+    from dgemma.sampling import RunOptions
+    from dgemma.settings import RunRequest, Settings
 
-    run = backend.start(["add 1+2", "add 3+4", "add 5+6"], Settings(options=RunOptions(memory_budget=64 * 2**20), max_new_tokens=16))
+    run = backend.start(RunRequest(("add 1+2", "add 3+4", "add 5+6"), Settings(options=RunOptions(memory_budget=64 * 2**20), max_new_tokens=16)))
     outputs, plans = results(run)
     run.close()
     assert not any(o.error for o in outputs)

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from app_server import MODEL_ARGS, shared
-from dgemma.ui.generate.controls import PANEL_SETTINGS
+from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
 from test_playback import browser  # noqa: F401  (chromium)
 
 BUILT_BUDGET = "256MiB"  # what a page built before the model loaded shows in the lesson's budget

@@ -13,7 +13,7 @@ import pytest
 from dgemma.serving.held_runs import EVICTED, HeldRuns
 from dgemma.recording import MAX_POSITIONS, load, recording_bound
 from dgemma.ui.board import fold, held_bytes
-from dgemma.ui.generate.playback import Playback, view
+from dgemma.ui.generate_tab.playback import Playback, view
 from test_recording import run_of
 
 RUN = run_of(8, 12, 16).text()  # a run of the embedded model's shape: 8 requests, 12 steps, canvas 16
@@ -112,7 +112,7 @@ def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_fra
     frame still reads the recording (a race with another tab's hold once evicted it mid-frame)."""
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.serving.runfiles import RunFiles
     from dgemma.serving.runs import Keeping, RunService
 
@@ -123,7 +123,7 @@ def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_fra
     try:
         service = RunService(backend, Keeping(RunFiles(tmp_path, 2**30, 3600), HeldRuns(max_bytes=1)))
         tab = Playback()
-        ticks = service.stream(Request(), ["add 1+2"], {"max_denoising_steps": 2, "seed": 1}, tab)
+        ticks = service.stream(Request(), backend.request(["add 1+2"], {"max_denoising_steps": 2, "seed": 1}), tab)
         last = next(tick for tick in ticks if tick.finished)
         service.keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
         assert tab.recording is not None and last.file and tab.live  # the stream has not ended yet

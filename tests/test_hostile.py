@@ -116,7 +116,7 @@ def test_when_memory_is_full_the_least_recently_used_idle_run_goes_and_its_tab_s
 
 
 def test_the_hostile_bench_keeps_disk_under_its_cap_and_returns_it_while_an_ordinary_visitor_runs():
-    args = argparse.Namespace(max_disk="24MiB", age=8, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
+    args = argparse.Namespace(max_disk=24 * 2**20, age=8, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
                               concurrency=8, model=MODEL_ARGS[1] if MODEL_ARGS else None)
     row = run_hostile(args)
     assert row["outcomes"]["oversized"] and "http 200" not in row["outcomes"]["oversized"], row

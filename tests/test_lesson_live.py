@@ -18,7 +18,7 @@ N, STEPS = 6, 3
 def backend(tiny_model):
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)
     yield backend
@@ -27,15 +27,15 @@ def backend(tiny_model):
 
 def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
-    n, settings = tab._checked(backend, N, STEPS, budget=budget)
-    view = tab.watch(RunService(backend), None, tab.lesson_prompts(n),
-                      tab._run_settings(settings, settings.options.memory_budget, tiling, "reference", False), "a run")
+    n, call = tab._checked(backend, N, STEPS, budget=budget)
+    view = tab.watch(RunService(backend), None, tab._run_call(call, call.settings.options.memory_budget, tiling,
+                                                               "reference", False), "a run")
     frames = []
     while True:
         try:
-            frames.append(next(view)[-1])  # the board's output
+            frames.append(next(view).get("board", {}))  # the board's output
         except StopIteration as ended:
-            return [f for f in frames if "rows" in f], ended.value  # the rest are gr.skip(): nothing new
+            return [f for f in frames if "rows" in f], ended.value  # the rest: nothing new
 
 
 def test_a_tiled_run_draws_one_row_per_request_and_commits_its_tokens(backend, tiny_model):
@@ -63,6 +63,7 @@ def test_an_untiled_run_out_of_memory_ends_every_card_with_its_sentence(backend)
 
 
 def test_a_bad_budget_is_one_sentence_on_the_untiled_card(backend):
-    untiled, tiled, *_ = list(tab.run_lesson(RunService(backend), None, N, "lots", False, STEPS))[-1]
+    last = list(tab.run_lesson(RunService(backend), None, N, "lots", False, STEPS))[-1]
+    untiled, tiled = last["untiled"], last["tiled"]
     assert 'data-outcome="error"' in untiled and "must be a size such as 512MiB" in html.unescape(untiled)
     assert "not run yet" in tiled

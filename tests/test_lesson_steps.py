@@ -17,7 +17,7 @@ N = 8
 def lesson(tiny_model):
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.ui.lesson.tab import run_lesson
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=N), Limits(), None)

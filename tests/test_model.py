@@ -151,7 +151,7 @@ def test_environment_chooses_the_model_and_limits_when_the_flags_are_absent(monk
     monkeypatch.setenv("DGEMMA_MAX_NUM_SEQS", "5")
     monkeypatch.setenv("DGEMMA_MEMORY_BUDGET", "3GiB")
     args = app.parse_args([])
-    assert (args.model, args.device, args.max_num_seqs, args.memory_budget) == (tiny_model_dir, "cpu", 5, "3GiB")
+    assert (args.model, args.device, args.max_num_seqs, args.memory_budget) == (tiny_model_dir, "cpu", 5, 3 * 2**30)  # bytes
     flagged = app.parse_args(["--model", "/elsewhere", "--max-num-seqs=7"])
     assert (flagged.model, flagged.max_num_seqs) == ("/elsewhere", 7)  # a flag wins over its variable
 
@@ -178,7 +178,7 @@ def test_only_the_embedded_model_is_offered_its_task_prompts(embedded_model, tin
 def test_info_names_the_model_publicly_while_it_loads_too(tiny_model_dir):
     from pathlib import Path
 
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.serving.loading import LoadingBackend
 
     assert LoadingBackend(Limits(), 8, None).info()["model"] == "embedded"  # not assets/model's absolute path

@@ -3,7 +3,7 @@ the last step comes on time; the charts redraw at most once a period while playi
 
 from __future__ import annotations
 
-from dgemma.ui.generate.playback import PlayClock
+from dgemma.ui.generate_tab.playback import PlayClock
 from fake_clock import Clock
 
 

@@ -227,12 +227,12 @@ def test_the_loaded_model_plans_as_its_checkpoint_directory_does(embedded_model)
 def test_the_explorer_says_in_its_sentence_when_the_loaded_model_is_not_ready():
     from dgemma.ui.lesson.explorer import explore
     from dgemma.serving.loading import LoadingBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     loading = LoadingBackend(Limits(), 8, None)  # page first: the model has not loaded yet
-    sentence, chart, table = explore(loading, plan.GPUS[0].key, "loaded", 0)
+    sentence = explore(loading, plan.GPUS[0].key, "loaded", 0)["sentence"]
     assert sentence.startswith("The model is still loading") and sentence.count(". ") == 0
-    unknown, _, _ = explore(loading, "no-such-gpu", "released", 0)
+    unknown = explore(loading, "no-such-gpu", "released", 0)["sentence"]
     assert unknown == "Unknown GPU 'no-such-gpu': choose one from the list."
 
 
@@ -246,23 +246,23 @@ def test_a_ddim_corrector_sweep_plans_smaller_tiles_than_the_entropy_bound():
 def test_the_explorer_plans_for_the_chosen_schedulers_row():
     from dgemma.ui.lesson.explorer import explore
     from dgemma.serving.loading import LoadingBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     loading = LoadingBackend(Limits(), 8, None)
-    _, _, sample = explore(loading, "h200", "released", 0, "sample")
-    _, _, sweep = explore(loading, "h200", "released", 0, "sweep")
+    sample = explore(loading, "h200", "released", 0, "sample")["table"]
+    sweep = explore(loading, "h200", "released", 0, "sweep")["table"]
     assert "1 × 32" in sample and "2 × 16" in sweep
 
 
 def test_the_explorer_names_the_embedded_model_in_words(embedded_model):
     from dgemma.engine import EngineConfig
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.ui.lesson.explorer import explore
 
     backend = EngineBackend(embedded_model, EngineConfig(max_num_seqs=4), Limits(), None)
     try:
-        sentence, _, _ = explore(backend, "h200", "loaded", 0)
+        sentence = explore(backend, "h200", "loaded", 0)["sentence"]
     finally:
         backend.close()
     assert "after the weights of the embedded model and the reserve" in sentence

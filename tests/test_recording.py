@@ -11,12 +11,12 @@ import pytest
 from dgemma.events import RequestEvent, StepEvent, TilePlan
 from dgemma.recording import MAX_FILE_BYTES, MAX_POSITIONS, Recording, RecordingError, load, load_file, run_header
 from dgemma.sampling import SamplingParams
-from dgemma.settings import Settings
-from dgemma.ui.generate import playback
+from dgemma.settings import RunRequest, Settings
+from dgemma.ui.generate_tab import playback
 from dgemma.ui.seek import Seeker
 from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import CELLS, frame
-from dgemma.serving.backend import Limits
+from dgemma.settings import Limits
 from dgemma.serving.backend import Progress
 from dgemma.serving.runs import ticks
 
@@ -34,7 +34,7 @@ def recorded(tiny_model):
     try:
         spy = backend.engine.subscribe(coalesce=False)
         settings = Settings(SamplingParams(max_denoising_steps=3, seed=7), max_new_tokens=2 * tiny_model.canvas_length)
-        run = backend.start(PROMPTS, settings)
+        run = backend.start(RunRequest(tuple(PROMPTS), settings))
         recording = Recording(run_header(backend.info(), settings, PROMPTS))
         progress = Progress(run.size, recording)
         board = Board()

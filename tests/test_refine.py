@@ -9,7 +9,7 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.ui.board import fold
 from dgemma.ui.compact import refinable
-from dgemma.ui.generate.first_canvas import REFINE_NEEDS_A_CARD, refine_request, refine_start
+from dgemma.ui.generate_tab.first_canvas import REFINE_NEEDS_A_CARD, refine_request, refine_start
 from dgemma.ui.seek import Seeker
 from test_recording import recorded  # noqa: F401  (a seeded run of the tiny model, 6 prompts, 2 canvases each)
 

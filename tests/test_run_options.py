@@ -11,7 +11,8 @@ from dgemma.gpus import RELEASED_VOCAB
 from dgemma.sampling import RunOptions, SamplerConfig, SamplingParams, build_sampler
 from dgemma.sampling.primitives import PAD_LOGIT
 from dgemma.examples import LESSON_PROMPTS, lesson_prompts
-from dgemma.memory.lesson import lesson_model, suggest_budget
+from dgemma.memory.lesson import lesson_model
+from dgemma.serving.backend import suggest_budget
 from dgemma.units import parse_size
 
 

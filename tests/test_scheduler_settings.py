@@ -36,7 +36,7 @@ def test_editing_off_is_none(off):
 
 
 def test_the_pages_editing_threshold_is_a_text_field_empty_for_off():
-    from dgemma.ui.generate.controls import page_value
+    from dgemma.ui.generate_tab.controls import page_value
 
     assert BY_NAME["editing_threshold"].widget == "text"  # a number field shows None as 0: editing on
     assert page_value(BY_NAME["editing_threshold"], Settings()) is None

@@ -37,8 +37,8 @@ def test_a_seed_as_text_keeps_all_64_bits():
 
 def test_seed_s_gives_prompt_i_the_seed_s_plus_i():
     settings = parse_settings({"seed": 10}, Settings(), prompts=3)
-    assert [settings.request_params(i).seed for i in range(3)] == [10, 11, 12]
-    assert settings.request_params(2).t_min == settings.params.t_min
+    assert [settings.params.for_prompt(i).seed for i in range(3)] == [10, 11, 12]
+    assert settings.params.for_prompt(2).t_min == settings.params.t_min
 
 
 def test_the_seed_must_leave_room_for_every_prompt():

@@ -42,7 +42,7 @@ def test_the_engine_never_waits_for_the_device_to_time_its_phases():
 
 def test_every_request_reports_both_shares_and_they_add_up_to_its_busy_time(tiny_model):
     with Engine(tiny_model, EngineConfig(max_num_seqs=4)) as engine:
-        finals = engine.generate(["ab", "cde", "f"], [SamplingParams(max_denoising_steps=3, seed=i) for i in range(3)],
+        finals = engine.run_until_done(["ab", "cde", "f"], [SamplingParams(max_denoising_steps=3, seed=i) for i in range(3)],
                                  max_new_tokens=16)
         stats = dict(engine.stats)
     for final in finals:

@@ -22,7 +22,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
-from dgemma.serve import PAGE_LINE, READY_LINE, free_port
+from dgemma.app_process import PAGE_LINE, READY_LINE, free_port
 
 LOADING = "The model is still loading; try again when the page says it is ready."
 
@@ -124,14 +124,13 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
     """Every fresh page gets one loading tick; the visitor may be typing while it is in flight, so it
     writes no field: it sends the model's values, and the browser fills only the fields the visitor
     has not touched (tests/test_first_tick.py types during a tick held in flight)."""
-    import gradio as gr
 
     from dgemma.engine import EngineConfig
     from dgemma.examples import example_sets
     from dgemma.serving.api import model_info
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
-    from dgemma.ui.generate.controls import PANEL_SETTINGS
+    from dgemma.settings import Limits
+    from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
     from dgemma.ui.loading_tick import loading_tick as _loading_tick
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
@@ -139,7 +138,8 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
         settings = len(PANEL_SETTINGS)  # the panel's, from the one table, then the lesson's budget and the prompts
         ids = [f"field-{i}" for i in range(settings + 2)]
         built = [64, *[None] * (settings - 1), "256MiB", "example prompt"]
-        _header, status, run, fill, _examples, timer = _loading_tick(backend, False, ids, built)
+        tick = _loading_tick(backend, False, ids, built)
+        status, run, fill, timer = tick["status"], tick["run"], tick["fill"], tick["timer"]
         assert status == "Idle." and run.interactive is True and timer.active is False
         assert fill["ids"] == ids and fill["built"] == built
         shown = dict(zip((s.name for s in PANEL_SETTINGS), fill["values"]))

@@ -58,7 +58,7 @@ def run(twin, prompts, seeds=None, **config) -> tuple[list[tuple[int, ...]], lis
     seeds = range(len(prompts)) if seeds is None else seeds
     with Engine(twin, EngineConfig(max_num_seqs=len(PROMPTS), **config)) as eng:
         plans = eng.subscribe()
-        finals = eng.generate(prompts, [params(s) for s in seeds], max_new_tokens=NEW_TOKENS)
+        finals = eng.run_until_done(prompts, [params(s) for s in seeds], max_new_tokens=NEW_TOKENS)
         seen = [e for e in plans.poll(0.0) if isinstance(e, TilePlan)]
     assert all(f.status == "done" for f in finals), [f.error for f in finals]
     return [f.token_ids for f in finals], seen
@@ -116,7 +116,7 @@ def page_at_ready(url: str) -> tuple[str, str]:
 def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tmp_path, monkeypatch):
     from gradio_client import Client
 
-    from dgemma.serve import launch
+    from dgemma.app_process import launch
     from dgemma.examples import CHAT_PROMPTS
 
     monkeypatch.setenv("DGEMMA_MODEL", twin_dir)  # no --model flag: the variable chooses

@@ -10,8 +10,8 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
-from dgemma.serving.backend import Limits, parse_call_settings, parse_prompts
-from dgemma.ui.generate.controls import prompts_from_text
+from dgemma.settings import Limits, make_request, parse_prompts
+from dgemma.ui.generate_tab.controls import prompts_from_text
 from dgemma.serving.runs import ticks
 from fake_clock import Clock
 
@@ -19,6 +19,11 @@ LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_char
 
 
 # ---------------------------------------------------------------- settings: one clear sentence each
+
+
+def call_settings(raw, defaults):
+    """A one-prompt call's settings as the page's door makes them (a tile of at most 8)."""
+    return make_request(["ok"], raw, defaults, LIMITS, 8, None).settings
 
 
 @pytest.mark.parametrize(
@@ -41,18 +46,17 @@ LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_char
 )
 def test_bad_settings_are_one_sentence(raw, words):
     with pytest.raises(SettingsError) as err:
-        parse_call_settings(raw, Settings(), LIMITS, max_num_seqs=8)
+        call_settings(raw, Settings())
     message = str(err.value)
     assert words in message
     assert "\n" not in message and message.endswith(".")
 
 
 def test_settings_use_cli_names_and_defaults():
-    s = parse_call_settings({"max-new-tokens": "16", "seed": 7, "greedy": "true", "tiling": "4", "t_min": None},
-                            Settings(), LIMITS, max_num_seqs=8)
+    s = call_settings({"max-new-tokens": "16", "seed": 7, "greedy": "true", "tiling": "4", "t_min": None}, Settings())
     assert (s.max_new_tokens, s.params.seed, s.params.greedy, s.options.tiling, s.params.t_min) == \
         (16, 7, True, 4, Settings().params.t_min)
-    assert parse_call_settings(None, Settings(SamplingParams(seed=3)), LIMITS, 8).params.seed == 3
+    assert call_settings(None, Settings(SamplingParams(seed=3))).params.seed == 3
 
 
 @pytest.mark.parametrize(
@@ -317,7 +321,7 @@ def lesson_runs(tiny_model, n: int, real_scale: bool, steps: int) -> dict:
     """The lesson's runs under its suggested budget, on an engine of the tiny model."""
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
     from dgemma.serving.runs import RunService
     from dgemma.ui.lesson.tab import run_lesson
 

@@ -17,6 +17,7 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 from __future__ import annotations
 
 from dgemma.serving.backend import results
+from dgemma.settings import RunRequest
 
 import dataclasses
 import json
@@ -33,7 +34,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
-from dgemma.ui.generate.controls import client_inputs
+from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, stream_then_kill, wait_until
 
 SIM = Path(__file__).resolve().parent / "zerogpu_sim"
@@ -220,7 +221,7 @@ def gpu_backend():
     from dgemma.model.loading import load_model
     from dgemma.serving import zerogpu as gpu_worker
     from dgemma.serving.zerogpu import ZeroGpuBackend
-    from dgemma.serving.backend import Limits
+    from dgemma.settings import Limits
 
     loaded = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
     config = EngineConfig(max_num_seqs=8)
@@ -231,7 +232,7 @@ def gpu_backend():
 def test_every_snapshot_pickles_and_is_plain(gpu_backend):
     from dgemma.serving import zerogpu as gpu_worker
 
-    job = gpu_backend._job(gpu_backend.defaults, prompts=tuple(PROMPTS))
+    job = gpu_backend._job(RunRequest(tuple(PROMPTS), gpu_backend.defaults))
     snapshots = list(gpu_worker.run_on_gpu(job))
     assert snapshots[-1].done and any(s.events for s in snapshots)
     for snapshot in snapshots:
@@ -243,8 +244,8 @@ def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(g
     from dgemma.serving import zerogpu as gpu_worker
     from dgemma.ui.lesson import tab
 
-    n, settings = tab._checked(gpu_backend, 4, 2, budget=gpu_backend.suggest_budget(4, False))
-    job = gpu_backend._job(tab._run_settings(settings, settings.options.memory_budget, "off", "reference", False), prompts=tuple(tab.lesson_prompts(n)))
+    n, call = tab._checked(gpu_backend, 4, 2, budget=gpu_backend.suggest_budget(4, False))
+    job = gpu_backend._job(tab._run_call(call, call.settings.options.memory_budget, "off", "reference", False))
     snapshots = list(gpu_worker.run_on_gpu(job))
     errors = [e for s in snapshots for e in s.events if getattr(e, "status", "") == "error"]
     assert len(errors) == n and all(e.extra["oom"]["needed_bytes"] > e.extra["oom"]["free_bytes"] for e in errors)
@@ -260,14 +261,14 @@ def test_the_lesson_through_the_gpu_call_runs_out_of_memory_untiled_and_complete
     *_, last = run_lesson(RunService(gpu_backend), None, 4, gpu_backend.suggest_budget(4, False), False, 2, runs)
     untiled, tiled = runs["untiled"], runs["tiled"]
     assert not untiled.ok and "OutOfMemoryError" in untiled.message and untiled.needed_bytes > untiled.free_bytes
-    assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last[3]
+    assert tiled.ok and len(tiled.tokens) == 4 and 'data-outcome="identical"' in last["verdict"]
 
 
 def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
     from dgemma.serving import zerogpu as gpu_worker
     from dgemma.ui.board import Board, apply
 
-    run = gpu_backend.start(PROMPTS * 2, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256))
+    run = gpu_backend.start(RunRequest(tuple(PROMPTS * 2), dataclasses.replace(gpu_backend.defaults, max_new_tokens=256)))
     board = Board()
     for e in run.poll(0.0):
         apply(board, e)
@@ -285,7 +286,7 @@ def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, 
     from dgemma.serving import zerogpu as gpu_worker
 
     monkeypatch.setattr(gpu_worker, "duration", lambda job: 0)  # the GPU time is used up at once
-    run = gpu_backend.start(PROMPTS, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), stream=False)
+    run = gpu_backend.start(RunRequest(tuple(PROMPTS), dataclasses.replace(gpu_backend.defaults, max_new_tokens=256)), stream=False)
     outputs, _ = results(run)
     assert len(outputs) == len(PROMPTS)
     assert {o.error for o in outputs} == {gpu_worker.TIME_UP}
@@ -303,10 +304,10 @@ def test_the_workload_size_is_large_for_a_small_model_and_a_sentence_beyond_xlar
 def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
     from dgemma.serving import zerogpu as gpu_worker
 
-    small = gpu_backend._job(gpu_backend.defaults, prompts=("a",))
-    big = gpu_backend._job(dataclasses.replace(gpu_backend.defaults, max_new_tokens=256), prompts=("a",) * 64)
-    huge = dataclasses.replace(big, settings=dataclasses.replace(
-        big.settings, params=dataclasses.replace(big.settings.params, max_denoising_steps=512)))
+    small = gpu_backend._job(RunRequest(("a",), gpu_backend.defaults))
+    big = gpu_backend._job(RunRequest(("a",) * 64, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256)))
+    huge = dataclasses.replace(big, request=dataclasses.replace(big.request, settings=dataclasses.replace(
+        big.request.settings, params=dataclasses.replace(big.request.settings.params, max_denoising_steps=512))))
     assert gpu_worker.duration(small) < gpu_worker.duration(big) <= gpu_worker.MAX_DURATION_S
     assert gpu_worker.duration(huge) == gpu_worker.MAX_DURATION_S
 
@@ -318,7 +319,7 @@ def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
 
     settings = dataclasses.replace(  # 1 KiB: less than the weights
         gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))
-    job = gpu_backend._job(settings, prompts=("add 1+2",))
+    job = gpu_backend._job(RunRequest(("add 1+2",), settings))
     with pytest.raises(Error) as err:
         list(gpu_worker.run_on_gpu(job))
     message = err.value.message

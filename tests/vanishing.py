@@ -13,11 +13,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from dgemma.ui.generate.controls import client_inputs
+from dgemma.ui.generate_tab.controls import client_inputs
 
 # Run-button inputs for a run that would last minutes: 16 requests of 256 tokens (16 canvases on the
 # embedded model), each canvas taking all 512 steps (a confidence threshold nothing reaches).
-# The Run button's inputs in their order (dgemma/ui/generate/controls.py's FIELDS).
+# The Run button's inputs in their order (dgemma/ui/generate_tab/controls.py's FIELDS).
 LONG_RUN = tuple(client_inputs("count 1 to 12\nreverse hello", 16, max_new_tokens=256, max_denoising_steps=512,
                                confidence_threshold=1e-9, stability_threshold=8))
 # The bound the issue sets for a client whose process dies: its requests cancelled within it.

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import statistics
-import sys
 import threading
 import time
 
@@ -98,7 +96,7 @@ def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, 
     engine_runs, baseline_runs = [], []
     for _ in range(repeat):
         started = time.monotonic()
-        finals = engine.generate(prompts, params, max_new_tokens)
+        finals = engine.run_until_done(prompts, params, max_new_tokens)
         engine_runs.append((time.monotonic() - started, finals))
         _check(finals)
         started = time.monotonic()
@@ -219,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with engine:
         warm = bench_prompts(2)  # calibration, first-call allocations: out of the timed runs
-        engine.generate(warm, [base_params] * 2, max_new_tokens)
+        engine.run_until_done(warm, [base_params] * 2, max_new_tokens)
         baseline.run(warm)
         torch.manual_seed(args.seed)  # transformers' sampler draws from the global stream
         if args.only in (None, "batch"):

@@ -124,7 +124,7 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
     run's load has indexed its keyframes (as "Load a run" does). Wall time, and the thread's CPU
     time, which other jobs on a loaded machine do not inflate."""
     from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
-    from dgemma.ui.generate.playback import view
+    from dgemma.ui.generate_tab.playback import view
     from dgemma.ui.seek import Seeker
 
     steps = recording.steps
@@ -160,8 +160,7 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     from dgemma.model.loading import load_model, parse_dtype
     from dgemma.serving.backend import results
     from dgemma.serving.engine_backend import EngineBackend
-    from dgemma.serving.backend import Limits
-    from dgemma.examples import lesson_prompts
+    from dgemma.settings import Limits
     from dgemma.ui.lesson import tab
 
     import torch
@@ -169,10 +168,9 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     loaded = load_model(model, device="cpu", dtype=parse_dtype(dtype, torch.device("cpu")))
     backend = EngineBackend(loaded, EngineConfig(max_num_seqs=requests), Limits(), None)
     try:
-        n, settings = tab._checked(backend, requests, steps, budget=backend.suggest_budget(requests, True))
+        n, call = tab._checked(backend, requests, steps, budget=backend.suggest_budget(requests, True))
         tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
-        handle = backend.start(lesson_prompts(n), tab._run_settings(settings, settings.options.memory_budget, tiling,
-                                                                     impl, True))
+        handle = backend.start(tab._run_call(call, call.settings.options.memory_budget, tiling, impl, True))
         recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
         outputs, _ = results(handle, recording)
         handle.close()

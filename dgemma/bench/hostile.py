@@ -25,10 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dgemma.bench.soak import rss_bytes
-from dgemma.cli import ArgumentParser, positive_int
+from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.errors import first_line
-from dgemma.memory import parse_size
-from dgemma.serve import launch
+from dgemma.app_process import launch
 
 MiB = 2**20
 SAMPLE_PERIOD_S = 0.25
@@ -159,10 +158,10 @@ def sampler(folder: Path, pid: int, samples: list, stop: threading.Event) -> Non
 
 
 def run_hostile(args) -> dict:
-    cap = parse_size(args.max_disk)
+    cap = args.max_disk
     with tempfile.TemporaryDirectory() as tmp:
         parent = Path(tmp) / "files"
-        server = launch(["--max-disk", args.max_disk, "--files-max-age", str(args.age),
+        server = launch(["--max-disk", str(cap), "--files-max-age", str(args.age),
                          *(["--model", args.model] if args.model else [])], Path(tmp) / "app.log",
                         env={"GRADIO_TEMP_DIR": str(parent)})
         folder = parent / f"dgemma-files-{server.process.pid}"
@@ -207,7 +206,7 @@ def run_hostile(args) -> dict:
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m dgemma.bench hostile", description=__doc__.split("\n\n")[0])
-    p.add_argument("--max-disk", default="256MiB", help="the app's --max-disk (default 256MiB)")
+    p.add_argument("--max-disk", type=size_arg, default="256MiB", help="the app's --max-disk (default 256MiB)")
     p.add_argument("--age", type=positive_int, default=20, help="the app's --files-max-age in seconds (default 20)")
     p.add_argument("--oversized", type=int, default=40, help="uploads declaring more than a run file can be")
     p.add_argument("--junk", type=int, default=24, help="uploads of junk, a quarter of the disk cap each")

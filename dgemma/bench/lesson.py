@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from dgemma.gpus import RELEASED_VOCAB
     from dgemma.model.loading import load_model
     from dgemma.sampling import RunOptions
-    from dgemma.memory.lesson import lesson_model, lesson_vocab, suggest_budget
+    from dgemma.memory.lesson import lesson_model, lesson_vocab
+    from dgemma.serving.backend import suggest_budget
 
     core = EngineCore(load_model(args.model, load_format=args.load_format), EngineConfig(max_num_seqs=args.requests))
     real_scale = not args.model_vocab

@@ -10,7 +10,6 @@ prompts. Reported: completed, errors, equal to the CLI, p50/p95 latency, request
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from dgemma.bench import percentile
 from dgemma.cli import ArgumentParser
 from dgemma.embedded.corpus import FAMILIES, heldout
 from dgemma.errors import first_line
-from dgemma.serve import launch
+from dgemma.app_process import launch
 
 
 def load_prompts(count: int) -> list[str]:

@@ -24,7 +24,7 @@ from dgemma.bench import percentile
 from dgemma.bench.load import load_prompts
 from dgemma.cli import ArgumentParser
 from dgemma.errors import first_line
-from dgemma.serve import launch
+from dgemma.app_process import launch
 
 # Prompts outside the teaching model's task families: a visitor's first try, kept in the mix.
 OUTSIDE = ("what is 2+2?", "Hello, who are you?", "add 7+5")

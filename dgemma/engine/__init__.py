@@ -3,7 +3,6 @@
 from dgemma.engine.config import EngineConfig, EngineError
 from dgemma.engine.core import EngineCore
 from dgemma.engine.engine import Engine
-from dgemma.engine.output import plan_dict
 from dgemma.engine.requests import FINAL, RequestHandle
 
-__all__ = ["FINAL", "Engine", "EngineConfig", "EngineCore", "EngineError", "RequestHandle", "plan_dict"]
+__all__ = ["FINAL", "Engine", "EngineConfig", "EngineCore", "EngineError", "RequestHandle"]

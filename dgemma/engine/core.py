@@ -14,7 +14,6 @@ import itertools
 import math
 import threading
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import asdict
 
 import torch
@@ -28,11 +27,11 @@ from dgemma.engine.requests import RequestLimits, Request, RequestHandle, check_
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
 from dgemma.engine.scheduler import Scheduler
-from dgemma.memory import MemoryDevice, format_bytes, memory_for, parse_size
+from dgemma.memory import MemoryDevice, format_bytes, memory_for
 from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling import RunOptions, SamplingParams
-from dgemma.sampling.start import resolve_start
+from dgemma.sampling.start import CanvasStart
 
 
 class EngineCore:
@@ -43,8 +42,7 @@ class EngineCore:
             raise EngineError(f"max_num_seqs must be a whole number >= 1, got {config.max_num_seqs!r}")
         try:
             self.default_options = RunOptions(tiling=config.tiling, sampler=config.sampler)
-            budget = parse_size(config.memory_budget) if config.memory_budget is not None else None
-            self.memory: MemoryDevice = memory_for(loaded.device, budget)
+            self.memory: MemoryDevice = memory_for(loaded.device, config.memory_budget)
         except ValueError as err:
             raise EngineError(str(err)) from None
         self.loaded = loaded
@@ -84,12 +82,11 @@ class EngineCore:
 
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
                subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
-               start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
+               start: CanvasStart | None = None) -> RequestHandle:
         """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong.
 
-        `start`: text whose tokens fill the first canvas from position 0 (transformers'
-        `decoder_input_ids`); `pins`: {position: piece} held in the first canvas throughout
-        (dgemma/sampling/start.py)."""
+        `start`: its first canvas, resolved from text by the caller (dgemma/settings.py's `make_request`):
+        tokens from position 0 (transformers' `decoder_input_ids`) and pins held throughout."""
         params = params if params is not None else self.default_params
         options = options if options is not None else self.default_options
         rid = next(self._ids)
@@ -97,12 +94,10 @@ class EngineCore:
         handle = RequestHandle(self.cancel, rid, prompt_text, subscriber, getattr(params, "seed", 0))
         error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
         error = error or self.check_options(options)
-        if not error:
-            error, canvas_start = resolve_start(start, pins, self.loaded.canvas_length, self.tokenize_text)
         req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
                       max_new_tokens if not error else 0, subscriber, stream_steps, handle)
-        if not error:
-            req.start = canvas_start
+        if start:
+            req.start = start
         with self.intake:
             self._subscriber_of[rid] = subscriber
             if not error:

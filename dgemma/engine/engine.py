@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 from dgemma.engine.config import EngineConfig
 from dgemma.engine.core import EngineCore
@@ -19,6 +19,7 @@ from dgemma.errors import first_line
 from dgemma.events import RequestEvent
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import RunOptions, SamplingParams
+from dgemma.sampling.start import CanvasStart
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,6 @@ class Engine:
             self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
             self._thread.start()
         return self
-
-    def restart(self) -> Engine:
-        """Start a fresh engine thread after it gave up (auto_restart off or too many deaths)."""
-        return self.start()
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the thread; every unfinished request gets a final 'cancelled' event."""
@@ -92,15 +89,28 @@ class Engine:
     def memory(self):
         return self.core.memory
 
-    @property
-    def default_params(self) -> SamplingParams:
-        return self.core.default_params
-
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
                subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
-               start: str | None = None, pins: Mapping[object, str] | None = None) -> RequestHandle:
-        """Queue one prompt (see `EngineCore.submit`; `start` and `pins` shape its first canvas)."""
-        return self.core.submit(prompt, params, max_new_tokens, subscriber, stream_steps, options, start, pins)
+               start: CanvasStart | None = None) -> RequestHandle:
+        """Queue one prompt (see `EngineCore.submit`; `start`: its first canvas, resolved)."""
+        return self.core.submit(prompt, params, max_new_tokens, subscriber, stream_steps, options, start)
+
+    def submit_all(self, prompts: Sequence[str], params: Sequence[SamplingParams], max_new_tokens: int,
+                   subscriber: str | None, stream_steps: bool, options: RunOptions,
+                   starts: Sequence[CanvasStart | None]) -> list[RequestHandle]:
+        """Queue a run's prompts all or none: holding the intake, the next step takes the whole run at once
+        (up to max_num_seqs start together, so step 0 of a recording shows every canvas's random start)."""
+        with self.core.intake:
+            return [self.core.submit(p, q, max_new_tokens, subscriber, stream_steps, options, s)
+                    for p, q, s in zip(prompts, params, starts, strict=True)]
+
+    def check_options(self, options: RunOptions) -> str:
+        """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""
+        return self.core.check_options(options)
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """Output text's token ids (a start, a pin); safe from any thread."""
+        return self.core.tokenize_text(text)
 
     def cancel(self, request_id: int, subscriber: str | None = None, reason: str = "") -> None:
         self.core.cancel(request_id, subscriber, reason)
@@ -114,7 +124,7 @@ class Engine:
     def unsubscribe(self, mailbox: Mailbox) -> None:
         self.core.unsubscribe(mailbox)
 
-    def generate(self, prompts: list[str], params: list[SamplingParams] | SamplingParams | None = None,
+    def run_until_done(self, prompts: list[str], params: list[SamplingParams] | SamplingParams | None = None,
                  max_new_tokens: int = 64, options: RunOptions | None = None) -> list[RequestEvent]:
         """Blocking convenience: submit all prompts, return their final events in input order."""
         if not isinstance(params, list):
@@ -152,8 +162,8 @@ class Engine:
             self.start()
             return
         with self.core.intake:
-            # One step: submit refuses until restart(), the queue is emptied (nothing may wait
-            # forever), and this thread counts as gone, so a restart() that comes before it has
+            # One step: submit refuses until start(), the queue is emptied (nothing may wait
+            # forever), and this thread counts as gone, so a start() that comes before it has
             # finished failing the queue starts a fresh thread (nothing queued after is touched).
             self.core.refusal = f"the engine stopped after repeated failures ({reason}); restart it"
             stranded = self.core.take_unstarted()

@@ -38,8 +38,6 @@ class Mailbox:
         self._max_plans = max_plans
         self._coalesce = coalesce  # False: every frame kept (tests, offline consumers; unbounded)
         self._closed = False
-        self.coalesced = 0  # step frames merged away (a measure of how far behind the reader is)
-        self.dropped_plans = 0
 
     def put(self, event: Event) -> None:
         with self._cond:
@@ -49,7 +47,6 @@ class Mailbox:
                 slot = self._open_step.get(event.request_id) if self._coalesce else None
                 if slot is not None:
                     slot.event = event  # the reader has not seen the previous frame: replace it
-                    self.coalesced += 1
                     return
                 slot = self._open_step[event.request_id] = _Slot(event)
                 self._queue.append(slot)
@@ -68,7 +65,6 @@ class Mailbox:
             if isinstance(item, TilePlan):
                 del self._queue[i]
                 self._plans -= 1
-                self.dropped_plans += 1
                 return
 
     def poll(self, timeout: float | None = 0.0) -> list[Event]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from array import array
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -17,11 +17,6 @@ from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import Request
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
 from dgemma.sampling import StepOutput
-
-
-def plan_dict(plan: TilePlan) -> dict:
-    """A tile plan as plain JSON-able data."""
-    return asdict(plan)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 device (the interface), tracker (bytes an op allocates), repeats (a loop's alike bodies counted
 at the cost of one), virtual (a CPU with a budget), probes (CPU and CUDA, and choosing one), planner
-(calibration and tile sizes), lesson (the budget the lesson proposes for its batch); allocator
+(calibration and tile sizes), lesson (what the lesson's budget reads of a model); allocator
 (the server process's C allocator, imported on its own by app.py). The units of size (GiB,
 format_bytes, parse_size) live in dgemma/units.py, free of torch for the views; they are re-exported here.
 """

@@ -1,7 +1,6 @@
-"""The memory budget the lesson proposes for its batch (docs/tiling.md, section 5): what the engine
-holds during the run (weights, its default sampler, the lesson sampler's state, the requests' KV
-caches) plus 3/4 of one untiled tile's need, so the untiled step runs out of memory and tiles of
-about 3/8 of the batch fit."""
+"""What the lesson's memory budget reads of a model, as plain values (`LessonModel`), and the
+vocabulary its sampler runs at; the budget itself is the lesson's serving policy
+(dgemma/serving/backend.py's `suggest_budget`, docs/tiling.md section 5)."""
 
 from __future__ import annotations
 
@@ -60,34 +59,3 @@ def kv_bytes_per_token(config, dtype) -> int:
 def lesson_vocab(model: LessonModel, real_scale: bool) -> int:
     """The vocabulary the lesson's sampler runs at: the released model's at real scale."""
     return max(RELEASED_VOCAB, model.vocab_size) if real_scale else model.vocab_size
-
-
-def suggest_budget(model: LessonModel, requests: int, real_scale: bool) -> str:
-    """A budget where one tile of all `requests` cannot fit but smaller tiles can."""
-    import torch
-
-    from dgemma.engine.resident import tensor_bytes
-    from dgemma.sampling import LMHead, SamplerConfig, TiledSampler, calibrate_tile, reference_tile
-
-    vocab = lesson_vocab(model, real_scale)
-    dtype = getattr(torch, model.embed_dtype)
-
-    def state(vocab_size: int) -> int:  # a sampler's per-slot state, the embedding it reads included
-        embed = torch.empty(vocab_size, model.hidden_size, dtype=dtype, device="meta")
-        return tensor_bytes(TiledSampler(SamplerConfig(model.max_num_seqs, model.canvas_length, vocab_size, embed, model.embed_scale)))
-
-    head = LMHead(torch.empty(model.vocab_size, model.hidden_size, dtype=dtype, device="meta"), model.softcap, vocab)
-    embed = torch.empty(vocab, model.hidden_size, dtype=dtype, device="meta")
-    calibration = calibrate_tile(reference_tile, model.canvas_length, vocab, embed, head, device=torch.device(model.device))
-    tokens = sum(model.prompt_tokens[i % len(model.prompt_tokens)] for i in range(requests))
-    held = model.weight_bytes + state(model.vocab_size) + state(vocab) + tokens * model.kv_bytes_per_token
-    free = max(int(0.75 * calibration.tile_bytes(requests)), 2 * calibration.tile_bytes(1) + calibration.bytes_per_request)
-    return _round_mib(held + free)
-
-
-def _round_mib(nbytes: int) -> str:
-    """Whole MiB when that is close enough (a readable budget); KiB for a tiny model's bytes."""
-    mib = -(-nbytes // 2**20)
-    if mib >= 64:
-        return f"{mib}MiB"
-    return f"{-(-nbytes // 1024)}KiB"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -31,6 +30,7 @@ from dgemma.model.runner import PER_CANVAS, experts_mode_for, set_experts_mode
 
 # Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
 from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, public_name, resolve_source  # noqa: F401
+from dgemma.sampling import SamplerConfig, build_sampler
 
 LOAD_FORMATS = ("auto", "dummy")
 """What `--load-format` accepts: auto, the checkpoint's safetensors; dummy, random weights of its config."""
@@ -220,8 +220,6 @@ def free_device_bytes(device: torch.device, memory_budget: int | None = None) ->
 def sampler_reserve_bytes(config) -> int:
     """The eager sampler step's calibrated transient for RESERVED_REQUESTS requests, measured on
     meta tensors at this checkpoint's canvas and vocabulary (no memory touched)."""
-    from dgemma.sampling import SamplerConfig, build_sampler
-
     text = config.text_config
     embed = torch.empty(text.vocab_size, text.hidden_size, device="meta")
     sampler = build_sampler(SamplerConfig(1, int(config.canvas_length), int(text.vocab_size), embed, 1.0))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
+from dgemma.units import parse_size
 
 MAX_STABILITY = 8  # history depth preallocated per slot; stability_threshold may not exceed it
 # The step implementations' names; sampling/steps.py maps each to its tile function. Typed only here,
@@ -206,8 +207,6 @@ def parse_tiling(tiling: Any, max_tile: int | None = None) -> str | int:
 
 def parse_budget(budget: Any) -> int | None:
     """A memory budget in bytes from 512MiB-style text or an int (the CLI's --memory-budget syntax); None stays None."""
-    from dgemma.memory import parse_size  # sampling already depends on memory; kept local to the one use
-
     if budget is None:
         return None
     try:

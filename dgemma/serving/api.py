@@ -5,7 +5,6 @@ gr.Error with one sentence, and no traceback in the log (a visitor's mistake is 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import gradio as gr
@@ -13,7 +12,7 @@ import gradio as gr
 from dgemma.errors import SettingsError
 from dgemma.examples import example_prompts, prompt_note
 from dgemma.recording import MODEL_KEYS
-from dgemma.serving.runs import RunService
+from dgemma.serving.runs import RunService, tab_of
 from dgemma.settings import api_help
 
 
@@ -43,7 +42,7 @@ def register(service: RunService, embedded: bool = False) -> None:
     model, whose outputs carry a `warning` for prompts outside its families."""
     backend = service.backend
 
-    def generate(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
+    def generate_endpoint(prompts: list[str], settings: dict | None = None, request: gr.Request = None) -> dict:
         """Generate one text per prompt. settings (optional; dgemma/settings.py's table): {settings}.
         start and pins are one value for every prompt or a list aligned with the prompts; record
         (true: also return the run as the page's "Download run" file).
@@ -55,7 +54,7 @@ def register(service: RunService, embedded: bool = False) -> None:
         peak_sampler_bytes (dgemma/metrics.py)."""
         try:
             settings, record = _record_option(settings)
-            done = service.results(getattr(request, "session_hash", None) or "api", prompts, settings, record)
+            done = service.results(tab_of(request), prompts, settings, record)
         except gr.Error:  # already one sentence (ZeroGPU's quota)
             raise
         except ValueError as err:  # SettingsError is one; the tab's cap; no room for the recording
@@ -68,15 +67,15 @@ def register(service: RunService, embedded: bool = False) -> None:
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
                          "warning": prompt_note(embedded, o.prompt), "metrics": o.metrics} for o in done.outputs],
             "summary": done.summary,
-            "tile_plans": [dataclasses.asdict(p) for p in done.plans],
+            "tile_plans": [p.as_dict() for p in done.plans],
             "pid": done.pid or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
         if done.recording is not None:
             result["recording"] = done.recording
         return result
 
-    generate.__doc__ = generate.__doc__.replace("{settings}", api_help())  # the one table's names and help
-    gr.api(generate, api_name="generate", concurrency_limit=None)
+    generate_endpoint.__doc__ = generate_endpoint.__doc__.replace("{settings}", api_help())  # the one table's names and help
+    gr.api(generate_endpoint, api_name="generate", concurrency_limit=None)
 
     def info() -> dict:
         """The served model: {"model" (name or path), "embedded" (this project's teaching model or not),

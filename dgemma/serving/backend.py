@@ -1,60 +1,19 @@
-"""The serving contract (no torch): a call's prompts and settings, checked against a backend's `Limits`;
-`Backend.start` submits them and returns a `Run` to poll for events, cancel, or read to its end (`results`)."""
+"""The serving contract (no torch): `Backend.request` makes a call's `RunRequest` (dgemma/settings.py's
+`make_request`, under the backend's `Limits` and against its model); `Backend.start` submits it and returns
+a `Run` to poll for events, cancel, or read to its end (`results`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from dgemma.errors import SettingsError
+from dgemma.errors import sentence
 from dgemma.examples import LESSON_PROMPTS
 from dgemma.events import FINAL, Event, RequestEvent, TilePlan
-from dgemma.memory.lesson import lesson_model, suggest_budget
+from dgemma.memory.lesson import LessonModel, lesson_model, lesson_vocab
 from dgemma.recording import Recording
 from dgemma.sampling import RunOptions, SamplingParams
-from dgemma.settings import Settings, parse_settings
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one call or one tab may ask for, so that one client cannot starve the others."""
-
-    max_prompts: int = 64  # prompts in one call (after filling up to `concurrent`)
-    max_new_tokens: int = 256
-    max_queued: int = 64  # requests one tab (a browser tab, an API client) may have waiting or running at once
-    max_prompt_chars: int = 4000
-
-
-def parse_call_settings(raw: Any, defaults: Settings, limits: Limits, max_num_seqs: int, prompts: int = 1) -> Settings:
-    """`parse_settings` under this server's limits: max_new_tokens, a tile of at most max_num_seqs."""
-    return parse_settings(raw, defaults, max_new_tokens=limits.max_new_tokens, max_tile=max_num_seqs, prompts=prompts)
-
-
-def parse_prompts(prompts: Any, limits: Limits) -> list[str]:
-    """Prompts as given (order kept); one sentence when the list is empty, too long or malformed."""
-    if isinstance(prompts, str):
-        prompts = [prompts]
-    if not isinstance(prompts, (list, tuple)):
-        raise SettingsError(f"Prompts must be a list of strings, got {type(prompts).__name__}.")
-    if not prompts:
-        raise SettingsError("Give at least one prompt.")
-    if len(prompts) > limits.max_prompts:
-        raise SettingsError(f"Too many prompts: {len(prompts)} given, at most {limits.max_prompts} per call.")
-    out = []
-    for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, str):
-            raise SettingsError(f"Prompt {i + 1} must be a string, got {type(prompt).__name__}.")
-        if not prompt.strip():
-            raise SettingsError(f"Prompt {i + 1} is empty; write some text or remove it.")
-        if len(prompt) > limits.max_prompt_chars:
-            raise SettingsError(f"Prompt {i + 1} is {len(prompt)} characters long; the limit is {limits.max_prompt_chars}.")
-        # Lone surrogates cannot be encoded or tokenized; say so instead of failing deep inside.
-        try:
-            prompt.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SettingsError(f"Prompt {i + 1} holds characters that are not valid Unicode text.") from None
-        out.append(prompt)
-    return out
+from dgemma.settings import CanvasModel, Limits, RunRequest, Settings, make_request
 
 
 @dataclass
@@ -87,12 +46,15 @@ class Backend(Protocol):
     limits: Limits
     max_num_seqs: int
 
-    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
+    def request(self, prompts: Any, raw: Any) -> RunRequest:
+        """One call's prompts and raw settings, checked and resolved (make_request); ValueError: one sentence."""
+
+    def start(self, request: RunRequest, stream: bool = True) -> Run:
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         """The lesson's budget: one tile of its `requests` runs out of memory, tiles of a few fit
-        (dgemma/memory/lesson.py)."""
+        (`suggest_budget` below)."""
 
     def info(self) -> dict[str, Any]: ...
 
@@ -166,13 +128,51 @@ class ModelBackend:
         self.defaults = Settings(params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),
                                  max_new_tokens=min(limits.max_new_tokens, 64))
         self._facts = loaded.facts()
+        self.encode_text = loaded.encode_text  # text to token ids, for a first canvas
 
     def info(self) -> dict:
         return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
                 "lesson_budget": self.suggest_budget(min(16, self.max_num_seqs), False)}
+
+    def request(self, prompts: Any, raw: Any) -> RunRequest:
+        try:
+            return make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, self.canvas_model())
+        except ValueError as err:
+            raise ValueError(sentence(str(err))) from None
+
+    def canvas_model(self) -> CanvasModel:
+        return CanvasModel(self.loaded.canvas_length, self.encode_text)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         return suggest_budget(self.lesson_model, requests, real_scale)
 
     def close(self) -> None:
         pass
+
+
+def suggest_budget(model: LessonModel, requests: int, real_scale: bool) -> str:
+    """The lesson's budget (docs/tiling.md, section 5): what the engine holds during the run (weights, its
+    default sampler, the lesson sampler's state, the requests' KV caches) plus 3/4 of one untiled tile's
+    need, so the untiled step runs out of memory and tiles of about 3/8 of the batch fit."""
+    # Imported here, not at the top: this module is the torch-free contract the views import, and the
+    # budget is asked for only once a model (and so torch) has loaded.
+    import torch
+
+    from dgemma.engine.resident import tensor_bytes
+    from dgemma.sampling import LMHead, SamplerConfig, TiledSampler, calibrate_tile, reference_tile
+
+    vocab = lesson_vocab(model, real_scale)
+    dtype = getattr(torch, model.embed_dtype)
+
+    def state(vocab_size: int) -> int:  # a sampler's per-slot state, the embedding it reads included
+        embed = torch.empty(vocab_size, model.hidden_size, dtype=dtype, device="meta")
+        return tensor_bytes(TiledSampler(SamplerConfig(model.max_num_seqs, model.canvas_length, vocab_size, embed, model.embed_scale)))
+
+    head = LMHead(torch.empty(model.vocab_size, model.hidden_size, dtype=dtype, device="meta"), model.softcap, vocab)
+    embed = torch.empty(vocab, model.hidden_size, dtype=dtype, device="meta")
+    calibration = calibrate_tile(reference_tile, model.canvas_length, vocab, embed, head, device=torch.device(model.device))
+    tokens = sum(model.prompt_tokens[i % len(model.prompt_tokens)] for i in range(requests))
+    held = model.weight_bytes + state(model.vocab_size) + state(vocab) + tokens * model.kv_bytes_per_token
+    free = max(int(0.75 * calibration.tile_bytes(requests)), 2 * calibration.tile_bytes(1) + calibration.bytes_per_request)
+    mib = -(-(held + free) // 2**20)  # whole MiB when that is close enough (readable); KiB for a tiny model
+    return f"{mib}MiB" if mib >= 64 else f"{-(-(held + free) // 1024)}KiB"

@@ -13,12 +13,12 @@ import torch
 from dgemma.engine import Engine, EngineConfig, EngineError
 from dgemma.errors import first_line, sentence
 from dgemma.events import Event
-from dgemma.memory import format_bytes, parse_size, resolve_device
+from dgemma.memory import format_bytes, resolve_device
 from dgemma.model.download import DownloadProgress
 from dgemma.model.loading import LoadedModel, ModelLoadError, load_model
 from dgemma.sampling import RunOptions
-from dgemma.serving.backend import Limits, ModelBackend
-from dgemma.settings import Settings, run_options
+from dgemma.serving.backend import ModelBackend
+from dgemma.settings import Limits, RunRequest, run_options
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +32,18 @@ class EngineRun:
 
     _keys = itertools.count(1)
 
-    def __init__(self, engine: Engine, prompts: list[str], settings: Settings, options: RunOptions,
-                 stream: bool = True, notice: str = ""):
+    def __init__(self, engine: Engine, request: RunRequest, options: RunOptions, stream: bool = True,
+                 notice: str = ""):
         self.engine = engine
         self.notice = notice  # one sentence the page shows as a warning (e.g. the engine was restarted)
         self.key = f"run-{next(self._keys)}"
-        self.size = len(prompts)
+        self.size = len(request.prompts)
         # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
         # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
         self.mailbox = engine.subscribe(self.key, coalesce=False)
-        # All or none: holding the intake, the engine's next step takes the whole run at once (up to
-        # max_num_seqs start together, so step 0 of a recording shows every canvas's random start).
-        with engine.core.intake:
-            for i, p in enumerate(prompts):
-                engine.submit(p, settings.request_params(i), settings.max_new_tokens, subscriber=self.key,
-                              stream_steps=stream, options=options, **settings.request_canvas(i))
+        settings, n = request.settings, len(request.prompts)
+        engine.submit_all(request.prompts, [settings.params.for_prompt(i) for i in range(n)], settings.max_new_tokens,
+                          self.key, stream, options, [request.canvas(i) for i in range(n)])
         self._closed = False
 
     def poll(self, timeout: float) -> list[Event]:
@@ -73,12 +70,12 @@ class EngineBackend(ModelBackend):
             self.engine = Engine(loaded, config).start()
         except EngineError as err:
             raise ValueError(sentence(str(err))) from None
+        self.encode_text = self.engine.tokenize_text  # under the engine's lock: safe beside its thread
 
-    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> EngineRun:
-        options = run_options(settings, self.config.memory_budget)
+    def start(self, request: RunRequest, stream: bool = True) -> EngineRun:
+        options = run_options(request.settings, self.config.memory_budget)
         engine = self.engine
-        problem = engine.core.check_options(options) or settings.canvas_problem(
-            len(prompts), self.loaded.canvas_length, engine.core.tokenize_text)
+        problem = engine.check_options(options)
         if problem:
             raise ValueError(sentence(problem))
         notice = ""
@@ -86,28 +83,28 @@ class EngineBackend(ModelBackend):
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.
             notice = f"The engine had stopped ({engine.last_error or 'no reason given'}); it was restarted for this run."
             log.warning(notice)
-            engine.restart()
-        return EngineRun(engine, prompts, settings, options, stream, notice)
+            engine.start()
+        return EngineRun(engine, request, options, stream, notice)
 
     def close(self) -> None:
         self.engine.shutdown(timeout=5)
 
 
-def serving_config(args: argparse.Namespace, budget: int | None) -> tuple[EngineConfig, Limits]:
-    """The command line's engine settings and limits (app.py's flags)."""
+def serving_config(args: argparse.Namespace) -> tuple[EngineConfig, Limits]:
+    """The command line's engine settings and limits (app.py's flags; --memory-budget in bytes already)."""
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
-    return EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=budget,
-                                max_new_tokens=args.max_new_tokens, max_prompt_chars=limits.max_prompt_chars), limits
+    return EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=args.memory_budget,
+                        max_new_tokens=args.max_new_tokens, max_prompt_chars=limits.max_prompt_chars), limits
 
 
 def make_backend(args: argparse.Namespace, progress: DownloadProgress | None = None) -> EngineBackend:
     """Load the model named on the command line (`progress` follows a hub download) and start the main engine."""
     try:
         device = resolve_device(args.device)
-        budget = parse_size(args.memory_budget) if args.memory_budget else None
+        budget = args.memory_budget
         loaded = load_model(args.model, device=device, dtype=getattr(args, "dtype", None), memory_budget=budget,
                             progress=progress, load_format=getattr(args, "load_format", "auto"),
                             experts=getattr(args, "experts", "auto"))
-        return EngineBackend(loaded, *serving_config(args, budget), format_bytes(budget) if budget else None)
+        return EngineBackend(loaded, *serving_config(args), format_bytes(budget) if budget else None)
     except (ModelLoadError, EngineError, ValueError, torch.OutOfMemoryError) as err:
         raise BackendError(first_line(err)) from None

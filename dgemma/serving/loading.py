@@ -12,8 +12,8 @@ from typing import Any
 from dgemma.errors import first_line, sentence
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import is_embedded, public_name
-from dgemma.serving.backend import Backend, Limits, LoadState, Run
-from dgemma.settings import Settings
+from dgemma.serving.backend import Backend, LoadState, Run
+from dgemma.settings import Limits, RunRequest, Settings, make_request
 
 
 class LoadingBackend:
@@ -57,11 +57,20 @@ class LoadingBackend:
         stage = self.download.describe() or self._stage
         return LoadState(False, False, f"Loading model … ({seconds:.0f} s): {stage}.")
 
-    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> Run:
+    def _real_one(self) -> Backend:
         if self._real is None:
             raise ValueError(f"The model failed to load: {self.error}" if self.error else
                              "The model is still loading; try again when the page says it is ready.")
-        return self._real.start(prompts, settings, stream)
+        return self._real
+
+    def request(self, prompts: Any, raw: Any) -> RunRequest:
+        """The real backend's request; before it is built, the call's own mistakes first, then the loading sentence."""
+        if self._real is None:
+            make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, None)
+        return self._real_one().request(prompts, raw)
+
+    def start(self, request: RunRequest, stream: bool = True) -> Run:
+        return self._real_one().start(request, stream)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         if self._real is None:

@@ -21,10 +21,10 @@ from dgemma.metrics import run_summary
 from dgemma.recording import Recording, RecordingError, load_file, recording_bound, run_header
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
-from dgemma.serving.backend import Backend, Output, Progress, Run, parse_call_settings, parse_prompts, results
+from dgemma.serving.backend import Backend, Output, Progress, Run, results
 from dgemma.serving.held_runs import HeldRuns, Holder
 from dgemma.serving.runfiles import RunFiles
-from dgemma.settings import Settings
+from dgemma.settings import RunRequest
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -193,40 +193,33 @@ class RunService:
             self.keeping.files.release(key)
             self.keeping.held.release(key)
 
-    def _start(self, tab: str, prompts: object, raw: dict | Settings, stream: bool = True) -> tuple[_Owned, list[str], Settings]:
-        """The call checked, counted against the tab's cap and started; ValueError: one sentence."""
-        backend = self.backend
-        batch = parse_prompts(prompts, backend.limits)
-        settings = raw if isinstance(raw, Settings) else parse_call_settings(raw, backend.defaults, backend.limits,
-                                                                             backend.max_num_seqs, len(batch))
-        owned = self._own(tab, len(batch))
+    def _start(self, tab: str, call: RunRequest, stream: bool = True) -> tuple[_Owned, Run]:
+        """The call counted against the tab's cap and started (its owner and its run); ValueError: one sentence."""
+        owned = self._own(tab, len(call.prompts))
         try:
-            owned.run = backend.start(batch, settings, stream=stream)
+            run = owned.run = self.backend.start(call, stream=stream)
         except BaseException:
             self._disown(tab, owned)
             raise
-        return owned, batch, settings
+        return owned, run
 
     # ------------------------------------------------------------------ the page's streams
 
-    def stream(self, request: object, prompts: list[str], raw: dict | Settings, keeper: Keeper | None = None,
-               slot: str = "") -> Iterator[Tick]:
-        """One run for the page: `prompts` under `raw` (name: value pairs, or Settings), started for the
-        request's tab, recorded into `keeper` (kept under `slot`; None: not kept) and streamed as ticks
-        its visitor can take. A run refused or failed ends with a tick whose `failure` says why; its
-        requests end with the stream, whatever ends it."""
+    def stream(self, request: object, call: RunRequest, keeper: Keeper | None = None, slot: str = "") -> Iterator[Tick]:
+        """One run for the page: `call` (made by `Backend.request`) started for the request's tab, recorded
+        into `keeper` (kept under `slot`; None: not kept) and streamed as ticks its visitor can take. A run
+        refused or failed ends with a tick whose `failure` says why; its requests end with the stream,
+        whatever ends it."""
         tab = tab_of(request)
         try:
-            owned, batch, settings = self._start(tab, prompts, raw)
+            owned, run = self._start(tab, call)
         except ValueError as err:  # SettingsError is one; the tab's cap; a backend that refuses (gr.Error is one)
             yield Tick([], True, failure=err.message if isinstance(err, gr.Error) else str(err))
             return
-        run = owned.run
-        assert run is not None
         if getattr(run, "notice", ""):
             gr.Warning(run.notice)
         key = slot_key(tab, slot)
-        recording = keeper.start(run_header(self.backend.info(), settings, batch)) if keeper is not None else None
+        recording = keeper.start(run_header(self.backend.info(), call.settings, call.prompts)) if keeper is not None else None
         if keeper is not None:
             with self._lock:
                 self._slots.setdefault(tab, set()).add(key)
@@ -321,20 +314,17 @@ class RunService:
     def results(self, tab: str, prompts: object, raw: Any, record: bool) -> Results:
         """One call run to its end for `tab` (no step frames unless `record`: then its recording, counted
         under the memory cap while the call runs). ValueError: one sentence."""
-        backend = self.backend
-        batch = parse_prompts(prompts, backend.limits)
-        settings = parse_call_settings(raw, backend.defaults, backend.limits, backend.max_num_seqs, len(batch))
-        held_as = f"api {tab} {id(batch)}"  # the recording's slot under the memory cap, while the call runs
-        facts = backend.info()
+        call = self.backend.request(prompts, raw)
+        settings, batch = call.settings, call.prompts  # checked: past here nothing parses
+        held_as = f"api {tab} {id(call)}"  # the recording's slot under the memory cap, while the call runs
+        facts = self.backend.info()
         if record:
             most = recording_bound(len(batch), settings.max_new_tokens, settings.params.max_denoising_steps,
                                    facts.get("canvas_length") or 256, facts.get("vocab_size") or 262_144)
             if not self.keeping.held.admit(held_as, most):
                 raise ValueError(NO_ROOM)
         try:
-            owned, batch, settings = self._start(tab, batch, settings, stream=record)  # step frames only for a recording
-            run = owned.run
-            assert run is not None
+            owned, run = self._start(tab, call, stream=record)  # step frames only for a recording
             recording = Recording(run_header(facts, settings, batch)) if record else None
             started = time.monotonic()
             try:

@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from dgemma.errors import first_line, sentence
+from dgemma.errors import first_line
 from dgemma.events import FINAL, Event, RequestEvent
 from dgemma.serving.backend import ModelBackend
-from dgemma.settings import Settings, run_options
+from dgemma.settings import RunRequest, run_options
 
 
 def enabled() -> bool:
@@ -54,8 +54,7 @@ START_S = 20.0
 class Job:
     """Everything one GPU call needs; pickled into the worker, so plain values only."""
 
-    settings: Settings
-    prompts: tuple[str, ...] = ()
+    request: RunRequest  # checked and resolved (make_request), first canvases included
     stream: bool = True  # per-step events (cards, the lesson's overview) or only the results
     canvas_length: int = 32  # the model's, for the duration estimate
     max_num_seqs: int = 32
@@ -72,9 +71,10 @@ class Snapshot:
 
 def duration(job: Job) -> int:
     """Seconds to ask ZeroGPU for: from the call's prompts and settings, capped at MAX_DURATION_S."""
-    canvases = math.ceil(job.settings.max_new_tokens / max(1, job.canvas_length))
-    batches = math.ceil(len(job.prompts) / max(1, job.max_num_seqs))
-    steps = batches * canvases * job.settings.params.max_denoising_steps
+    settings = job.request.settings
+    canvases = math.ceil(settings.max_new_tokens / max(1, job.canvas_length))
+    batches = math.ceil(len(job.request.prompts) / max(1, job.max_num_seqs))
+    steps = batches * canvases * settings.params.max_denoising_steps
     return int(min(MAX_DURATION_S, START_S + steps * STEP_S))
 
 
@@ -129,7 +129,8 @@ def _core():
 
 def _generate(job: Job) -> Iterator[Snapshot]:
     pid, core = os.getpid(), _core()
-    options = run_options(job.settings, _config.memory_budget)
+    request, settings = job.request, job.request.settings
+    options = run_options(settings, _config.memory_budget)
     problem = core.check_options(options)
     if problem:
         raise ValueError(problem)
@@ -138,9 +139,9 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
     finished = timed_out = False
     try:
-        for i, prompt in enumerate(job.prompts):
-            core.submit(prompt, job.settings.request_params(i), job.settings.max_new_tokens, subscriber=subscriber,
-                        stream_steps=job.stream, options=options, **job.settings.request_canvas(i))
+        for i, prompt in enumerate(request.prompts):
+            core.submit(prompt, settings.params.for_prompt(i), settings.max_new_tokens, subscriber=subscriber,
+                        stream_steps=job.stream, options=options, start=request.canvas(i))
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
         while core.has_unfinished():
@@ -189,7 +190,7 @@ class GpuRun:
     stream then closes the GPU generator, which ends the worker's loop at its next yield."""
 
     def __init__(self, job: Job, call: Callable[[Job], Iterator[Snapshot]]):
-        self.size = len(job.prompts)
+        self.size = len(job.request.prompts)
         self.pid: int | None = None  # the worker process that did the work (the API reports it)
         self._stream = call(job)  # spaces schedules the GPU on the first next()
         self._stop = threading.Event()
@@ -256,14 +257,11 @@ class ZeroGpuBackend(ModelBackend):
         self._call = call
         self._facts = {**self._facts, "device": "cuda (ZeroGPU)"}
 
-    def _job(self, settings: Settings, **fields) -> Job:
-        return Job(settings, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs, **fields)
+    def _job(self, request: RunRequest, stream: bool = True) -> Job:
+        return Job(request, stream, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs)
 
-    def start(self, prompts: list[str], settings: Settings, stream: bool = True) -> GpuRun:
-        problem = settings.canvas_problem(len(prompts), self.loaded.canvas_length, self.loaded.encode_text)
-        if problem:
-            raise ValueError(sentence(problem))
-        return GpuRun(self._job(settings, prompts=tuple(prompts), stream=stream), self._call)
+    def start(self, request: RunRequest, stream: bool = True) -> GpuRun:
+        return GpuRun(self._job(request, stream), self._call)
 
     def info(self) -> dict:
         workload = f"a ZeroGPU {workload_size} workload, " if workload_size else ""
@@ -276,15 +274,15 @@ def make_zerogpu_backend(args: argparse.Namespace) -> ZeroGpuBackend:
     worker) and hand it to the GPU call: before launch, as ZeroGPU requires."""
     import torch
 
-    from dgemma.memory import format_bytes, parse_size
+    from dgemma.memory import format_bytes
     from dgemma.model.loading import load_model, parse_dtype
     from dgemma.serving.engine_backend import serving_config
 
-    budget = parse_size(args.memory_budget) if args.memory_budget else None
+    budget = args.memory_budget
     # Loaded on the CPU, run on CUDA: `auto` is CUDA's bf16 (the packed weights decide the workload size).
     loaded = load_model(args.model, device="cpu", dtype=parse_dtype(getattr(args, "dtype", None), torch.device("cuda")),
                         load_format=getattr(args, "load_format", "auto"))
     loaded.model.to("cuda")
-    config, limits = serving_config(args, budget)
+    config, limits = serving_config(args)
     install(loaded, config)
     return ZeroGpuBackend(loaded, config, limits, format_bytes(budget) if budget else None)

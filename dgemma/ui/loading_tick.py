@@ -17,10 +17,9 @@ import gradio as gr
 from dgemma.examples import abilities, example_prompts, example_sets
 from dgemma.serving.api import model_info
 from dgemma.serving.backend import Backend, backend_state
-from dgemma.ui.generate.controls import model_defaults_of
-from dgemma.ui.generate.tab import GenerateTab
+from dgemma.ui.generate_tab.controls import model_defaults_of
+from dgemma.ui.generate_tab.tab import GenerateTab
 
-UNCHANGED_OUTPUTS = 3  # the fill, the run button and the example prompts: what a tick leaves alone while loading
 # Installed when the page opens: every element with an id around what the visitor types in, picks or
 # ticks is theirs from then on (window.dgemmaTouched). Once a page: a second run of the page's load
 # events would otherwise forget what the visitor had touched.
@@ -67,22 +66,22 @@ def header_markdown(facts: dict, max_num_seqs: int) -> str:
             f"tokens into text. The sampler tiles its work so it fits in memory. <small>{line}</small>")
 
 
-def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (), built: Sequence = ()) -> list:
-    """While loading: the status line. At ready: the model's header, Run enabled, the values for the
+def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (), built: Sequence = ()) -> dict:
+    """What changes, by name (`wire` keys it by component). While loading: the status line. At ready: the model's header, Run enabled, the values for the
     settings fields and the prompts box (`fill`: the browser writes the untouched ones), the example
     prompts, and the timer off (the status line says "Idle." unless a replay holds it).
 
     `fields` are the DOM ids of the fields the fill is for, `built` the values the page was built with."""
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
-        return [gr.skip(), state.message, *[gr.skip()] * UNCHANGED_OUTPUTS, gr.Timer(active=not state.failed)]
+        return {"status": state.message, "timer": gr.Timer(active=not state.failed)}
     facts = backend.info()  # once: it counts the weights and sizes the lesson's budget
     sets = example_sets(example_prompts(facts))
     values = [*model_defaults_of(backend), facts.get("lesson_budget", built[-2] if built else None), sets[0][0]]
     fill = {"values": values, "ids": list(fields), "built": list(built)}
-    idle = gr.skip() if replaying else "Idle."
-    return [header_markdown(facts, backend.max_num_seqs), idle, gr.Button(interactive=True), fill,
-            gr.Dataset(samples=sets), gr.Timer(active=False)]
+    shown = {"header": header_markdown(facts, backend.max_num_seqs), "run": gr.Button(interactive=True), "fill": fill,
+             "examples": gr.Dataset(samples=sets), "timer": gr.Timer(active=False)}
+    return shown if replaying else {**shown, "status": "Idle."}
 
 
 def dom_id(component: gr.components.Component) -> str:
@@ -101,7 +100,8 @@ def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, ta
     fill = gr.JSON(None, visible=False)
     timer = gr.Timer(0.5, active=not ready)
     demo.load(None, js=MARK_TOUCHED_JS)
-    timer.tick(lambda played: loading_tick(backend, played.recording is not None, ids, built), [tab.player.state],
-               [header, tab.status, tab.run, fill, tab.examples.dataset, timer], show_progress="hidden", api_visibility="private",
+    outputs = dict(header=header, status=tab.status, run=tab.run, fill=fill, examples=tab.examples.dataset, timer=timer)
+    timer.tick(lambda played: {outputs[k]: v for k, v in loading_tick(backend, played.recording is not None, ids, built).items()},
+               [tab.player.state], list(outputs.values()), show_progress="hidden", api_visibility="private",
                concurrency_limit=None,
                ).then(None, [fill, *fields], list(fields), js=FILL_JS, show_progress="hidden", api_visibility="private")

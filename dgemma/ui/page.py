@@ -9,7 +9,7 @@ from dgemma.examples import example_prompts, example_sets
 from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.serving.runs import Keeping, RunService, tab_of
-from dgemma.ui.generate import tab as generate
+from dgemma.ui.generate_tab import tab as generate_tab
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui import loading_tick
 from dgemma.ui.loading_tick import header_markdown
@@ -27,13 +27,13 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise", delete_cache=keeping.files.delete_cache()) as demo:
         header = gr.Markdown(header_markdown(facts, backend.max_num_seqs))
         with gr.Tab("Generate"):
-            gen = generate.build(backend, examples, loading.ready, loading.message)
+            gen = generate_tab.build(backend, examples, loading.ready, loading.message)
         with gr.Tab("Tiling vs OOM"):
             lesson_parts = lesson.build(backend)
 
         # ---------------------------------------------------------------- events
         embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
-        generate.wire(service, gen, embedded)
+        generate_tab.wire(service, gen, embedded)
         lesson.wire(service, lesson_parts)
         api.register(service, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it

@@ -58,8 +58,8 @@ def plan_table(rows: Sequence[dict]) -> str:
             "<small>tiles × requests per tile: peak transient of one sampler call</small>")  # fmt: skip
 
 
-def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "sample") -> tuple[str, object, str]:
-    """(sentence, figure, table) for one GPU, the released or the loaded model, a canvas length and the
+def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "sample") -> dict:
+    """The sentence, the chart and the table, by name (`section` keys them by component), for one GPU, the released or the loaded model, a canvas length and the
     scheduler's kind of row the calibrated tiling is planned for."""
     from dgemma import plan
 
@@ -67,16 +67,16 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "s
     # badge over the chart); the last chart and table stay.
     gpu = next((g for g in plan.GPUS if g.key == gpu_key), None)
     if gpu is None:
-        return f"Unknown GPU {gpu_key!r}: choose one from the list.", gr.skip(), gr.skip()
+        return {"sentence": f"Unknown GPU {gpu_key!r}: choose one from the list."}
     model, name = plan.RELEASED, "the released model"
     if which == "loaded":
         facts = backend.info()
         if not isinstance(facts.get("vocab_size"), int):
-            return "The model is still loading; choose the released model or try again in a moment.", gr.skip(), gr.skip()
+            return {"sentence": "The model is still loading; choose the released model or try again in a moment."}
         model = plan.model_from_facts(facts)
         name = "the embedded model" if facts.get("embedded") else f"the loaded model ({model.name})"
     rows = plan.plan_rows(model, (gpu,), plan.REQUESTS, int(canvas_length or 0) or None, row=row or "sample")
-    return plan.plan_sentence(rows, name), plot(plan_figure(rows)), plan_table(rows)
+    return {"sentence": plan.plan_sentence(rows, name), "chart": plot(plan_figure(rows)), "table": plan_table(rows)}
 
 
 def section(backend) -> ExplorerParts:
@@ -98,6 +98,7 @@ def section(backend) -> ExplorerParts:
         sentence = gr.Markdown("", elem_id="explorer-sentence")
         chart = gr.Plot(label="sampler peak vs requests", elem_id="explorer-plot")
         table = gr.HTML("", elem_id="explorer-table")
-    gr.on(None, lambda g, m, c, r: explore(backend, g, m, c, r), [gpu, model, canvas, scheduler],
-          [sentence, chart, table], api_visibility="private")  # fmt: skip
+    shown = dict(sentence=sentence, chart=chart, table=table)
+    gr.on(None, lambda g, m, c, r: {shown[k]: v for k, v in explore(backend, g, m, c, r).items()},
+          [gpu, model, canvas, scheduler], list(shown.values()), api_visibility="private")  # fmt: skip
     return ExplorerParts(gpu, model, canvas, scheduler, sentence, chart, table)

@@ -90,16 +90,16 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
     is one stream, as the Generate tab's; a hand on the controls ends it."""
     s = stepper
 
-    def show(runs: dict[str, LessonOutcome], name: str, k: float) -> list:
+    def show(runs: dict[str, LessonOutcome], name: str, k: float) -> dict:
         outcome = runs.get(name)
         n = len(outcome.calls) if outcome is not None else 1
         k = max(1, min(int(k or 1), n))
-        figure = gr.skip()
+        shown = {s.view: render_call(outcome, k), s.slider: gr.Slider(maximum=max(2, n), value=k)}
         if name == "tiled" and outcome is not None and outcome.plans:  # the chart is the tiled run's
-            figure = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
-        return [render_call(outcome, k), gr.Slider(maximum=max(2, n), value=k), figure]
+            shown[chart] = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
+        return shown
 
-    def play(runs: dict[str, LessonOutcome], name: str, k: float) -> Iterator[list]:
+    def play(runs: dict[str, LessonOutcome], name: str, k: float) -> Iterator[dict]:
         n = len(runs[name].calls) if name in runs else 1
         first = 1 if int(k or 1) >= n else int(k or 1)  # at the end, play starts over
         for call in range(first, n + 1):

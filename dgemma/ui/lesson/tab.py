@@ -16,9 +16,9 @@ from dgemma.errors import SettingsError
 from dgemma.examples import lesson_prompts
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.recording import Recording
-from dgemma.serving.backend import Backend, parse_call_settings
+from dgemma.serving.backend import Backend
 from dgemma.serving.runs import RunService
-from dgemma.settings import BY_NAME, Settings
+from dgemma.settings import BY_NAME, RunRequest
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import plot, tile_figure
@@ -120,52 +120,53 @@ def _batch(backend: Backend, n: float) -> int:
 
 
 def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None,
-             budget: str | None = None) -> tuple[int, Settings]:
-    """The batch size and the settings every run of the lesson shares: one canvas per request, the
+             budget: str | None = None) -> tuple[int, RunRequest]:
+    """The batch size and the call every run of the lesson shares: its prompts, one canvas per request, the
     `scheduler` at its defaults (None: the server's), the `budget` (None: none of its own)."""
     n = _batch(backend, n)
     length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
     raw = {"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler,
            "memory_budget": (budget or "").strip() or None}
-    return n, parse_call_settings(raw, backend.defaults, backend.limits, backend.max_num_seqs, prompts=n)
+    return n, backend.request(lesson_prompts(n), raw)
 
 
-def _run_settings(settings: Settings, budget: int | None, tiling: str, impl: str, real: bool) -> Settings:
-    """One run's settings: the lesson's own options beside tiling, step and budget (a tile that runs out
-    of memory fails the run; real scale pads the logits to the released vocabulary)."""
-    return replace(settings, options=replace(settings.options, tiling=tiling, sampler=impl, memory_budget=budget,
-                                             fail_on_oom=True, pad_vocab=RELEASED_VOCAB if real else None))
+def _run_call(call: RunRequest, budget: int | None, tiling: str, impl: str, real: bool) -> RunRequest:
+    """One run of the lesson: its own options beside tiling, step and budget (a tile that runs out of
+    memory fails the run; real scale pads the logits to the released vocabulary)."""
+    return replace(call, settings=replace(call.settings, options=replace(
+        call.settings.options, tiling=tiling, sampler=impl, memory_budget=budget, fail_on_oom=True,
+        pad_vocab=RELEASED_VOCAB if real else None)))
 
 
-def watch(service: RunService, request: object, prompts: list[str], settings: Settings,
-          title: str | None) -> Generator[tuple, None, LessonOutcome]:
-    """One run of `prompts` for the request's tab, as the tab's outputs while it runs: its board (as its
+def watch(service: RunService, request: object, call: RunRequest,
+          title: str | None) -> Generator[dict, None, LessonOutcome]:
+    """One run of `call` for the request's tab, as the tab's outputs while it runs (by LessonParts' names): its board (as its
     page can take it) under the `title` (None: the board keeps the last run's, as for the rerun behind
     the verdict); then its outcome, read from every event the run sent. A run that cannot start or whose
     stream fails: ValueError, one sentence."""
     recording, board, started = Recording(), Board(), time.monotonic()
-    heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {len(prompts)} requests, one '
-               "row each, one cell per canvas position.</div>") if title else gr.skip()
+    heading = (f'<div class="lesson-board-title"><b>{html.escape(title)}</b>, live: {len(call.prompts)} requests, one '
+               "row each, one cell per canvas position.</div>") if title else None
     # No frame until this run's first step arrives: the last run's board stays until then. No Refine
     # on the lesson's cards, nor its data.
-    frames = board_view.frames(service.stream(request, prompts, settings), board, refine=False,
+    frames = board_view.frames(service.stream(request, call), board, refine=False,
                                draw=lambda board: bool(title and (board.canvas_length or board.finished)))
     with closing(frames):
         for tick, shown in frames:
             recording.extend(tick.events)  # for the outcome and the step-through
             # A failure's frame (every card it stopped says so) goes only on a titled run's board.
             if not tick.failure or (title and shown is not None):
-                yield (*[gr.skip()] * 6, heading, shown if shown is not None else gr.skip())
-                heading = gr.skip()
+                yield {name: v for name, v in (("board_title", heading), ("board", shown)) if v is not None}
+                heading = None
             if tick.failure:  # then the tab's card of this run says why
                 raise ValueError(tick.failure)
-    budget = settings.options.memory_budget
+    budget = call.settings.options.memory_budget
     return summarize(recording.events(), time.monotonic() - started,
                      f"budget {format_bytes(budget)}" if budget else "no budget")
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
-               runs: dict[str, LessonOutcome] | None = None, scheduler: str | None = None) -> Iterator[tuple]:
+               runs: dict[str, LessonOutcome] | None = None, scheduler: str | None = None) -> Iterator[dict]:
     """The tab's Run: untiled, tiled, (chunked,) then the token check, each card filled as it ends and
     each run's canvases drawn live as it goes. A failure is one sentence on the card of the run it
     stopped; the cards before it stay. `runs` keeps the outcomes for stepping through them call by call."""
@@ -173,20 +174,20 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
     runs = runs if runs is not None else {}
     runs.clear()
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
-    chart, shown_budget, stage, budget_bytes = gr.skip(), gr.skip(), 0, None
+    chart, shown_budget, stage, budget_bytes = None, None, 0, None
 
-    def outputs() -> tuple:
-        return (*cards, chart, shown_budget, gr.skip(), gr.skip())
+    def outputs() -> dict:  # by LessonParts' names: the cards, and the chart and the budget once they change
+        shown = dict(zip(("untiled", "tiled", "chunked", "verdict"), cards))
+        return {**shown, **{name: v for name, v in (("chart", chart), ("budget", shown_budget)) if v is not None}}
 
     def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
-        return (yield from watch(service, request, lesson_prompts(n), _run_settings(settings, budget, tiling, impl, real),
-                                 title))
+        return (yield from watch(service, request, _run_call(call, budget, tiling, impl, real), title))
 
     try:
         ran = budget_for_scale(backend, _batch(backend, n), budget, real)
-        shown_budget = ran if ran != budget else gr.skip()
-        n, settings = _checked(backend, n, steps, scheduler, ran)
-        budget_bytes = settings.options.memory_budget
+        shown_budget = ran if ran != budget else None
+        n, call = _checked(backend, n, steps, scheduler, ran)
+        budget_bytes = call.settings.options.memory_budget
         cards[0] = PENDING
         yield outputs()
         untiled = runs["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
@@ -226,8 +227,9 @@ def wire(service: RunService, parts: LessonParts) -> None:
     parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
     def run(n: float, budget: str, real: bool, steps: float, scheduler: str, runs: dict[str, LessonOutcome],
-            request: gr.Request) -> Iterator[tuple]:
-        yield from run_lesson(service, request, n, budget, real, steps, runs, scheduler)
+            request: gr.Request) -> Iterator[dict]:
+        for update in run_lesson(service, request, n, budget, real, steps, runs, scheduler):  # by name: the parts
+            yield {getattr(parts, name): value for name, value in update.items()} or gr.skip()
 
     parts.run.click(
         run,

@@ -16,15 +16,14 @@ import gradio as gr
 
 from dgemma.examples import prompt_note
 from dgemma.metrics import shown
-from dgemma.serving.backend import parse_call_settings
 from dgemma.serving.runs import RunService
 from dgemma.settings import SETTINGS, name_value_pairs
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate import first_canvas, playback
-from dgemma.ui.generate.controls import Panel, read_panel
+from dgemma.ui.generate_tab import first_canvas, playback
+from dgemma.ui.generate_tab.controls import Panel, read_panel
 
 SIDES = ("A", "B")
 # (figure, how it reads, format): the rows of the comparison table.
@@ -112,35 +111,35 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
     backend = service.backend
 
     def run(sides: list[playback.Playback], a_text: str, b_text: str, request: gr.Request,
-            **values: Any) -> Iterator[list]:
-        try:  # each side: the panel's settings with its changes, checked by the one parser
-            batch, raw = read_panel(backend.limits, values)
-            settings = [parse_call_settings({**raw, **changed_settings(text)}, backend.defaults, backend.limits,
-                                            backend.max_num_seqs, len(batch)) for text in (a_text, b_text)]
+            **values: Any) -> Iterator[dict]:
+        try:  # each side: the panel's settings with its changes, through the one door
+            batch, raw = read_panel(values)
+            calls = [backend.request(batch, {**raw, **changed_settings(text)}) for text in (a_text, b_text)]
         except ValueError as err:
-            yield [f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>', *[gr.skip()] * 6]
+            yield {compare.table: f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>'}
             return
         boards = [Board(notes={i + 1: n for i, p in enumerate(batch) if (n := prompt_note(embedded, p))}) for _ in SIDES]
         summaries: list[dict] = [{}, {}]  # each side's, as its file's end line keeps it
-        shown = [frame(boards[0]), frame(boards[1]), gr.skip(), gr.skip(), gr.skip(), gr.skip()]
-        for i, (side, checked) in enumerate(zip(sides, settings)):
-            ticks = service.stream(request, batch, checked, side, slot=f"compare-{SIDES[i].lower()}")
+        shown: dict = {compare.cards[0]: frame(boards[0]), compare.cards[1]: frame(boards[1])}
+        for i, (side, call) in enumerate(zip(sides, calls)):
+            ticks = service.stream(request, call, side, slot=f"compare-{SIDES[i].lower()}")
             with closing(board_view.frames(ticks, boards[i])) as frames:
                 for tick, cards in frames:
                     if cards is not None:
-                        shown[i] = cards
+                        shown[compare.cards[i]] = cards
                     if tick.failure:  # one sentence, on the side's cards and above them; B does not run
-                        yield [f'<div class="compare-error">⚠️ {SIDES[i]}: {html.escape(tick.failure)}</div>', *shown]
+                        yield {compare.table: f'<div class="compare-error">⚠️ {SIDES[i]}: {html.escape(tick.failure)}</div>',
+                               **shown}
                         return
                     if cards is None:  # the visitor has not drawn the last frame yet, or nothing changed
-                        yield [gr.skip()] * 7
+                        yield gr.skip()  # Gradio's one "nothing changes" for every output
                         continue
                     if tick.finished:  # the side's figures, as its file's end line keeps them
                         summaries[i] = tick.summary or {}
-                        shown[2 + i] = plot(entropy_figure(boards[i]))
-                        shown[4 + i] = gr.DownloadButton(value=tick.file, interactive=tick.file is not None)
-                    yield [f"<div class='compare-status'>{SIDES[i]} running…</div>", *shown]
-        yield [table(boards, summaries), *shown]
+                        shown[compare.curves[i]] = plot(entropy_figure(boards[i]))
+                        shown[compare.downloads[i]] = gr.DownloadButton(value=tick.file, interactive=tick.file is not None)
+                    yield {compare.table: f"<div class='compare-status'>{SIDES[i]} running…</div>", **shown}
+        yield {compare.table: table(boards, summaries), **shown}
 
     compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields, outputs=compare.outputs(),
                       api_visibility="private", concurrency_limit=None, show_progress="minimal")

@@ -10,9 +10,9 @@ from typing import Any
 
 import gradio as gr
 
-from dgemma.serving.backend import Backend, Limits, parse_prompts
+from dgemma.serving.backend import Backend
 from dgemma.settings import SETTINGS, Setting, Settings
-from dgemma.ui.generate.first_canvas import canvas_settings
+from dgemma.ui.generate_tab.first_canvas import canvas_settings
 
 PANEL_ROWS = ("length", "sampling", "scheduler", "layout")  # the panel's rows, top to bottom: the table's groups
 PANEL_SETTINGS = tuple(s for s in SETTINGS if s.group in PANEL_ROWS)
@@ -54,11 +54,12 @@ def raw_value(value: Any) -> Any:
     return value.strip() if isinstance(value, str) else value
 
 
-def read_panel(limits: Limits, values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """The panel's prompts and raw settings, from its values by name (ValueError: one sentence)."""
+def read_panel(values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The panel's prompts and raw settings, from its values by name, as `Backend.request` takes them
+    (ValueError: one sentence, from a template the page cannot read)."""
     raw = {s.name: raw_value(values[s.name]) for s in PANEL_SETTINGS}
     raw.update(canvas_settings(values["start"], values["pins"], values["template"]))
-    return parse_prompts(prompts_from_text(values["prompts"], values["concurrent"]), limits), raw
+    return prompts_from_text(values["prompts"], values["concurrent"]), raw
 
 
 def client_inputs(prompts: str, concurrent: int, **values: Any) -> list[Any]:

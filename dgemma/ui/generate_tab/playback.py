@@ -18,7 +18,7 @@ from dgemma.recording import Recording
 from dgemma.serving.runs import RunService
 from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
-from dgemma.ui.generate import upload as loader
+from dgemma.ui.generate_tab import upload as loader
 from dgemma.ui.seek import Seeker
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
@@ -168,8 +168,9 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
     """Slider, buttons, the paced play stream and upload; `views` = [cards, entropy plot, tile plot]."""
     p = player
     outputs = [*views, status_line, p.slider]
+    cards, entropy, tiles = views
 
-    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S, charts: bool = True) -> list:
+    def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S, charts: bool = True) -> dict:
         recording = playback.recording  # once: the memory cap may evict it meanwhile
         if recording is None:
             raise gr.Error(playback.evicted or "Nothing to replay yet: press Run, or load a downloaded run.",
@@ -177,15 +178,15 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         playback.last_used = time.monotonic()
         step = max(0, min(int(step or 0), recording.steps))
         line = status(playback, recording, step, pace if playing else None)
-        cards_and_charts = view(recording, step, playback.kept, charts)
-        return [*cards_and_charts, line, gr.Slider(maximum=max(1, recording.steps), value=step)]
+        shown = dict(zip(views, view(recording, step, playback.kept, charts)))
+        return {**shown, status_line: line, p.slider: gr.Slider(maximum=max(1, recording.steps), value=step)}
 
-    def take(playback: Playback, step: float) -> list:
+    def take(playback: Playback, step: float) -> dict:
         # The user has the slider now: the live stream leaves the view alone, and play stops.
         playback.follow = playback.playing = False
         return show(playback, step)
 
-    def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[list]:
+    def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[dict]:
         # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
         # or a busy page delays each step by its transfer alone, never by a tick's request too.
         again = False
@@ -197,7 +198,7 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         clock = playback.clock
         first = show(playback, int(step or 0), True, pace, charts=again)
         # The view already shows the step play starts from, unless it starts over: only the status line changes.
-        yield first if again else [gr.skip(), gr.skip(), gr.skip(), *first[3:]]
+        yield first if again else {status_line: first[status_line], p.slider: first[p.slider]}
 
         def due_steps() -> Iterator[tuple[int, bool]]:  # (step, the last?) as each falls due, until play stops
             shown = int(step or 0)
@@ -213,7 +214,7 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         # A visitor still taking an earlier step skips the steps due meanwhile: they see the step due then.
         for (nxt, at_end), pace in service.paced(request, due_steps(), lambda due: due[1]):
             if pace is None:  # their page has not drawn the last frame yet: nothing goes
-                yield [gr.skip()] * 5
+                yield gr.skip()  # Gradio's one "nothing changes" for every output
                 continue
             if at_end:
                 playback.playing = False
@@ -222,18 +223,19 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
             shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
             if not (playback.playing or at_end) or playback.clock is not clock:
                 return  # paused while this step was drawn: the pause's view stays
-            yield [pace.stamp(shown_now[0]), *shown_now[1:]]
+            yield {**shown_now, cards: pace.stamp(shown_now[cards])}
             if at_end:  # the last step's charts follow its frame, which they would hold up
                 recording = playback.recording
                 if recording is not None:
-                    yield [gr.skip(), *view(recording, nxt, playback.kept)[1:], gr.skip(), gr.skip()]
+                    _, entropy_now, tiles_now = view(recording, nxt, playback.kept)
+                    yield {entropy: entropy_now, tiles: tiles_now}
                 return
 
     def repace(playback: Playback, step: float, pace: float) -> None:
         if playback.clock is not None:  # counts on from the step shown, at the new pace
             playback.clock.next_step(int(step or 0), pace)
 
-    def load_run(playback: Playback, file, request: gr.Request) -> list:
+    def load_run(playback: Playback, file, request: gr.Request) -> dict:
         if playback.live:
             service.discard_upload(file)
             raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
@@ -242,7 +244,7 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         playback.set_run(recording)
         playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
         service.hold(request, playback)
-        return [*show(playback, 0), gr.DownloadButton(value=None, interactive=False)]
+        return {**show(playback, 0), p.download: gr.DownloadButton(value=None, interactive=False)}
 
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
     playing = p.play.click(play, [p.state, p.slider, p.pace], outputs, **quiet)

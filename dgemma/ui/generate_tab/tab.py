@@ -19,12 +19,13 @@ from dgemma.examples import prompt_note
 from dgemma.metrics import summary_line
 from dgemma.serving.backend import Backend
 from dgemma.serving.runs import RunService, tab_of
+from dgemma.settings import RunRequest
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
-from dgemma.ui.generate import compare, first_canvas, playback
-from dgemma.ui.generate.controls import FIELDS, Panel, read_panel, settings_panel
-from dgemma.ui.generate.first_canvas import refine_request
+from dgemma.ui.generate_tab import compare, first_canvas, playback
+from dgemma.ui.generate_tab.controls import FIELDS, Panel, read_panel, settings_panel
+from dgemma.ui.generate_tab.first_canvas import refine_request
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +95,12 @@ def wire(service: RunService, tab: GenerateTab, embedded: bool) -> None:
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
     streamed = dict(outputs=[*views, tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel.fields,
                     concurrency_limit=None, show_progress="minimal")  # tabs share the engine; the engine batches
-    tab.run.click(generate(service, embedded), inputs=[tab.player.state], api_name="generate_stream",
+    tab.run.click(run_handler(service, embedded, tab), inputs=[tab.player.state], api_name="generate_stream",
                   api_visibility="undocumented", **streamed)
     for side, cards in [(None, tab.cards), *enumerate(tab.compare.cards)]:
-        cards.refine(refine(service, embedded, side), inputs=[tab.player.state, tab.compare.state],
+        cards.refine(refine_handler(service, embedded, tab, side), inputs=[tab.player.state, tab.compare.state],
                      api_visibility="private", **streamed)
-    tab.stop.click(stop(service), None, None, api_visibility="private", concurrency_limit=None)
+    tab.stop.click(stop_handler(service), None, None, api_visibility="private", concurrency_limit=None)
     playback.wire(service, tab.player, views, tab.status)
     compare.wire(service, tab.compare, tab.panel, embedded)
 
@@ -113,25 +114,25 @@ def run_status(board: Board, started: float) -> str:
     return f"{parts} · {board.plan_count} sampler calls · {time.monotonic() - started:.1f} s"
 
 
-def failed(sentence: str) -> tuple:
+def failed(tab: GenerateTab, sentence: str) -> dict:
     """The outputs after a failure before any card: the one sentence on the status line, the rest as they were."""
-    return gr.skip(), gr.skip(), gr.skip(), f"⚠️ {sentence}", gr.skip(), gr.skip()
+    return {tab.status: f"⚠️ {sentence}"}
 
 
-def generate(service: RunService, embedded: bool) -> Callable[..., Iterator]:
+def run_handler(service: RunService, embedded: bool, tab: GenerateTab) -> Callable[..., Iterator]:
     """Run's handler: the panel's prompts and settings (by name, Gradio's `inputs_kwargs`)."""
-    def generate_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
+    def run_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
         try:
-            batch, raw = read_panel(service.backend.limits, values)
+            call = service.backend.request(*read_panel(values))
         except ValueError as err:
-            yield failed(str(err))
+            yield failed(tab, str(err))
             return
-        yield from stream_run(service, embedded, batch, raw, played, request)
+        yield from stream_run(service, embedded, call, played, request, tab)
 
-    return generate_stream
+    return run_stream
 
 
-def refine(service: RunService, embedded: bool, side: int | None) -> Callable[..., Iterator]:
+def refine_handler(service: RunService, embedded: bool, tab: GenerateTab, side: int | None) -> Callable[..., Iterator]:
     """A card's Refine, in the tab's own view (`side` None) or a compare side's (0, 1): the card's prompt and
     seed, its first canvas starting from its text, the panel's other settings; streamed as a Run."""
     def refine_stream(played: playback.Playback, sides: list[playback.Playback], event: gr.EventData,
@@ -140,16 +141,17 @@ def refine(service: RunService, embedded: bool, side: int | None) -> Callable[..
         try:
             prompt, seed, start = refine_request(getattr(event, "_data", None), source.recording, source.kept,
                                                  source.evicted)
-            batch, raw = read_panel(service.backend.limits, {**values, "prompts": prompt, "concurrent": 1})
+            batch, raw = read_panel({**values, "prompts": prompt, "concurrent": 1})
+            call = service.backend.request(batch, {**raw, "seed": seed, "start": start})
         except ValueError as err:
-            yield failed(str(err))
+            yield failed(tab, str(err))
             return
-        yield from stream_run(service, embedded, batch, {**raw, "seed": seed, "start": start}, played, request)
+        yield from stream_run(service, embedded, call, played, request, tab)
 
     return refine_stream
 
 
-def stop(service: RunService) -> Callable[[gr.Request], None]:
+def stop_handler(service: RunService) -> Callable[[gr.Request], None]:
     """Stop cancels the tab's requests, not the stream: the cards then show "cancelled" and the stream
     ends by itself once the engine has freed every slot (within one step)."""
     def stop_runs(request: gr.Request) -> None:
@@ -161,37 +163,37 @@ def stop(service: RunService) -> Callable[[gr.Request], None]:
     return stop_runs
 
 
-def stream_run(service: RunService, embedded: bool, batch: list[str], raw: dict, played: playback.Playback,
-               request: gr.Request) -> Iterator[tuple]:
-    """One call's cards, both charts, the status line, the slider and the download as it streams."""
+def stream_run(service: RunService, embedded: bool, call: RunRequest, played: playback.Playback,
+               request: gr.Request, tab: GenerateTab) -> Iterator[dict]:
+    """One call's cards, both charts, the status line, the slider and the download as it streams (by component)."""
     # Cards at every frame; each chart at most once a playback.CHART_PERIOD_S (one period, live and
     # replayed), the two half a period apart, and both at the end: a Plotly redraw costs the browser
     # far more than the cards do, and two at once would stall a busy laptop's page for a moment.
     due = [0.0, playback.CHART_PERIOD_S / 2]
-    board = Board(notes={i + 1: note for i, p in enumerate(batch) if (note := prompt_note(embedded, p))})
-    ticks = service.stream(request, batch, raw, played)
+    board = Board(notes={i + 1: note for i, p in enumerate(call.prompts) if (note := prompt_note(embedded, p))})
+    ticks = service.stream(request, call, played)
     # While the user has the slider the view is theirs: no frame is made for it.
     with closing(board_view.frames(ticks, board, draw=lambda board: played.follow)) as shown:
         for tick, cards in shown:
             if tick.failure:  # one sentence where the user looks: the status line, and every card it stopped
                 # Nothing had started: the last run's cards and charts stay as they were.
-                yield failed(tick.failure) if cards is None else (
-                    cards, plot(entropy_figure(board)), plot(board_tile_figure(board)), f"⚠️ {tick.failure}", gr.skip(), gr.skip())
+                yield failed(tab, tick.failure) if cards is None else {**failed(tab, tick.failure), tab.cards: cards,
+                    tab.entropy_plot: plot(entropy_figure(board)), tab.tile_plot: plot(board_tile_figure(board))}
                 return
-            kept = gr.DownloadButton(value=tick.file, interactive=tick.file is not None) if tick.finished else gr.skip()
+            update: dict = {tab.player.download: gr.DownloadButton(value=tick.file, interactive=bool(tick.file))} if tick.finished else {}
             if cards is None:  # the user has the slider (it still grows), the last frame is not drawn yet, or only the clock moves
-                line = run_status(board, tick.started) if tick.send and played.follow else gr.skip()
-                yield gr.skip(), gr.skip(), gr.skip(), line, playback.live_slider(played) if not played.follow else gr.skip(), kept
+                if tick.send and played.follow:
+                    update[tab.status] = run_status(board, tick.started)
+                if not played.follow:
+                    update[tab.player.slider] = playback.live_slider(played)
+                yield update or gr.skip()  # an empty dict is not Gradio's "nothing changes"; skip() is
                 continue
             now = time.monotonic()
-            charts = []
-            for i, figure in enumerate((entropy_figure, board_tile_figure)):
+            for i, (figure, chart) in enumerate(((entropy_figure, tab.entropy_plot), (board_tile_figure, tab.tile_plot))):
                 if now >= tick.started + due[i] or tick.finished:
                     due[i] = now - tick.started + playback.CHART_PERIOD_S
-                    charts.append(plot(figure(board)))
-                else:
-                    charts.append(gr.skip())
+                    update[chart] = plot(figure(board))
             line = run_status(board, tick.started)
             if tick.finished:  # and under it the run summary: the figures people quote
                 line += f"\n\n**Run summary:** {summary_line(tick.summary)}"
-            yield cards, *charts, line, playback.live_slider(played), kept
+            yield {**update, tab.cards: cards, tab.status: line, tab.player.slider: playback.live_slider(played)}
