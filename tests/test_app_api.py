@@ -21,9 +21,11 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import MODEL_ARGS, ROOT
 from dgemma.ui.generate.controls import client_inputs
 from vanishing import BOUND_S, LONG_RUN, stream_then_kill, wait_until
+
+pytestmark = pytest.mark.server  # every test talks to a launched app or runs app.py / the CLI
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
            "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river"]  # fmt: skip
@@ -31,8 +33,8 @@ SETTINGS = {"seed": 100, "max_new_tokens": 32}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+def server(app_server):
+    return app_server
 
 
 @pytest.fixture(scope="module")

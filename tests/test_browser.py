@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app_server import MODEL_ARGS, ROOT, shared
-from browser_page import CHROMIUM, chromium_page  # noqa: F401  (test_playback takes CHROMIUM from here)
+from app_server import ROOT
+from browser_page import chromium_page
 from vanishing import BOUND_S, wait_until
 
 SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
@@ -29,9 +29,9 @@ def shots(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with chromium_page(server.url) as page:
+def page(browser, app_server):
+    server = app_server
+    with chromium_page(browser, server.url) as page:
         for selector in ("#run", "#cards", "#status", "#entropy-plot", "#tile-plot"):  # the whole page is up
             page.wait_for_selector(selector, timeout=60_000)
         page.server = server

@@ -13,8 +13,10 @@ import httpx
 import pytest
 
 from app_server import MODEL_ARGS, launch
-from dgemma.bench.hostile import CHROMIUM, DOWNLOAD_READY, disk_bytes, run_hostile, upload
+from dgemma.bench.hostile import DOWNLOAD_READY, disk_bytes, run_hostile, upload
 from dgemma.serving.held_runs import EVICTED
+
+pytestmark = pytest.mark.server  # an app launched with tiny caps of its own
 
 AGE_S = 20
 MiB = 2**20
@@ -31,17 +33,6 @@ def app(tmp_path_factory):
     server.files = tmp / "files" / f"dgemma-files-{server.process.pid}"
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM,
-                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield chromium
-        chromium.close()
 
 
 def files_in(folder: Path) -> list[str]:
@@ -115,6 +106,7 @@ def test_when_memory_is_full_the_least_recently_used_idle_run_goes_and_its_tab_s
         second.close()
 
 
+@pytest.mark.browser  # the bench drives chromium itself
 def test_the_hostile_bench_keeps_disk_under_its_cap_and_returns_it_while_an_ordinary_visitor_runs():
     args = argparse.Namespace(max_disk="24MiB", age=8, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
                               concurrency=8, model=MODEL_ARGS[1] if MODEL_ARGS else None)

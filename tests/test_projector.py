@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from app_server import MODEL_ARGS, shared
 from browser_page import chromium_page
 
 WIDTH, HEIGHT = 1366, 768
@@ -22,9 +21,8 @@ def off_screen(box: dict | None) -> bool:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with chromium_page(server.url, WIDTH, HEIGHT) as page:
+def page(browser, app_server):
+    with chromium_page(browser, app_server.url, WIDTH, HEIGHT) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=60_000)
         yield page
 

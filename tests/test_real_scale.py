@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import ROOT
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
-from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
+from test_playback import open_page  # a page of the app once it is idle
 from twin import save_twin
 
 REQUESTS, CANVAS, STEPS = 32, 256, 3
@@ -43,8 +43,8 @@ def real_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory, real_run):  # noqa: F811
-    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+def page(browser, app_server, real_run):
+    page = open_page(browser, app_server.url)
     page.cdp = page.context.new_cdp_session(page)
     page.cdp.send("Network.enable")
     urls: dict[str, str] = {}

@@ -51,6 +51,7 @@ def test_a_start_begins_with_an_empty_directory_of_its_own(tmp_path):
     assert not second.root.exists()  # a clean stop leaves nothing
 
 
+@pytest.mark.server  # another process holds the running app's lock
 def test_the_directory_of_an_app_that_is_still_running_is_left_alone_and_that_of_one_gone_removed(tmp_path):
     holder = ("import sys, time; from dgemma.serving.runfiles import RunFiles; "
               "f = RunFiles.for_this_start(2**20, 60, parent=sys.argv[1]); print(f.root, flush=True); time.sleep(60)")

@@ -24,6 +24,8 @@ from gradio_client.exceptions import AppError
 from app_server import MODEL_ARGS, ROOT, launch
 from dgemma.serve import PAGE_LINE, READY_LINE, free_port
 
+pytestmark = pytest.mark.server  # each test starts app.py, or the code up to its launch, in a process of its own
+
 LOADING = "The model is still loading; try again when the page says it is ready."
 
 

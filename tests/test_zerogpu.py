@@ -36,6 +36,8 @@ from app_server import MODEL_ARGS, ROOT, launch
 from dgemma.ui.generate.controls import client_inputs
 from vanishing import BOUND_S, stream_then_kill, wait_until
 
+pytestmark = pytest.mark.server  # the app as on ZeroGPU: a launched app and its worker processes, and the GPU call in-process
+
 SIM = Path(__file__).resolve().parent / "zerogpu_sim"
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park"]
 SETTINGS = {"seed": 40, "max_new_tokens": 32}
@@ -150,10 +152,10 @@ def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_ca
     assert "running" not in cards and "queued" not in cards, cards
 
 
-def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, sim_dir):
+def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, browser, sim_dir):
     from browser_page import chromium_page
 
-    with chromium_page(server.url) as page:
+    with chromium_page(browser, server.url) as page:
         page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
         page.get_by_text("Compare two settings side by side").click()
         (sim_dir / "quota").touch()
