@@ -15,6 +15,7 @@ import pytest
 from app_server import MODEL_ARGS, launch
 from dgemma.bench.hostile import DOWNLOAD_READY, disk_bytes, run_hostile, upload
 from dgemma.serving.held_runs import EVICTED
+from vanishing import wait_until
 
 pytestmark = pytest.mark.server  # an app launched with tiny caps of its own
 
@@ -52,7 +53,8 @@ def test_an_upload_over_the_cap_is_refused_with_one_sentence_on_the_page_and_not
         toast = page.locator(".toast-body").first
         toast.wait_for(timeout=10_000)
         assert 'exceed the maximum allowed size of 8.0 Mb: "big.jsonl"' in toast.inner_text()
-        time.sleep(1)
+        # That message is the page's own check (Gradio's max_file_size): it refuses the file before
+        # sending a byte, so there is no upload in flight to wait for.
         assert files_in(app.files) == []
     finally:
         page.close()
@@ -80,8 +82,7 @@ def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, br
     for tab in tabs:
         tab.close()
     closed = time.monotonic()
-    while disk_bytes(app.files) > baseline and time.monotonic() - closed < AGE_S:
-        time.sleep(0.25)
+    wait_until(lambda: disk_bytes(app.files) <= baseline, bound_s=AGE_S, period_s=0.25)
     assert disk_bytes(app.files) == baseline, files_in(app.files)
     print(f"run files gone {time.monotonic() - closed:.1f} s after their tabs closed")
 

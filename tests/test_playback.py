@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app_server import MODEL_ARGS, launch
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
@@ -128,7 +129,10 @@ def test_play_at_one_second_per_step_shows_each_step(ran):
     seen = page.evaluate("() => window.__steps")
     assert seen[: end + 1] == list(range(end + 1)), seen  # every step in turn, none skipped
     assert elapsed >= 0.9 * (end - 1), elapsed  # no faster than the pace (a loaded machine may be slower)
-    time.sleep(2.5)  # two more ticks' worth: a paused replay stays where it is
+    # A paused replay stays where it is: a step the play stream still sent would show within two
+    # ticks (1 s each), and none does (a busy machine can only make such a step later, never earlier).
+    with pytest.raises(PlaywrightTimeout):
+        page.wait_for_function(f"() => window.__steps.length > {len(seen)}", timeout=2_500)
     assert shown_step(page)[0] == paused_at and "(paused)" in status(page)
 
 

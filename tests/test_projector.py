@@ -38,7 +38,8 @@ def test_with_the_overview_scrolled_into_view_during_a_run_both_charts_are_on_sc
     try:
         page.wait_for_function(RUNNING, timeout=120_000)
         page.evaluate(f"() => document.querySelector('{BOXES['overview']}').scrollIntoView()")
-        page.wait_for_timeout(300)
+        # Two frames drawn since the scroll: the layout the viewer sees, not the one before it.
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
         boxes = {name: page.locator(selector).bounding_box() for name, selector in BOXES.items()}
         assert not [name for name, box in boxes.items() if off_screen(box)], boxes
     finally:

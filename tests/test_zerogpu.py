@@ -25,7 +25,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -77,9 +76,7 @@ def server(sim_dir):
     yield server
     server.stop()
     workers = {int(pid) for name, pid, *_ in _calls(sim_dir) if name == "allow"}
-    deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not any(_alive(pid) for pid in workers), bound_s=60, period_s=0.2)
     assert workers and not [pid for pid in workers if _alive(pid)], "a ZeroGPU worker outlived the server"
 
 
@@ -122,9 +119,7 @@ def test_the_main_process_has_no_engine_thread(server, client, sim_dir):
     dump = sim_dir / f"threads-{server.process.pid}.txt"
     dump.unlink(missing_ok=True)
     os.kill(server.process.pid, signal.SIGUSR1)
-    deadline = time.monotonic() + 60
-    while not dump.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(dump.exists, bound_s=60, period_s=0.1)
     names = dump.read_text().split()
     assert "MainThread" in names and "dgemma-engine" not in names
 
@@ -176,14 +171,10 @@ def test_closing_a_stream_ends_the_workers_loop(server, client):
     inputs = client_inputs("\n".join(PROMPTS), 8, max_new_tokens=256, max_denoising_steps=32, confidence_threshold=1e-6,
                            stability_threshold=8, seed=7)
     job = client.submit(*inputs, api_name="/generate_stream")
-    deadline = time.monotonic() + 120
-    while len(job.outputs()) < 2 and time.monotonic() < deadline:  # streaming from the worker
-        time.sleep(0.1)
+    wait_until(lambda: len(job.outputs()) >= 2, bound_s=120, period_s=0.1)  # streaming from the worker
     assert len(job.outputs()) >= 2
     job.cancel()
-    deadline = time.monotonic() + 60
-    while "GPU call closed early" not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: "GPU call closed early" in server.log(), bound_s=60, period_s=0.2)
     assert "GPU call closed early" in server.log()
     assert client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")["outputs"][0]["text"]  # the worker is free
 

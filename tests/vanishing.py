@@ -26,14 +26,19 @@ BOUND_S = 2.0
 
 def wait_until(condition: Callable[[], bool], bound_s: float, period_s: float = 0.02) -> float | None:
     """The time.monotonic() at which `condition()` was first seen to hold, polled every `period_s`;
-    None if it did not hold within `bound_s` seconds."""
+    None if it did not hold within `bound_s` seconds.
+
+    The suite's one sleep: what it waits on is another process (a server's log, a worker, a file a
+    process writes) or a thread another thread started (the engine's restarts), outside the test's
+    control and with nothing to join or await; `bound_s` is a ceiling,
+    never the expected time, so a loaded machine only waits longer."""
     started = time.monotonic()
     while True:
         if condition():
             return time.monotonic()
         if time.monotonic() - started > bound_s:
             return None
-        time.sleep(period_s)
+        time.sleep(period_s)  # polling another process: see above
 
 
 def stream_then_kill(url: str, inputs: tuple = LONG_RUN, frames: int = 3, timeout_s: float = 180.0,
