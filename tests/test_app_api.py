@@ -256,14 +256,15 @@ def test_unknown_model_is_one_line():
 
 
 @pytest.mark.parametrize("heartbeat", [True, False], ids=["with-heartbeat", "stream-only"])
-def test_a_client_that_vanishes_mid_stream_frees_its_requests_within_2_s(server, heartbeat):
-    """SIGKILL a streaming client's process: its requests, minutes of work, are cancelled within 2 s,
+def test_a_client_that_vanishes_mid_stream_frees_its_requests_promptly(server, heartbeat):
+    """SIGKILL a streaming client's process: its requests, minutes of work, are cancelled within BOUND_S,
     whether the server learns it from Gradio's heartbeat connection (the unload hook) or only from
     the stream's own connection (Gradio closes the generator at its next frame, at most 0.5 s away)."""
     before = server.log().count("client left")
     killed = stream_then_kill(server.url, heartbeat=heartbeat)
     seen = wait_until(lambda: server.log().count("client left") > before, bound_s=60)
     assert seen is not None, server.log()[-2000:]
+    print(f"cancelled {seen - killed:.2f} s after the kill")
     assert seen - killed <= BOUND_S, f"cancelled {seen - killed:.2f} s after the kill: {server.log()[-1000:]}"
     assert "cancelled 16 unfinished requests" in server.log().rsplit("client left", 1)[1]
 

@@ -9,7 +9,7 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 - the model ran in another process (spaces' worker), and the main process has no engine thread;
 - a quota error from ZeroGPU reaches the API caller as one sentence, and so it does inside Compare;
 - closing a stream (a closed page) ends the worker's loop; the worker stays usable;
-- a client process killed mid-stream has the worker's loop ended and the GPU released within 2 s;
+- a client process killed mid-stream has the worker's loop ended and the GPU released promptly (vanishing.BOUND_S);
 - every snapshot the GPU call yields pickles and holds only plain values; Stop ends it;
 - no worker process outlives the server.
 """
@@ -179,8 +179,8 @@ def test_closing_a_stream_ends_the_workers_loop(server, client):
     assert client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")["outputs"][0]["text"]  # the worker is free
 
 
-def test_a_client_that_vanishes_mid_stream_frees_the_gpu_within_2_s(server, sim_dir):
-    """SIGKILL a streaming client's process: the worker's loop ends and spaces releases the GPU within 2 s."""
+def test_a_client_that_vanishes_mid_stream_frees_the_gpu_promptly(server, sim_dir):
+    """SIGKILL a streaming client's process: the worker's loop ends and spaces releases the GPU within BOUND_S."""
     def released() -> int:
         return sum(1 for name, *_ in _calls(sim_dir) if name == "release")
 
@@ -188,6 +188,7 @@ def test_a_client_that_vanishes_mid_stream_frees_the_gpu_within_2_s(server, sim_
     killed = stream_then_kill(server.url, frames=3)
     seen = wait_until(lambda: server.log().count("GPU call closed early") > closed and released() > freed, bound_s=60)
     assert seen is not None, server.log()[-2000:]
+    print(f"the GPU was released {seen - killed:.2f} s after the kill")
     assert seen - killed <= BOUND_S, f"the GPU was released {seen - killed:.2f} s after the kill"
     assert "client left" in server.log()
 
