@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Set up and run the whole test suite on a fresh machine (this is the README's test command).
+# Set up and run the test suite on a fresh machine (this is the README's test command).
+#   bash scripts/test.sh                 the whole suite
+#   bash scripts/test.sh --fast          the fast tier (-m "not slow"): no process, server or browser
+#   bash scripts/test.sh tests/test_x.py one file (any pytest arguments pass through)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=()
+if [[ "${1:-}" == "--fast" ]]; then
+  shift
+  tier=(-m "not slow")
+fi
 python -m pip install -q -r requirements-dev.txt
 # The browser tests drive Debian's chromium through playwright (`playwright install` cannot download here).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -9,4 +17,4 @@ if ! command -v chromium >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq chromium >/dev/null
   fi
 fi
-python -m pytest -q "$@"
+python -m pytest -q "${tier[@]}" "$@"

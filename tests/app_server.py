@@ -1,4 +1,4 @@
-"""A launched `python app.py` shared by the app's tests (test_app_api.py, test_browser.py).
+"""A launched `python app.py` shared by the app's tests (conftest's `app_server` fixture).
 
 The launching itself is `dgemma.app_process.launch`, the same the load benchmark uses: a real server
 subprocess on 127.0.0.1 and a free port, its start-up measured, its log kept for failures.

@@ -1,4 +1,4 @@
-"""A page of the app in Debian's chromium, driven by Playwright, for the browser tests."""
+"""Debian's chromium driven by Playwright, for the browser tests (conftest's `browser` fixture launches it)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,33 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 @contextlib.contextmanager
-def chromium_page(url: str, width: int = 1360, height: int = 1000) -> Iterator:
-    """The app at `url` in headless chromium; `page.errors` collects the page's uncaught errors."""
+def launch_chromium() -> Iterator:
+    """Headless chromium, closed on exit (the only place the suite launches a browser)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-        )
-        page = browser.new_page(viewport={"width": width, "height": height})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(url, wait_until="load")
-        page.errors = errors
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def chromium_page(browser, url: str, width: int = 1360, height: int = 1000) -> Iterator:
+    """The app at `url` in a new page of `browser`; `page.errors` collects the page's uncaught errors."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url, wait_until="load")
+    page.errors = errors
+    try:
+        yield page
+    finally:
+        page.close()

@@ -9,10 +9,14 @@
 - `embedded_model`: the shipped model in assets/model, loaded once (skips if it is missing).
 Random weights never converge, so tests keep `max_denoising_steps` small.
 
-Tests are marked by kind (pytest.ini lists the markers): `embedded` (uses the shipped model),
-`twin` (the released checkpoint's structure twin), `server` (starts a real process), `browser`
-(drives chromium), `slow` (all of those). The fast
-subset is `python -m pytest -m "not slow"`; the README's test command runs everything.
+- `app_server`: the launched app every API and browser test shares (session-scoped);
+- `browser`: a headless chromium (module-scoped).
+
+Tests are marked by kind (pytest.ini lists the markers) by what they use (KIND_BY_FIXTURE below)
+or by an explicit mark: `embedded` (the shipped model), `twin` (the released checkpoint's
+structure twin), `server` (starts a real process), `browser` (drives chromium), `slow` (all of
+those). The fast tier is `python -m pytest -m "not slow"` (or `bash scripts/test.sh --fast`); the
+README's test command runs everything.
 """
 
 from __future__ import annotations
@@ -34,43 +38,25 @@ TINY_VISION = dict(
 )  # fmt: skip
 
 
-# A module whose every test starts a real process or a browser carries that kind.
-KIND_BY_MODULE = {
-    "test_app_api": "server",
-    "test_app_api_canvas": "server",
-    "test_load": "server",
-    "test_soak": "server",
-    "test_bench_sampler": "server",
-    "test_zerogpu": "server",
-    "test_startup": "server",
-    "test_gpu_check": "server",
-    "test_gpu_session": "server",
-    "test_browser": "browser",
-    "test_browser_canvas": "browser",
-    "test_playback": "browser",
-    "test_hostile": "browser",
-    "test_accessibility": "browser",
-    "test_real_scale": "browser",
-    "test_upload_progress": "browser",
-    "test_lesson_overview": "browser",
-    "test_first_tick": "browser",
-    "test_slow_visitor": "browser",
-    "test_embedded_model": "embedded",
-    "test_train": "embedded",
-    "test_engine_backend": "embedded",
-    "test_bench_lesson": "embedded",
-    "test_twin": "twin",
+# A test's tier comes from what it uses: taking one of these fixtures (itself or through another
+# fixture: item.fixturenames is the whole closure) gives it that kind. A test that starts a process
+# some other way says so with a mark (`pytestmark = pytest.mark.server` or on the test itself);
+# tests/test_suite_marks.py fails when one starts a process, a server or chromium without either.
+KIND_BY_FIXTURE = {
+    "embedded_model": "embedded",
+    "twin_dir": "twin",
+    "app_server": "server",
+    "browser": "browser",
 }
 SLOW_KINDS = ("embedded", "twin", "server", "browser")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        kind = KIND_BY_MODULE.get(item.module.__name__.rpartition(".")[2])
-        if kind:
-            item.add_marker(kind)
-        if "embedded_model" in getattr(item, "fixturenames", ()):
-            item.add_marker("embedded")
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, kind in KIND_BY_FIXTURE.items():
+            if fixture in used:
+                item.add_marker(kind)
         if any(item.get_closest_marker(k) for k in SLOW_KINDS):
             item.add_marker("slow")
 
@@ -138,3 +124,22 @@ def threads(request) -> int:
         torch.set_num_threads(request.param)
     yield torch.get_num_threads()
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory):
+    """`python app.py` on the embedded model (or $DGEMMA_TEST_MODEL), one for the whole session: every
+    test that only talks to the app shares it (tests/app_server.py); a test that needs other flags
+    launches its own with `dgemma.app_process.launch` and carries the server mark."""
+    from app_server import MODEL_ARGS, shared
+
+    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium driven by Playwright, one per module; open pages with browser_page.chromium_page."""
+    from browser_page import launch_chromium
+
+    with launch_chromium() as chromium:
+        yield chromium

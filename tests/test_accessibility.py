@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app_server import MODEL_ARGS, shared
-from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
+from test_playback import open_page  # a page of the app once it is idle
 
 ALL_DONE = ("() => { const cards = [...document.querySelectorAll('#cards .dgv-cards .card')]; "
             "return cards.length > 0 && cards.every(c => c.classList.contains('status-done')); }")
@@ -23,8 +22,8 @@ CONTROLS = """() => {
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory):  # noqa: F811
-    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+def page(browser, app_server):
+    page = open_page(browser, app_server.url)
     page.click("#run")  # the page as it looks with cards, the overview and a focus card on it
     page.wait_for_function(ALL_DONE, timeout=180_000)
     page.click("#cards .dgv-overview canvas", position={"x": 40, "y": 4})

@@ -15,15 +15,16 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import MODEL_ARGS, ROOT
 from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, LONG_RUN, stream_then_kill, wait_until
+
+pytestmark = pytest.mark.server  # every test talks to a launched app or runs app.py / the CLI
 
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
            "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river"]  # fmt: skip
@@ -31,8 +32,8 @@ SETTINGS = {"seed": 100, "max_new_tokens": 32}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+def server(app_server):
+    return app_server
 
 
 @pytest.fixture(scope="module")
@@ -257,14 +258,15 @@ def test_unknown_model_is_one_line():
 
 
 @pytest.mark.parametrize("heartbeat", [True, False], ids=["with-heartbeat", "stream-only"])
-def test_a_client_that_vanishes_mid_stream_frees_its_requests_within_2_s(server, heartbeat):
-    """SIGKILL a streaming client's process: its requests, minutes of work, are cancelled within 2 s,
+def test_a_client_that_vanishes_mid_stream_frees_its_requests_promptly(server, heartbeat):
+    """SIGKILL a streaming client's process: its requests, minutes of work, are cancelled within BOUND_S,
     whether the server learns it from Gradio's heartbeat connection (the unload hook) or only from
     the stream's own connection (Gradio closes the generator at its next frame, at most 0.5 s away)."""
     before = server.log().count("client left")
     killed = stream_then_kill(server.url, heartbeat=heartbeat)
     seen = wait_until(lambda: server.log().count("client left") > before, bound_s=60)
     assert seen is not None, server.log()[-2000:]
+    print(f"cancelled {seen - killed:.2f} s after the kill")
     assert seen - killed <= BOUND_S, f"cancelled {seen - killed:.2f} s after the kill: {server.log()[-1000:]}"
     assert "cancelled 16 unfinished requests" in server.log().rsplit("client left", 1)[1]
 
@@ -304,9 +306,8 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         first = backend.start(RunRequest(("add 12+34",), Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16)))
         outputs, _ = results(first)
         first.close()
-        deadline = time.monotonic() + 30
-        while engine.alive and time.monotonic() < deadline:  # it dies, restarts, dies ... and gives up
-            time.sleep(0.05)
+        # It dies, restarts, dies ... and gives up, each restart a thread its predecessor started.
+        wait_until(lambda: not engine.alive, bound_s=30, period_s=0.05)
         assert outputs[0].error and not engine.alive
         faults.crash_steps = 0  # whatever killed it has passed
         second = backend.start(RunRequest(("add 12+34",), Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16)))

@@ -15,15 +15,17 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import MODEL_ARGS, ROOT
+
+pytestmark = pytest.mark.server  # the API against a launched app, checked against the CLI
 
 PROMPTS = ["add 12+34", "count 3 to 9", "reverse hello"]
 SETTINGS = {"seed": 5, "max_new_tokens": 32, "greedy": True}
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    return Client(shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url, verbose=False)
+def client(app_server):
+    return Client(app_server.url, verbose=False)
 
 
 def test_start_and_pins_give_the_same_tokens_through_the_api_and_the_cli(client):

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = [pytest.mark.server, pytest.mark.embedded]  # runs `python -m dgemma.bench lesson` on the shipped model
+
 
 def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dgemma.bench", "lesson", *args], capture_output=True, text=True,

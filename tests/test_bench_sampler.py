@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.server  # each test runs `python -m dgemma.bench`
+
 MiB = 1024**2
 GiB = 1024**3
 

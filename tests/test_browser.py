@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app_server import MODEL_ARGS, ROOT, shared
-from browser_page import CHROMIUM, chromium_page  # noqa: F401  (test_playback takes CHROMIUM from here)
+from app_server import ROOT
+from browser_page import chromium_page
 from vanishing import BOUND_S, wait_until
 
 SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
@@ -29,9 +29,9 @@ def shots(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with chromium_page(server.url) as page:
+def page(browser, app_server):
+    server = app_server
+    with chromium_page(browser, server.url) as page:
         for selector in ("#run", "#cards", "#status", "#entropy-plot", "#tile-plot"):  # the whole page is up
             page.wait_for_selector(selector, timeout=60_000)
         page.server = server
@@ -160,7 +160,7 @@ def test_a_too_small_lesson_budget_is_one_sentence_on_its_card(page):
     assert not page.errors, page.errors
 
 
-def test_a_closed_tab_cancels_its_requests_within_2_s_and_a_prompt_outside_the_tasks_gets_a_note(page):
+def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tasks_gets_a_note(page):
     """A second tab asks the teaching model something it was never taught, for minutes of work, then closes."""
     tab = page.context.browser.new_page(viewport={"width": 1360, "height": 1000})  # a tab of its own session
     tab.goto(page.server.url, wait_until="load")
@@ -176,4 +176,5 @@ def test_a_closed_tab_cancels_its_requests_within_2_s_and_a_prompt_outside_the_t
     closed = time.monotonic()
     seen = wait_until(lambda: page.server.log().count("client left") > before, bound_s=60)
     assert seen is not None, page.server.log()[-2000:]
+    print(f"cancelled {seen - closed:.2f} s after the tab closed")
     assert seen - closed <= BOUND_S, f"cancelled {seen - closed:.2f} s after the tab closed"

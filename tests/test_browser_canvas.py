@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from app_server import MODEL_ARGS, shared
 from browser_page import chromium_page
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture; DGEMMA_SCREENSHOTS)
 
@@ -34,13 +33,8 @@ def snap(page, shots: Path, name: str, *selectors: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-
-
-@pytest.fixture(scope="module")
-def page(server):
-    with chromium_page(server.url) as page:
+def page(browser, app_server):
+    with chromium_page(browser, app_server.url) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=60_000)
         yield page
 
@@ -72,7 +66,7 @@ def card_text(page) -> str:
     return page.locator("#cards .card .committed").first.inner_text()
 
 
-def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, server, shots):
+def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, app_server, shots):
     run_one(page, "add 12+34", seed=3)
     first = page.locator("#cards .card .ctok[data-pos='0']")
     piece = first.get_attribute("data-piece")
@@ -82,7 +76,7 @@ def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, serve
     run_one(page, "add 12+34", seed=3)
     text = card_text(page)
     assert text[:2] == f"{piece}9"
-    api = Client(server.url, verbose=False).predict(
+    api = Client(app_server.url, verbose=False).predict(
         ["add 12+34"], {"seed": 3, "greedy": True, "pins": {"0": piece, "1": "9"}}, api_name="/generate")
     assert api["outputs"][0]["text"] == text  # the same call through the page and the API
     snap(page, shots, "first-canvas.png", "#start", "#cards")
@@ -93,7 +87,7 @@ def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, serve
     assert not page.errors, page.errors
 
 
-def test_refine_runs_the_card_again_from_its_text(page, server, shots):
+def test_refine_runs_the_card_again_from_its_text(page, app_server, shots):
     run_one(page, "count 3 to 9", seed=11)
     refine = page.locator("#cards .card button.refine")
     snap(page, shots, "refine.png", "#status", "#cards .card")
@@ -106,7 +100,7 @@ def test_refine_runs_the_card_again_from_its_text(page, server, shots):
     click_and_wait(page, "#cards .card button.refine")
     assert page.inner_text("#cards .card .prompt") == "count 3 to 9"
     assert page.locator("#cards .card").count() == 1
-    api = Client(server.url, verbose=False).predict(
+    api = Client(app_server.url, verbose=False).predict(
         ["count 3 to 9"], {"seed": 11, "greedy": True, "start": start}, api_name="/generate")
     assert api["outputs"][0]["text"] == card_text(page)
     assert not page.errors, page.errors
@@ -122,7 +116,7 @@ def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
     page.fill("#pins textarea", "")
 
 
-def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server, shots):
+def test_compare_shows_both_runs_side_by_side_with_their_difference(page, app_server, shots):
     from dgemma.recording import load
 
     page.get_by_label("Prompts, one per line").fill("add 12+34\nreverse hello")
@@ -151,13 +145,13 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, server
     assert recording.summary["requests"] == 2 and recording.summary["tokens_per_forward"] > 0  # its end line's figures
     texts = [page.locator(f"#compare-cards-a .card .committed").nth(i).inner_text() for i in range(2)]
     seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-a .card .card-head").first.inner_text())[1])
-    api = Client(server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True, "seed": seed},
+    api = Client(app_server.url, verbose=False).predict(["add 12+34", "reverse hello"], {"greedy": True, "seed": seed},
                                                     api_name="/generate")
     assert [o["text"] for o in api["outputs"]] == texts
     assert not page.errors, page.errors
 
 
-def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, server):
+def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, app_server):
     # After the comparison above: its cards are finished. The card names its row and side (B's
     # first card here, whose run is not the Generate tab's); the server reads its text off that side's run.
     card = page.locator("#compare-cards-b .card").first
@@ -169,14 +163,14 @@ def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, server)
     click_and_wait(page, "#compare-cards-b .card button.refine >> nth=0")
     assert page.inner_text("#cards .card .prompt") == prompt
     assert f"seed {seed}" in page.inner_text("#cards .card .card-head")
-    api = Client(server.url, verbose=False).predict([prompt], {"seed": seed, "greedy": True, "start": start},
+    api = Client(app_server.url, verbose=False).predict([prompt], {"seed": seed, "greedy": True, "start": start},
                                                     api_name="/generate")
     assert api["outputs"][0]["text"] == card_text(page)
     assert not page.errors, page.errors
 
 
 
-def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, server, shots):
+def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, app_server, shots):
     from dgemma.recording import load
 
     prompts = ["story: red girl, garden", "story: small fox, lake", "add 60+20", "reverse nkuds"]
@@ -205,7 +199,7 @@ def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, serv
     assert recording.header["settings"]["params"]["scheduler"] == "block_refinement"
     assert recording.summary["scheduler"] == "block_refinement"
     seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-b .card .card-head").first.inner_text())[1])
-    api = Client(server.url, verbose=False).predict(prompts, {"scheduler": "block_refinement", "seed": seed},
+    api = Client(app_server.url, verbose=False).predict(prompts, {"scheduler": "block_refinement", "seed": seed},
                                                     api_name="/generate")
     assert [o["text"] for o in api["outputs"]] == texts["b"]  # B's cards are the API's tokens for its settings
     assert not page.errors, page.errors

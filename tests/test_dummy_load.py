@@ -96,6 +96,7 @@ print(json.dumps(dict(weight_bytes=loaded.weight_bytes, grown=grown, files=sorte
 """
 
 
+@pytest.mark.server  # a fresh interpreter, so that its peak memory is the build's alone
 def test_one_release_width_layer_builds_from_its_config_with_the_weights_allocated_once(tmp_path):
     done = subprocess.run([sys.executable, "-c", LAYER, str(tmp_path / "layer")], capture_output=True, text=True,
                           timeout=600, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -9,6 +9,8 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
 from dgemma.embedded import corpus, eval as evaluation
 
+pytestmark = pytest.mark.embedded  # the shipped model, loaded by transformers and by the CLIs
+
 MODEL = Path(__file__).resolve().parent.parent / "assets" / "model"
 
 

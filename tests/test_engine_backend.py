@@ -12,6 +12,8 @@ import pytest
 
 from dgemma.model.loading import DEFAULT_MODEL
 
+pytestmark = pytest.mark.embedded  # the app's backend on the shipped model
+
 
 def engine_threads() -> set[int]:
     return {t.ident for t in threading.enumerate() if t.name == "dgemma-engine"}

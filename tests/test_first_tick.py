@@ -15,9 +15,7 @@ import urllib.request
 
 import pytest
 
-from app_server import MODEL_ARGS, shared
 from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
-from test_playback import browser  # noqa: F401  (chromium)
 
 BUILT_BUDGET = "256MiB"  # what a page built before the model loaded shows in the lesson's budget
 
@@ -30,8 +28,8 @@ def tick_fn_index(url: str) -> int:
 
 
 @pytest.fixture
-def page(browser, tmp_path_factory):  # noqa: F811
-    url = shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url
+def page(browser, app_server):
+    url = app_server.url
     tick, held = tick_fn_index(url), []
     page = browser.new_page(viewport={"width": 1360, "height": 1000})
     page.errors = []

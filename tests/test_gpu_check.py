@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.server  # runs scripts/gpu_check.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

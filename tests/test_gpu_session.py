@@ -7,6 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.server  # runs scripts/gpu_session.sh
+
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ["build", "engine", "lesson", "app", "decoder", "sampler", "sampler-real"]
 

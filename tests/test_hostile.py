@@ -13,8 +13,11 @@ import httpx
 import pytest
 
 from app_server import MODEL_ARGS, launch
-from dgemma.bench.hostile import CHROMIUM, DOWNLOAD_READY, disk_bytes, run_hostile, upload
+from dgemma.bench.hostile import DOWNLOAD_READY, disk_bytes, run_hostile, upload
 from dgemma.serving.held_runs import EVICTED
+from vanishing import wait_until
+
+pytestmark = pytest.mark.server  # an app launched with tiny caps of its own
 
 AGE_S = 20
 MiB = 2**20
@@ -31,17 +34,6 @@ def app(tmp_path_factory):
     server.files = tmp / "files" / f"dgemma-files-{server.process.pid}"
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM,
-                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield chromium
-        chromium.close()
 
 
 def files_in(folder: Path) -> list[str]:
@@ -61,7 +53,8 @@ def test_an_upload_over_the_cap_is_refused_with_one_sentence_on_the_page_and_not
         toast = page.locator(".toast-body").first
         toast.wait_for(timeout=10_000)
         assert 'exceed the maximum allowed size of 8.0 Mb: "big.jsonl"' in toast.inner_text()
-        time.sleep(1)
+        # That message is the page's own check (Gradio's max_file_size): it refuses the file before
+        # sending a byte, so there is no upload in flight to wait for.
         assert files_in(app.files) == []
     finally:
         page.close()
@@ -89,8 +82,7 @@ def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, br
     for tab in tabs:
         tab.close()
     closed = time.monotonic()
-    while disk_bytes(app.files) > baseline and time.monotonic() - closed < AGE_S:
-        time.sleep(0.25)
+    wait_until(lambda: disk_bytes(app.files) <= baseline, bound_s=AGE_S, period_s=0.25)
     assert disk_bytes(app.files) == baseline, files_in(app.files)
     print(f"run files gone {time.monotonic() - closed:.1f} s after their tabs closed")
 
@@ -115,6 +107,7 @@ def test_when_memory_is_full_the_least_recently_used_idle_run_goes_and_its_tab_s
         second.close()
 
 
+@pytest.mark.browser  # the bench drives chromium itself
 def test_the_hostile_bench_keeps_disk_under_its_cap_and_returns_it_while_an_ordinary_visitor_runs():
     args = argparse.Namespace(max_disk=24 * 2**20, age=8, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
                               concurrency=8, model=MODEL_ARGS[1] if MODEL_ARGS else None)

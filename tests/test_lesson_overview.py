@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import MODEL_ARGS, ROOT
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
-from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
+from test_playback import open_page  # a page of the app once it is idle
 
 # 16 requests: at 4, a fast CPU ran the tiled run's steps within one frame period, and the page saw
 # its start and its end only.
@@ -38,8 +38,8 @@ def canvas_length() -> int:
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory):  # noqa: F811
-    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+def page(browser, app_server):
+    page = open_page(browser, app_server.url)
     cdp = page.context.new_cdp_session(page)
     cdp.send("Network.enable")
     urls: dict[str, str] = {}

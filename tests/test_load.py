@@ -5,9 +5,13 @@ The small version of `python -m dgemma.bench load` (64 clients x 2 prompts): sam
 
 from __future__ import annotations
 
+import pytest
+
 from app_server import MODEL
 
 from dgemma.bench.load import run_load
+
+pytestmark = pytest.mark.server  # the load benchmark launches the app and drives it
 
 
 def test_concurrent_clients_each_get_their_answers_exactly_once_and_equal_to_the_cli(tmp_path):

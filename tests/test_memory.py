@@ -349,6 +349,7 @@ os.remove(path)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc arenas")
+@pytest.mark.server  # a fresh interpreter per mode: arenas are set once, when a process starts
 def test_the_app_caps_glibc_malloc_arenas_at_two_however_many_threads_allocate():
     def arenas(mode: str) -> int:
         env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}

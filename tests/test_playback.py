@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from app_server import MODEL_ARGS, launch, shared
-from test_browser import CHROMIUM, shots  # noqa: F401  (the screenshots folder fixture)
-
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from app_server import MODEL_ARGS, launch
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
 # Every element of the cards with its attributes (sorted: the DOM may keep them in either order) and text.
 CARDS = ("() => [...document.querySelectorAll('#cards .board *')].map(e => [e.tagName, "
@@ -25,18 +24,6 @@ CARDS = ("() => [...document.querySelectorAll('#cards .board *')].map(e => [e.ta
          "[...e.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join('')])")
 PLOTS = ("() => ['#entropy-plot', '#tile-plot'].map(id => document.querySelector(id + ' .js-plotly-plot')"
          ".data.map(t => [t.name, t.x, t.y]))")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"chromium not found at {CHROMIUM}: run scripts/test.sh, which installs it with apt")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url: str):
@@ -87,10 +74,9 @@ def upload(page, path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ran(browser, tmp_path_factory):
+def ran(browser, app_server):
     """One Run of 8 requests, 2 canvases each, finished: the page, the final texts, the last step."""
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    page = open_page(browser, server.url)
+    page = open_page(browser, app_server.url)
     page.get_by_text("Settings (the model's defaults)").click()
     page.get_by_label("max new tokens").fill("32")
     page.get_by_label("max new tokens").press("Tab")
@@ -143,7 +129,10 @@ def test_play_at_one_second_per_step_shows_each_step(ran):
     seen = page.evaluate("() => window.__steps")
     assert seen[: end + 1] == list(range(end + 1)), seen  # every step in turn, none skipped
     assert elapsed >= 0.9 * (end - 1), elapsed  # no faster than the pace (a loaded machine may be slower)
-    time.sleep(2.5)  # two more ticks' worth: a paused replay stays where it is
+    # A paused replay stays where it is: a step the play stream still sent would show within two
+    # ticks (1 s each), and none does (a busy machine can only make such a step later, never earlier).
+    with pytest.raises(PlaywrightTimeout):
+        page.wait_for_function(f"() => window.__steps.length > {len(seen)}", timeout=2_500)
     assert shown_step(page)[0] == paused_at and "(paused)" in status(page)
 
 
@@ -178,9 +167,8 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
         fresh.stop()
 
 
-def test_the_lessons_runs_step_call_by_call_showing_each_tiles_requests_and_memory(browser, tmp_path_factory):
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    page = open_page(browser, server.url)  # with the model's own lesson budget (untiled runs out)
+def test_the_lessons_runs_step_call_by_call_showing_each_tiles_requests_and_memory(browser, app_server):
+    page = open_page(browser, app_server.url)  # with the model's own lesson budget (untiled runs out)
     page.get_by_role("tab", name="Tiling vs OOM").click()
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=120_000)

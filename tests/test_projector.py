@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from app_server import MODEL_ARGS, shared
 from browser_page import chromium_page
 
 WIDTH, HEIGHT = 1366, 768
@@ -22,9 +21,8 @@ def off_screen(box: dict | None) -> bool:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with chromium_page(server.url, WIDTH, HEIGHT) as page:
+def page(browser, app_server):
+    with chromium_page(browser, app_server.url, WIDTH, HEIGHT) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=60_000)
         yield page
 
@@ -40,7 +38,8 @@ def test_with_the_overview_scrolled_into_view_during_a_run_both_charts_are_on_sc
     try:
         page.wait_for_function(RUNNING, timeout=120_000)
         page.evaluate(f"() => document.querySelector('{BOXES['overview']}').scrollIntoView()")
-        page.wait_for_timeout(300)
+        # Two frames drawn since the scroll: the layout the viewer sees, not the one before it.
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
         boxes = {name: page.locator(selector).bounding_box() for name, selector in BOXES.items()}
         assert not [name for name, box in boxes.items() if off_screen(box)], boxes
     finally:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import ROOT
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
-from test_playback import browser, open_page  # noqa: F401  (chromium, and a page of the app once it is idle)
+from test_playback import open_page  # a page of the app once it is idle
 from twin import save_twin
 
 REQUESTS, CANVAS, STEPS = 32, 256, 3
@@ -43,8 +42,8 @@ def real_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory, real_run):  # noqa: F811
-    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+def page(browser, app_server, real_run):
+    page = open_page(browser, app_server.url)
     page.cdp = page.context.new_cdp_session(page)
     page.cdp.send("Network.enable")
     urls: dict[str, str] = {}
@@ -97,10 +96,13 @@ def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
         frames = int(page.evaluate("() => document.querySelector('#cards .dgv').dataset.frames"))
         go_to(page, step)
         page.wait_for_function(f"() => +document.querySelector('#cards .dgv').dataset.frames > {frames}")
-        time.sleep(0.5)  # the rest of the step's messages (the charts come with it)
-        # The stream is flushed message by message, so the step's charts (the last step's follow its
-        # frame, within or after the wait) come in chunks of their own: the largest chunk is the
-        # frame's, or a chart's (`python -m dgemma.bench frames` prints each frame's own bytes).
+        # The rest of the step's messages: both charts, drawn once they have come, marking this step.
+        page.wait_for_function(f"""() => [['#entropy-plot', 'step {step}'], ['#tile-plot', 'call {step}']].every(([id, text]) =>
+            (document.querySelector(id + ' .js-plotly-plot')?.layout?.annotations || []).some(a => a.text === text))""",
+                               timeout=30_000)
+        # The stream is flushed message by message, so the step's charts come in chunks of their
+        # own: the largest chunk is the frame's, or a chart's (`python -m dgemma.bench frames`
+        # prints each frame's own bytes).
         chunks = page.received[before:]
         sizes.append((max(c[0] for c in chunks), sum(c[0] for c in chunks), sum(c[1] for c in chunks)))
     assert all(largest <= FRAME_BYTES for largest, _, _ in sizes), sizes

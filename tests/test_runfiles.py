@@ -8,11 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 
 from dgemma.serving.runfiles import LOCK, PREFIX, RunFiles, remove_abandoned
 from dgemma.serving.runfiles import FORM_OVERHEAD, UploadGuard
+from fake_clock import Clock
 
 MiB = 2**20
 
@@ -51,10 +53,12 @@ def test_a_start_begins_with_an_empty_directory_of_its_own(tmp_path):
     assert not second.root.exists()  # a clean stop leaves nothing
 
 
+@pytest.mark.server  # another process holds the running app's lock
 def test_the_directory_of_an_app_that_is_still_running_is_left_alone_and_that_of_one_gone_removed(tmp_path):
-    holder = ("import sys, time; from dgemma.serving.runfiles import RunFiles; "
-              "f = RunFiles.for_this_start(2**20, 60, parent=sys.argv[1]); print(f.root, flush=True); time.sleep(60)")
-    running = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    holder = ("import sys; from dgemma.serving.runfiles import RunFiles; "
+              "f = RunFiles.for_this_start(2**20, 60, parent=sys.argv[1]); print(f.root, flush=True); sys.stdin.read()")
+    running = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)  # it holds its directory until killed (or its stdin closes)
     try:
         alive = running.stdout.readline().strip()
         assert remove_abandoned(tmp_path) == [] and os.path.isdir(alive)
@@ -75,20 +79,29 @@ def test_a_tab_keeps_only_its_last_run_file_and_closing_it_removes_that(files):
 
 def test_a_file_past_its_age_goes_by_gradios_own_delete_cache(tmp_path, monkeypatch):
     import gradio as gr
-    from gradio.route_utils import delete_files_created_by_app
+    from gradio import route_utils
 
+    # Gradio ages a file by datetime.now() against its ctime, which no test can set back: its clock
+    # is the one moved here (by hand, past the age), not the machine's.
+    clock = Clock()
+    monkeypatch.setattr(route_utils, "datetime", type("ClockedDatetime", (datetime,), {
+        "now": classmethod(lambda cls, tz=None: datetime.fromtimestamp(clock(), tz))}))
     store = RunFiles.for_this_start(10 * MiB, max_age_s=1, parent=tmp_path)
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(store.root))  # as app.py sets it before Gradio is imported
     try:
         with gr.Blocks(delete_cache=store.delete_cache()) as demo:
             download = gr.DownloadButton()
-        old = store.save("a", writer(1000))
-        time.sleep(1.2)
-        new = store.save("b", writer(1000))
-        for path in (old, new):  # served as a Download run button serves it: from this directory, as is
+        paths = [store.save("a", writer(1000)), store.save("b", writer(1000))]
+        for path in paths:  # served as a Download run button serves it: from this directory, as is
             assert download.move_resource_to_block_cache(path) == path
-        delete_files_created_by_app(demo, demo.delete_cache[1])  # what Gradio runs every delete_cache[0] s
-        assert not os.path.exists(old) and os.path.exists(new) and demo.delete_cache == (2, 1)
+        made = max(os.stat(path).st_ctime for path in paths)
+        assert demo.delete_cache == (2, 1)  # Gradio runs the deletion every 2 s, for files over 1 s old
+        clock.now = made + 0.5
+        route_utils.delete_files_created_by_app(demo, demo.delete_cache[1])
+        assert all(os.path.exists(path) for path in paths)  # within their age: kept
+        clock.now = made + 1.5
+        route_utils.delete_files_created_by_app(demo, demo.delete_cache[1])
+        assert not any(os.path.exists(path) for path in paths)  # past it: gone
     finally:
         store.close()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from app_server import MODEL_ARGS, ROOT, shared
+from app_server import ROOT
 from browser_page import chromium_page
 from twin import save_twin
 
@@ -56,9 +56,9 @@ def real_run(tmp_path_factory) -> Path:
 
 
 def test_a_visitor_on_0_1_mbit_sees_the_last_step_within_seconds_of_its_due_time_and_the_server_queues_nothing(
-        real_run, tmp_path_factory):
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
-    with chromium_page(server.url) as page:
+        real_run, browser, app_server):
+    server = app_server
+    with chromium_page(browser, server.url) as page:
         page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
         with page.expect_file_chooser() as chooser:
             page.click("#load-run")
@@ -88,8 +88,8 @@ def test_a_visitor_on_0_1_mbit_sees_the_last_step_within_seconds_of_its_due_time
     assert not errors, errors
 
 
-def test_the_route_the_page_acknowledges_on_answers_through_the_apps_middlewares(tmp_path_factory):
-    url = shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url.rstrip("/") + ACK_PATH
+def test_the_route_the_page_acknowledges_on_answers_through_the_apps_middlewares(app_server):
+    url = app_server.url.rstrip("/") + ACK_PATH
     unknown = httpx.post(url, content="a-stream-that-never-ran 1", timeout=30)
     too_long = httpx.post(url, content="x" * (MAX_BODY + 1), timeout=30)
     assert (unknown.status_code, too_long.status_code) == (204, 413)

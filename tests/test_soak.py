@@ -9,7 +9,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from app_server import MODEL_ARGS, ROOT
+
+pytestmark = pytest.mark.server  # the soak benchmark launches the app and drives it
 
 FIELDS = ("calls", "requests", "errors", "p50_s", "p99_s", "rss_start_mib", "rss_end_mib",
           "rss_growth_mib_per_10k_requests", "server_alive_after")

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +22,9 @@ from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT, launch
 from dgemma.app_process import PAGE_LINE, READY_LINE, free_port
+from vanishing import wait_until
+
+pytestmark = pytest.mark.server  # each test starts app.py, or the code up to its launch, in a process of its own
 
 LOADING = "The model is still loading; try again when the page says it is ready."
 
@@ -47,9 +49,7 @@ def test_the_page_comes_before_the_model(tmp_path):
             assert str(err) == LOADING
             answered_before_ready = True
         assert answered_before_ready or READY_LINE in server.log()
-        deadline = time.monotonic() + 120
-        while READY_LINE not in server.log() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: READY_LINE in server.log(), bound_s=120, period_s=0.1)
         log = server.log()
         assert log.index(PAGE_LINE) < log.index(READY_LINE)
         assert client.predict(["add 12+34"], {"seed": 1}, api_name="/generate")["outputs"][0]["text"]
@@ -103,13 +103,16 @@ def test_a_checkpoint_that_fails_to_load_is_one_sentence_on_the_page_and_stderr(
     try:
         assert PAGE_LINE in proc.stdout.readline()  # the page is served first
         client = Client(f"http://127.0.0.1:{port}", verbose=False)
-        message = LOADING
-        deadline = time.monotonic() + 120
-        while message == LOADING and time.monotonic() < deadline:
+        messages = []
+
+        def answered_past_loading() -> bool:
             with pytest.raises(AppError) as err:
                 client.predict(["add 12+34"], None, api_name="/generate")
-            message = str(err.value)
-            time.sleep(0.2)
+            messages.append(str(err.value))
+            return messages[-1] != LOADING
+
+        wait_until(answered_past_loading, bound_s=120, period_s=0.2)
+        message = messages[-1]
         assert message.startswith("The model failed to load: ") and message.count(". ") == 0, message
         assert proc.wait(timeout=120) == 2
     finally:

@@ -183,6 +183,7 @@ def test_no_view_file_is_longer_than_its_limit():
     assert not long, f"view files over {MAX_VIEW_FILE_LINES} lines: {long}"
 
 
+@pytest.mark.server  # a fresh interpreter: this one has long imported torch
 def test_importing_every_view_loads_neither_torch_nor_spaces():
     imports = "; ".join(f"import {name}" for name in _room(VIEWS))
     probe = f"import sys; {imports}; print(sorted(m for m in ('torch', 'spaces') if m in sys.modules))"

@@ -9,6 +9,8 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from dgemma.embedded import corpus, train
 from dgemma.embedded.tokenizer import build_tokenizer
 
+pytestmark = pytest.mark.embedded  # trains the embedded model's architecture for a few steps
+
 
 def test_a_few_training_steps_lower_the_loss():
     torch.manual_seed(0)

@@ -9,7 +9,6 @@ the device, nothing else read), and the engine must stay exact on it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -95,25 +94,20 @@ def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examp
     assert info["examples"] == CHAT_PROMPTS  # chat questions, not the embedded model's "add 12+34"
 
 
-def page_at_ready(url: str) -> tuple[str, str]:
+def page_at_ready(browser, url: str) -> tuple[str, str]:
     """(header text, prompt box) of a page opened in chromium once Run is enabled."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page()
+    page = browser.new_page()
+    try:
         page.goto(url, wait_until="load")
         page.wait_for_selector("#run:not([disabled])", timeout=180_000)
         page.wait_for_function("() => document.body.innerText.includes('vocab ')", timeout=60_000)
-        header = page.inner_text("h1 + p, .prose")
-        prompts = page.input_value("textarea")
-        browser.close()
-    return header, prompts
+        return page.inner_text("h1 + p, .prose"), page.input_value("textarea")
+    finally:
+        page.close()
 
 
-@pytest.mark.browser
-def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tmp_path, monkeypatch):
+@pytest.mark.server  # an app of its own, started with DGEMMA_MODEL
+def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, browser, tmp_path, monkeypatch):
     from gradio_client import Client
 
     from dgemma.app_process import launch
@@ -129,7 +123,7 @@ def test_app_started_with_dgemma_model_serves_the_twin_and_its_info(twin_dir, tm
         assert info["examples"] == CHAT_PROMPTS
         # The page is served before the model loads; once it has, a page shows the model's header
         # and chat examples (a real browser: the page fills them in from the server at ready).
-        header, prompts = page_at_ready(server.url)
+        header, prompts = page_at_ready(browser, server.url)
         assert "vocab 262,144 · canvas 8 tokens · up to 4 requests at once" in header
         assert prompts.startswith(CHAT_PROMPTS[0]) and "add 12+34" not in prompts
         assert "teaching model knows" not in header  # only the embedded model's header says what it can do

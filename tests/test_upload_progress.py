@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from app_server import MODEL_ARGS, shared
-from test_playback import browser, open_page, status  # noqa: F401  (chromium; a page of the app once it is idle)
+from test_playback import open_page, status  # a page of the app once it is idle
 
 UPLINK_BYTES_S = 25_000  # 0.2 Mbit/s: a run file of 8 requests takes a few seconds to go up
 UPLOADING = re.compile(r"Uploading (\S+): ([\d.]+ [KM]B) of ([\d.]+ [KM]B) \((\d+) %\)")
@@ -32,9 +31,9 @@ def shown(size: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def run_file(tmp_path_factory) -> Path:
+def run_file(app_server, tmp_path_factory) -> Path:
     """A real run of 8 requests, recorded by the app itself."""
-    server = shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
+    server = app_server
     prompts = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park",
                "sort 3 1 4 1 5", "repeat ab 4", "add 57+68", "story: red fox, river"]  # fmt: skip
     result = Client(server.url, verbose=False).predict(prompts, {"seed": 3, "max_new_tokens": 32, "record": True},
@@ -44,10 +43,10 @@ def run_file(tmp_path_factory) -> Path:
     return path
 
 
-def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(browser, run_file, tmp_path_factory):  # noqa: F811
+def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(browser, app_server, run_file):
     size = run_file.stat().st_size
     assert size > 3 * UPLINK_BYTES_S  # at least 3 s of upload
-    page = open_page(browser, shared(MODEL_ARGS, tmp_path_factory.mktemp("app")).url)
+    page = open_page(browser, app_server.url)
     try:
         cdp = page.context.new_cdp_session(page)
         cdp.send("Network.enable")

@@ -9,7 +9,7 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 - the model ran in another process (spaces' worker), and the main process has no engine thread;
 - a quota error from ZeroGPU reaches the API caller as one sentence, and so it does inside Compare;
 - closing a stream (a closed page) ends the worker's loop; the worker stays usable;
-- a client process killed mid-stream has the worker's loop ended and the GPU released within 2 s;
+- a client process killed mid-stream has the worker's loop ended and the GPU released promptly (vanishing.BOUND_S);
 - every snapshot the GPU call yields pickles and holds only plain values; Stop ends it;
 - no worker process outlives the server.
 """
@@ -26,7 +26,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,8 @@ from gradio_client.exceptions import AppError
 from app_server import MODEL_ARGS, ROOT, launch
 from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, stream_then_kill, wait_until
+
+pytestmark = pytest.mark.server  # the app as on ZeroGPU: a launched app and its worker processes, and the GPU call in-process
 
 SIM = Path(__file__).resolve().parent / "zerogpu_sim"
 PROMPTS = ["add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park"]
@@ -76,9 +77,7 @@ def server(sim_dir):
     yield server
     server.stop()
     workers = {int(pid) for name, pid, *_ in _calls(sim_dir) if name == "allow"}
-    deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not any(_alive(pid) for pid in workers), bound_s=60, period_s=0.2)
     assert workers and not [pid for pid in workers if _alive(pid)], "a ZeroGPU worker outlived the server"
 
 
@@ -121,9 +120,7 @@ def test_the_main_process_has_no_engine_thread(server, client, sim_dir):
     dump = sim_dir / f"threads-{server.process.pid}.txt"
     dump.unlink(missing_ok=True)
     os.kill(server.process.pid, signal.SIGUSR1)
-    deadline = time.monotonic() + 60
-    while not dump.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(dump.exists, bound_s=60, period_s=0.1)
     names = dump.read_text().split()
     assert "MainThread" in names and "dgemma-engine" not in names
 
@@ -151,10 +148,10 @@ def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_ca
     assert "running" not in cards and "queued" not in cards, cards
 
 
-def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, sim_dir):
+def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, browser, sim_dir):
     from browser_page import chromium_page
 
-    with chromium_page(server.url) as page:
+    with chromium_page(browser, server.url) as page:
         page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
         page.get_by_text("Compare two settings side by side").click()
         (sim_dir / "quota").touch()
@@ -175,20 +172,16 @@ def test_closing_a_stream_ends_the_workers_loop(server, client):
     inputs = client_inputs("\n".join(PROMPTS), 8, max_new_tokens=256, max_denoising_steps=32, confidence_threshold=1e-6,
                            stability_threshold=8, seed=7)
     job = client.submit(*inputs, api_name="/generate_stream")
-    deadline = time.monotonic() + 120
-    while len(job.outputs()) < 2 and time.monotonic() < deadline:  # streaming from the worker
-        time.sleep(0.1)
+    wait_until(lambda: len(job.outputs()) >= 2, bound_s=120, period_s=0.1)  # streaming from the worker
     assert len(job.outputs()) >= 2
     job.cancel()
-    deadline = time.monotonic() + 60
-    while "GPU call closed early" not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: "GPU call closed early" in server.log(), bound_s=60, period_s=0.2)
     assert "GPU call closed early" in server.log()
     assert client.predict(PROMPTS[:1], SETTINGS, api_name="/generate")["outputs"][0]["text"]  # the worker is free
 
 
-def test_a_client_that_vanishes_mid_stream_frees_the_gpu_within_2_s(server, sim_dir):
-    """SIGKILL a streaming client's process: the worker's loop ends and spaces releases the GPU within 2 s."""
+def test_a_client_that_vanishes_mid_stream_frees_the_gpu_promptly(server, sim_dir):
+    """SIGKILL a streaming client's process: the worker's loop ends and spaces releases the GPU within BOUND_S."""
     def released() -> int:
         return sum(1 for name, *_ in _calls(sim_dir) if name == "release")
 
@@ -196,6 +189,7 @@ def test_a_client_that_vanishes_mid_stream_frees_the_gpu_within_2_s(server, sim_
     killed = stream_then_kill(server.url, frames=3)
     seen = wait_until(lambda: server.log().count("GPU call closed early") > closed and released() > freed, bound_s=60)
     assert seen is not None, server.log()[-2000:]
+    print(f"the GPU was released {seen - killed:.2f} s after the kill")
     assert seen - killed <= BOUND_S, f"the GPU was released {seen - killed:.2f} s after the kill"
     assert "client left" in server.log()
 
