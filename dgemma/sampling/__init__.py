@@ -20,29 +20,27 @@ from dgemma.sampling.params import (
 )  # fmt: skip
 
 if TYPE_CHECKING:
-    from dgemma.sampling.calibration import calibrate_tile, meta_tile_inputs
+    from dgemma.sampling.calibration import calibrate_tile
     from dgemma.sampling.chunked import chunked_tile
     from dgemma.sampling.keyed import RowKey
     from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult
     from dgemma.sampling.reference import reference_tile
     from dgemma.sampling.seed import seed_tile
     from dgemma.sampling.steps import SamplerConfig
-    from dgemma.sampling.tiled import StepOutput, TiledSampler, TileOutOfMemory, build_sampler
+    from dgemma.sampling.tiled import StepOutput, TiledSampler, build_sampler
 
 __all__ = [
     "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplerConfig",
-    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileOutOfMemory", "TileResult", "TiledSampler", "build_sampler",
-    "calibrate_tile",
-    "check_number", "chunked_tile", "meta_tile_inputs", "parse_tiling", "reference_tile", "seed_tile",
+    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "build_sampler", "calibrate_tile",
+    "check_number", "chunked_tile", "parse_tiling", "reference_tile", "seed_tile",
 ]  # fmt: skip
 
 # The step's names import torch on first use: the settings (and so the page, served before the
 # model loads) need only params.py, and torch takes seconds to import.
 _LAZY = {
-    "calibrate_tile": "calibration", "meta_tile_inputs": "calibration", "chunked_tile": "chunked",
-    "RowKey": "keyed", "LMHead": "primitives", "Scores": "primitives", "TileInputs": "primitives",
-    "TileResult": "primitives", "reference_tile": "reference", "seed_tile": "seed", "SamplerConfig": "steps", "StepOutput": "tiled",
-    "TiledSampler": "tiled", "TileOutOfMemory": "tiled", "build_sampler": "tiled",
+    "calibrate_tile": "calibration", "chunked_tile": "chunked", "RowKey": "keyed", "LMHead": "primitives",
+    "Scores": "primitives", "TileInputs": "primitives", "TileResult": "primitives", "reference_tile": "reference",
+    "seed_tile": "seed", "SamplerConfig": "steps", "StepOutput": "tiled", "TiledSampler": "tiled", "build_sampler": "tiled",
 }  # fmt: skip
 
 __getattr__ = lazy_attributes(__name__, _LAZY)
