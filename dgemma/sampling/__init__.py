@@ -4,9 +4,8 @@ params (what a request asks, how a run is laid out), keyed (keyed randomness), p
 step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
 reference / chunked (the step implementations, by name in steps, with the config a sampler is
 built from), schedulers (the three schedulers' classes and their phases 4-6; discrete DDIM's
-arithmetic in ddim), seed
-(the seed's step, a baseline), calibration (memory on meta tensors), tiled (the slot state and
-the tiling loop).
+arithmetic in ddim), seed (the seed's step, a baseline), calibration (memory on meta tensors),
+tiled (the slot state and the tiling loop).
 """
 
 from __future__ import annotations
