@@ -187,9 +187,6 @@ def run(argv: list[str] | None = None) -> int:
     return EXIT_REQUEST_FAILED if failed else 0
 
 
-
-
-
 def prompt_notes(prompts: list[str], embedded: bool) -> list[str]:
     """Each prompt's note (the teaching model's scope; "" for a real checkpoint), printed once per
     prompt on stderr before the run, so the answers that follow are read for what they are."""

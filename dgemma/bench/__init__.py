@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
 
@@ -23,6 +24,11 @@ def percentile(values: list[float], q: float) -> float:
     """The nearest-rank `q` quantile (0 < q <= 1) of `values`: an observed value, never an interpolation."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def print_row(row: dict, as_json: bool, width: int = 32, end: str = "") -> None:
+    """A bench's result: one JSON line, or a `name: value` line each (names right-aligned to `width`, then `end`)."""
+    print(json.dumps(row) if as_json else "\n".join(f"{k:>{width}}: {v}" for k, v in row.items()) + end)
 
 
 def main(argv: list[str] | None = None) -> int:

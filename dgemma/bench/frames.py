@@ -24,6 +24,7 @@ import statistics
 import time
 import zlib
 
+from dgemma.bench import print_row
 from dgemma.cli import ArgumentParser
 from dgemma.recording import Recording, load
 from dgemma.ui.board import Board, fold
@@ -197,13 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.lesson:
         recording = lesson_recording(args.lesson, args.lesson_requests, args.lesson_steps, args.dtype, args.lesson_run)
         result = {"lesson": args.lesson, "lesson_run": args.lesson_run, **measure_run(recording, refine=False)}
-        print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
+        print_row(result, args.json, end="\n")
     for path in args.runs:
         with open(path, "rb") as f:
             recording = load(f.read())
         result = {"run": path, **measure_run(recording), **measure_seek(recording), **measure_slider(recording)}
-        print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()) + "\n")
+        print_row(result, args.json, end="\n")
     if args.slider_steps > 0:
         result = {"run": "synthetic 32 x 256", **measure_slider(synthetic_run(args.slider_steps))}
-        print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
+        print_row(result, args.json)
     return 0

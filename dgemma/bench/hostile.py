@@ -14,7 +14,6 @@ oversized was stored, and the ordinary visitor's run completed.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dgemma.bench import print_row
 from dgemma.bench.soak import rss_bytes
 from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.errors import first_line
@@ -222,11 +222,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     row = run_hostile(args)
-    if args.json:
-        print(json.dumps(row))
-    else:
-        for key, value in row.items():
-            print(f"{key:>38}: {value}")
+    print_row(row, args.json, 38)
     stored = row["outcomes"]["oversized"].get("http 200", 0)
     ok = (row["disk_mib"]["most_during"] <= row["max_disk_mib"] and row["disk_back_to_baseline_s_after_attack"] is not None
           and not stored and row["ordinary_visitor"].get("result", "").startswith("ran"))

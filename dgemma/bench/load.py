@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dgemma.bench import percentile
+from dgemma.bench import percentile, print_row
 from dgemma.cli import ArgumentParser
 from dgemma.embedded.corpus import FAMILIES, heldout
 from dgemma.errors import first_line
@@ -138,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     with tempfile.TemporaryDirectory() as tmp:
         row = run_load(args.clients, args.prompts_per_client, args.max_new_tokens, args.model, args.timeout, Path(tmp))
-    if args.json:
-        print(json.dumps(row))
-    else:
-        for key, value in row.items():
-            print(f"{key:>24}: {value}")
+    print_row(row, args.json, 24)
     ok = row["completed_exactly_once"] == row["requests"] and row["equal_to_cli"] == row["requests"]
     return 0 if ok else 1
 

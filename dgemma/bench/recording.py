@@ -15,10 +15,10 @@ scales the run down.
 from __future__ import annotations
 
 import gc
-import json
 import time
 import tracemalloc
 
+from dgemma.bench import print_row
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.events import StepEvent, TilePlan
 from dgemma.recording import MAX_POSITIONS, Recording, load
@@ -138,5 +138,5 @@ def main(argv: list[str] | None = None) -> int:
         "fold_last_step_s": round(fold_s, 2), "seek_last_step_from_nothing_s": round(index_s, 2),
         "seeker_counted_MB": round(kept.held_bytes() / 1e6, 1), "fold_next_step_kept_ms": round(next_step_s * 1e3, 2), **live,
     }  # fmt: skip
-    print(json.dumps(result) if args.json else "\n".join(f"{k:>32}: {v}" for k, v in result.items()))
+    print_row(result, args.json)
     return 0

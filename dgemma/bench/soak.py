@@ -12,7 +12,6 @@ against requests completed, over the samples after the first --warmup share of t
 
 from __future__ import annotations
 
-import json
 import random
 import tempfile
 import threading
@@ -20,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dgemma.bench import percentile
+from dgemma.bench import percentile, print_row
 from dgemma.bench.load import load_prompts
 from dgemma.cli import ArgumentParser
 from dgemma.errors import first_line
@@ -163,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes <= 0 or args.clients < 1 or not 0 <= args.warmup < 1:
         raise ValueError("--minutes must be above 0, --clients at least 1 and --warmup in [0, 1)")
     row = run_soak(args.minutes, args.clients, args.url, args.model, args.warmup)
-    if args.json:
-        print(json.dumps(row))
-    else:
-        for key, value in row.items():
-            print(f"{key:>32}: {value}")
+    print_row(row, args.json, 32)
     return 0 if row["errors"] == 0 and row["requests"] > 0 else 1
 
 

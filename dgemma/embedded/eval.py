@@ -139,6 +139,7 @@ def generate_engine(
     from dgemma.model.loading import load_model
     from dgemma.sampling import SamplingParams
     from dgemma.sampling.schedulers import budget
+    from dgemma.settings import CanvasModel, Settings, make_request
 
     params = dict(
         scheduler=scheduler,
@@ -150,13 +151,13 @@ def generate_engine(
         stability_threshold=config.stability_threshold,
     )
     loaded = load_model(str(model_dir), device="cpu", dtype=torch.float32)
+    # The pins through the one door (dgemma/settings.py): each prompt's first canvas, resolved against the model.
+    call = make_request(prompts, {"pins": pins} if pins else None, Settings(SamplingParams(**params, seed=seed)), None,
+                        None, CanvasModel(loaded.canvas_length, loaded.encode_text))
     results = []
     with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), sampler=sampler)).start() as engine:
-        handles = [
-            engine.submit(prompt, SamplingParams(**params, seed=seed + i), config.max_new_tokens, stream_steps=False,
-                          pins=pins[i] if pins else None)
-            for i, prompt in enumerate(prompts)
-        ]
+        handles = [engine.submit(prompt, call.settings.params.for_prompt(i), config.max_new_tokens, stream_steps=False,
+                                 start=call.canvas(i)) for i, prompt in enumerate(prompts)]
         predictor_budget = budget(SamplingParams(**params))[0]
         for handle in handles:
             # Committed and done events carry the running step counts: their differences are per-canvas steps

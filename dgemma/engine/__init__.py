@@ -3,6 +3,5 @@
 from dgemma.engine.config import EngineConfig, EngineError
 from dgemma.engine.core import EngineCore
 from dgemma.engine.engine import Engine
-from dgemma.engine.requests import FINAL, RequestHandle
 
-__all__ = ["FINAL", "Engine", "EngineConfig", "EngineCore", "EngineError", "RequestHandle"]
+__all__ = ["Engine", "EngineConfig", "EngineCore", "EngineError"]

@@ -32,6 +32,7 @@ from dgemma.model.loading import LoadedModel
 from dgemma.model.runner import Runner
 from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.sampling.start import CanvasStart
+from dgemma.settings import RunRequest
 
 
 class EngineCore:
@@ -111,6 +112,16 @@ class EngineCore:
                 return handle
         self.lifecycle.finish(req, "error", error=error)
         return handle
+
+    def submit_run(self, call: RunRequest, options: RunOptions, subscriber: str | None,
+                   stream_steps: bool) -> list[RequestHandle]:
+        """Queue a checked call's prompts (prompt i: seed S + i, its first canvas) all or none: holding the
+        intake, the next step takes the whole run at once (up to max_num_seqs start together, so step 0 of
+        a recording shows every canvas's random start)."""
+        settings = call.settings
+        with self.intake:
+            return [self.submit(p, settings.params.for_prompt(i), settings.max_new_tokens, subscriber, stream_steps,
+                                options, call.canvas(i)) for i, p in enumerate(call.prompts)]
 
     def check_options(self, options: RunOptions) -> str:
         """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
 
 from dgemma.engine.config import EngineConfig
 from dgemma.engine.core import EngineCore
@@ -20,6 +19,7 @@ from dgemma.events import RequestEvent
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.sampling.start import CanvasStart
+from dgemma.settings import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,10 @@ class Engine:
         """Queue one prompt (see `EngineCore.submit`; `start`: its first canvas, resolved)."""
         return self.core.submit(prompt, params, max_new_tokens, subscriber, stream_steps, options, start)
 
-    def submit_all(self, prompts: Sequence[str], params: Sequence[SamplingParams], max_new_tokens: int,
-                   subscriber: str | None, stream_steps: bool, options: RunOptions,
-                   starts: Sequence[CanvasStart | None]) -> list[RequestHandle]:
-        """Queue a run's prompts all or none: holding the intake, the next step takes the whole run at once
-        (up to max_num_seqs start together, so step 0 of a recording shows every canvas's random start)."""
-        with self.core.intake:
-            return [self.core.submit(p, q, max_new_tokens, subscriber, stream_steps, options, s)
-                    for p, q, s in zip(prompts, params, starts, strict=True)]
+    def submit_run(self, call: RunRequest, options: RunOptions, subscriber: str | None,
+                   stream_steps: bool) -> list[RequestHandle]:
+        """Queue a checked call's prompts all or none (see `EngineCore.submit_run`)."""
+        return self.core.submit_run(call, options, subscriber, stream_steps)
 
     def check_options(self, options: RunOptions) -> str:
         """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""

@@ -90,12 +90,7 @@ def start_event(req: Request, canvas: list[int], vocab_size: int, detok: Detoken
     distribution's, log(vocab) at every position (rounded to float32 as every step's is), and no
     position is accepted yet."""
     uniform = array("f", [math.log(vocab_size)])[0]
-    return StepEvent(
-        request_id=req.id, canvas_index=req.canvas_index, step=0, max_steps=req.params.max_denoising_steps,
-        token_ids=tuple(canvas), pieces=tuple(detok.piece(t) for t in canvas), entropy=(uniform,) * len(canvas),
-        accepted=(False,) * len(canvas), mean_entropy=uniform,
-        confidence_threshold=req.params.confidence_threshold, converged=False,
-    )
+    return step_event(req, 0, canvas, [uniform] * len(canvas), [False] * len(canvas), uniform, False, detok)
 
 
 def request_event(req: Request, status: str, detok: Detokenizer | None = None, error: str = "",

@@ -15,27 +15,26 @@ from dgemma.lazy import lazy_attributes
 from dgemma.units import GiB, MiB, format_bytes, parse_size
 
 if TYPE_CHECKING:
-    from dgemma.memory.device import Measurement, MemoryDevice
+    from dgemma.memory.device import MemoryDevice
     from dgemma.memory.planner import Calibration, calibrate, plan_tiles, split_tiles
     from dgemma.memory.probes import CudaMemory, HostMemory, memory_for, resolve_device
     from dgemma.memory.repeats import Repeats
-    from dgemma.memory.tracker import TransientTracker, measure_peak, raise_out_of_memory
+    from dgemma.memory.tracker import TransientTracker, measure_peak
     from dgemma.memory.virtual import VirtualDevice
 
 __all__ = [
-    "Calibration", "CudaMemory", "GiB", "HostMemory", "Measurement", "MemoryDevice", "MiB", "Repeats",
-    "TransientTracker",
+    "Calibration", "CudaMemory", "GiB", "HostMemory", "MemoryDevice", "MiB", "Repeats", "TransientTracker",
     "VirtualDevice", "calibrate", "format_bytes", "measure_peak", "memory_for", "parse_size", "plan_tiles",
-    "raise_out_of_memory", "resolve_device", "split_tiles",
+    "resolve_device", "split_tiles",
 ]  # fmt: skip
 
 # The sizes are plain Python; everything else imports torch, on first use (the page is served
 # before torch has loaded, and its settings need only the sizes).
 _LAZY = {
-    "Measurement": "device", "MemoryDevice": "device", "Calibration": "planner", "calibrate": "planner",
-    "plan_tiles": "planner", "split_tiles": "planner", "CudaMemory": "probes", "HostMemory": "probes",
-    "memory_for": "probes", "resolve_device": "probes", "TransientTracker": "tracker", "measure_peak": "tracker",
-    "raise_out_of_memory": "tracker", "VirtualDevice": "virtual", "Repeats": "repeats",
+    "MemoryDevice": "device", "Calibration": "planner", "calibrate": "planner", "plan_tiles": "planner",
+    "split_tiles": "planner", "CudaMemory": "probes", "HostMemory": "probes", "memory_for": "probes",
+    "resolve_device": "probes", "TransientTracker": "tracker", "measure_peak": "tracker", "VirtualDevice": "virtual",
+    "Repeats": "repeats",
 }  # fmt: skip
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

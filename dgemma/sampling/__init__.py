@@ -4,9 +4,8 @@ params (what a request asks, how a run is laid out), keyed (keyed randomness), p
 step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
 reference / chunked (the step implementations, by name in steps, with the config a sampler is
 built from), schedulers (the three schedulers' classes and their phases 4-6; discrete DDIM's
-arithmetic in ddim), seed
-(the seed's step, a baseline), calibration (memory on meta tensors), tiled (the slot state and
-the tiling loop).
+arithmetic in ddim), seed (the seed's step, a baseline), calibration (memory on meta tensors),
+tiled (the slot state and the tiling loop).
 """
 
 from __future__ import annotations
@@ -20,29 +19,27 @@ from dgemma.sampling.params import (
 )  # fmt: skip
 
 if TYPE_CHECKING:
-    from dgemma.sampling.calibration import calibrate_tile, meta_tile_inputs
+    from dgemma.sampling.calibration import calibrate_tile
     from dgemma.sampling.chunked import chunked_tile
     from dgemma.sampling.keyed import RowKey
     from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult
     from dgemma.sampling.reference import reference_tile
     from dgemma.sampling.seed import seed_tile
     from dgemma.sampling.steps import SamplerConfig
-    from dgemma.sampling.tiled import StepOutput, TiledSampler, TileOutOfMemory, build_sampler
+    from dgemma.sampling.tiled import StepOutput, TiledSampler, build_sampler
 
 __all__ = [
     "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplerConfig",
-    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileOutOfMemory", "TileResult", "TiledSampler", "build_sampler",
-    "calibrate_tile",
-    "check_number", "chunked_tile", "meta_tile_inputs", "parse_tiling", "reference_tile", "seed_tile",
+    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "build_sampler", "calibrate_tile",
+    "check_number", "chunked_tile", "parse_tiling", "reference_tile", "seed_tile",
 ]  # fmt: skip
 
 # The step's names import torch on first use: the settings (and so the page, served before the
 # model loads) need only params.py, and torch takes seconds to import.
 _LAZY = {
-    "calibrate_tile": "calibration", "meta_tile_inputs": "calibration", "chunked_tile": "chunked",
-    "RowKey": "keyed", "LMHead": "primitives", "Scores": "primitives", "TileInputs": "primitives",
-    "TileResult": "primitives", "reference_tile": "reference", "seed_tile": "seed", "SamplerConfig": "steps", "StepOutput": "tiled",
-    "TiledSampler": "tiled", "TileOutOfMemory": "tiled", "build_sampler": "tiled",
+    "calibrate_tile": "calibration", "chunked_tile": "chunked", "RowKey": "keyed", "LMHead": "primitives",
+    "Scores": "primitives", "TileInputs": "primitives", "TileResult": "primitives", "reference_tile": "reference",
+    "seed_tile": "seed", "SamplerConfig": "steps", "StepOutput": "tiled", "TiledSampler": "tiled", "build_sampler": "tiled",
 }  # fmt: skip
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

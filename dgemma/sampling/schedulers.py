@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -245,9 +245,8 @@ def settle_tile(inputs: TileInputs, offered: Offered,
     for name, rows in groups.items():
         index = torch.tensor(rows, device=device)
         part = SCHEDULER_TABLE[name].settle(inputs.select(rows), offered.select(index))
-        out.draft[index], out.next_canvas[index], out.accepted[index] = part.draft, part.next_canvas, part.accepted
-        out.history[index], out.mean_entropy[index], out.converged[index] = part.history, part.mean_entropy, part.converged
-        out.committed[index] = part.committed
+        for f in fields(Settled):
+            getattr(out, f.name)[index] = getattr(part, f.name)
     return out
 
 

@@ -41,9 +41,7 @@ class EngineRun:
         # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
         # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
         self.mailbox = engine.subscribe(self.key, coalesce=False)
-        settings, n = request.settings, len(request.prompts)
-        engine.submit_all(request.prompts, [settings.params.for_prompt(i) for i in range(n)], settings.max_new_tokens,
-                          self.key, stream, options, [request.canvas(i) for i in range(n)])
+        engine.submit_run(request, options, self.key, stream)
         self._closed = False
 
     def poll(self, timeout: float) -> list[Event]:

@@ -129,8 +129,7 @@ def _core():
 
 def _generate(job: Job) -> Iterator[Snapshot]:
     pid, core = os.getpid(), _core()
-    request, settings = job.request, job.request.settings
-    options = run_options(settings, _config.memory_budget)
+    options = run_options(job.request.settings, _config.memory_budget)
     problem = core.check_options(options)
     if problem:
         raise ValueError(problem)
@@ -139,9 +138,7 @@ def _generate(job: Job) -> Iterator[Snapshot]:
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
     finished = timed_out = False
     try:
-        for i, prompt in enumerate(request.prompts):
-            core.submit(prompt, settings.params.for_prompt(i), settings.max_new_tokens, subscriber=subscriber,
-                        stream_steps=job.stream, options=options, start=request.canvas(i))
+        core.submit_run(job.request, options, subscriber, job.stream)
         yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
         last = time.monotonic()
         while core.has_unfinished():
