@@ -144,6 +144,8 @@ def run(argv: list[str] | None = None) -> int:
             progress.add(run.poll(0.1))
         run.close()
         stats = dict(backend.engine.stats)  # steps, decoder calls and splits, preemptions
+    except ValueError as err:  # a run its options cannot hold: EngineBackend.start's one sentence
+        return _fail(str(err), EXIT_USAGE)
     finally:
         backend.close()
     finals, tile_plans = list(progress.last.values()), progress.plans
