@@ -45,6 +45,7 @@ TINY_VISION = dict(
 KIND_BY_FIXTURE = {
     "embedded_model": "embedded",
     "twin_dir": "twin",
+    "real_scale_run": "twin",
     "app_server": "server",
     "browser": "browser",
 }
@@ -114,6 +115,14 @@ def twin_dir(tmp_path_factory) -> str:
     from twin import save_twin
 
     return save_twin(tmp_path_factory.mktemp("twin"))
+
+
+@pytest.fixture(scope="session")
+def real_scale_run(tmp_path_factory):
+    """One recorded run at the release's view scale (tests/twin.py), shared by the views' tests."""
+    from twin import record_real_scale_run
+
+    return record_real_scale_run(tmp_path_factory.mktemp("real_scale"))
 
 
 @pytest.fixture(params=[None, 2], ids=["default-threads", "two-threads"])

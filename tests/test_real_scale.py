@@ -1,48 +1,31 @@
 """The live view at the released model's scale, in a real chromium: 32 requests x 256-token canvases.
 
-The run is made at test time: the structure twin (tests/twin.py) at the release's canvas, 256, and
-vocabulary, 262,144, recorded by `python -m dgemma.generate --record` (3 denoising steps, about a
-minute on a CPU), then loaded into the app's replay. The overview shows every request and position,
-each step's frame reaches the page in at most 64 KB on the wire, and a replay at 0.25 s a step plays
-to its end on the local link and on an emulated 4 Mbit/s one. Times (drawing, lateness) are
+The run is made at test time: the structure twin (tests/twin.py) at the release's canvas, 256,
+recorded by `python -m dgemma.generate --record` (conftest's `real_scale_run`, 40 denoising steps,
+shared with tests/test_slow_visitor.py), then loaded into the app's replay. The overview shows every
+request and position, each step's frame reaches the page in at most 64 KB on the wire, and a replay
+at 0.25 s a step plays its last steps to the end on the local link and on an emulated 4 Mbit/s one. Times (drawing, lateness) are
 measured by scripts/measure_view.py, not asserted here (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from app_server import ROOT
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from test_playback import open_page  # a page of the app once it is idle
-from twin import save_twin
+from twin import REAL_CANVAS as CANVAS
+from twin import REAL_REQUESTS as REQUESTS
+from twin import REAL_STEPS as STEPS
 
-REQUESTS, CANVAS, STEPS = 32, 256, 3
+CHECKED = 3  # the steps whose frames are weighed on the wire, and those the replay plays
 FRAME_BYTES = 64 * 1024
 SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8, "uploadThroughput": 2e6 / 8}
 FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("real_scale")
-    model = save_twin(folder / "twin", canvas_length=CANVAS)
-    prompts = folder / "prompts.txt"
-    prompts.write_text("\n".join(f"What is the sky? Explain why it is blue, number {i}." for i in range(1, REQUESTS + 1)))
-    run = folder / "run.jsonl"
-    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model, "--load-format", "dummy",
-                    "--device", "cpu", "--max-num-seqs", str(REQUESTS), "--max-new-tokens", str(CANVAS),
-                    "--max-denoising-steps", str(STEPS), "--sampler", "chunked", "--record", str(run)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=1200)
-    return run
-
-
-@pytest.fixture(scope="module")
-def page(browser, app_server, real_run):
+def page(browser, app_server, real_scale_run):
     page = open_page(browser, app_server.url)
     page.cdp = page.context.new_cdp_session(page)
     page.cdp.send("Network.enable")
@@ -53,7 +36,7 @@ def page(browser, app_server, real_run):
                 if "/queue/data" in urls.get(e["requestId"], "") else None)
     with page.expect_file_chooser() as chooser:
         page.click("#load-run")
-    chooser.value.set_files(str(real_run))
+    chooser.value.set_files(str(real_scale_run))
     wait_for_step(page, 0)
     yield page
     page.close()
@@ -91,7 +74,7 @@ def test_the_overview_shows_every_request_and_every_position(page, shots):  # no
 
 def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
     sizes = []
-    for step in range(1, STEPS + 1):
+    for step in range(1, CHECKED + 1):
         before = len(page.received)
         frames = int(page.evaluate("() => document.querySelector('#cards .dgv').dataset.frames"))
         go_to(page, step)
@@ -119,7 +102,7 @@ def test_a_quarter_second_replay_plays_to_the_last_step_and_stops_there(page, li
         pace = page.locator("#pace input[type=number]")
         pace.fill("0.25")
         pace.press("Enter")
-        go_to(page, 0)
+        go_to(page, STEPS - CHECKED)
         page.click("#play")
         wait_for_step(page, STEPS, timeout=30_000)
         page.wait_for_function("() => document.querySelector('#status').innerText.includes('(paused)')", timeout=30_000)

@@ -2,10 +2,9 @@
 server queues nothing for them: each frame goes only once their page has drawn the one before
 (dgemma/serving/acks.py), and the frames due meanwhile are skipped.
 
-A real-scale run (the structure twin at canvas 256, 32 requests, 40 steps; a 4,096-token vocabulary
-so that it records in a minute: the page draws tokens' text, the same at any vocabulary) is replayed
-at 0.25 s a step (10 s due) to chromium through an emulated 0.1 Mbit/s link (12,500 B/s, 40 ms),
-about a tenth of what its frames need. The page shows the last step at most LATE_S after it was due
+A real-scale run (conftest's `real_scale_run`: the structure twin at canvas 256, 32 requests, 40
+steps) is replayed at 0.25 s a step (10 s due) to chromium through an emulated 0.1 Mbit/s link
+(12,500 B/s, 40 ms), about a tenth of what its frames need. The page shows the last step at most LATE_S after it was due
 (before the page's acknowledgements it was 46-84 s late: chromium's emulation and the sockets took in
 0.5-0.7 MB of frames first), having been sent fewer frames than there are steps, and the server's
 log says how many frames were ever in flight to it. Lag and memory, before and after, are measured by
@@ -16,19 +15,15 @@ the app's middlewares.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
-import pytest
-from app_server import ROOT
 from browser_page import chromium_page
-from twin import save_twin
+from twin import REAL_REQUESTS as REQUESTS
+from twin import REAL_STEPS as STEPS
 
 from dgemma.serving.acks import ACK_PATH, MAX_BODY
 
-REQUESTS, CANVAS, STEPS, PACE = 32, 256, 40, 0.25
+PACE = 0.25
 SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 12_500, "uploadThroughput": 12_500}
 FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
 MOST_IN_FLIGHT = 2  # the window on a quick link; one on this one
@@ -41,28 +36,14 @@ WATCH = """() => { window.__steps = new Map(); const s = document.querySelector(
   document.querySelector('#play').click(); }"""
 
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("slow_visitor")
-    model = save_twin(folder / "twin", canvas_length=CANVAS, vocab=4096)
-    prompts = folder / "prompts.txt"
-    prompts.write_text("\n".join(f"What is the sky? Explain why it is blue, number {i}." for i in range(1, REQUESTS + 1)))
-    run = folder / "run.jsonl"
-    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model, "--load-format", "dummy",
-                    "--device", "cpu", "--max-num-seqs", str(REQUESTS), "--max-new-tokens", str(CANVAS),
-                    "--max-denoising-steps", str(STEPS), "--confidence-threshold", "1e-9", "--sampler", "chunked",
-                    "--record", str(run)], cwd=ROOT, check=True, capture_output=True, timeout=600)
-    return run
-
-
 def test_a_visitor_on_0_1_mbit_sees_the_last_step_within_seconds_of_its_due_time_and_the_server_queues_nothing(
-        real_run, browser, app_server):
+        real_scale_run, browser, app_server):
     server = app_server
     with chromium_page(browser, server.url) as page:
         page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
         with page.expect_file_chooser() as chooser:
             page.click("#load-run")
-        chooser.value.set_files(str(real_run))
+        chooser.value.set_files(str(real_scale_run))
         page.wait_for_function("() => /Replay[^]*step 0 of/.test(document.querySelector('#status').innerText)",
                                timeout=60_000)
         pace = page.locator("#pace input[type=number]")

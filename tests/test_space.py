@@ -4,8 +4,8 @@ pins and runs, and the README's ready Space for the released checkpoint against 
 - `python_version` is declared, and is a Python the suite runs on (scripts/test.sh on `python`,
   scripts/test_other_pythons.sh on the others);
 - `sdk_version` is the pinned gradio, `app_file` exists, every pin is exact;
-- every pin of requirements.txt installs on the declared Python (pip's resolver, dry run, wheels
-  only, markers evaluated for that Python): skipped with one line when no registry answers;
+- every pin of requirements.txt installs on the declared Python (uv's resolver, wheels only for
+  Linux x86-64, markers evaluated for that Python): skipped with one line when no registry answers;
 - the ready Space's keys name the released checkpoint, and its `suggested_hardware` is a flavor
   huggingface_hub knows whose GPU holds the weights and tiles 32 requests (dgemma.plan).
 """
@@ -20,12 +20,13 @@ import pytest
 import yaml
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from app_server import ROOT
 
 SUITE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-NO_REGISTRY = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary failure in name "
-                         r"resolution|Network is unreachable|ConnectTimeout|ProxyError|No route to host")  # fmt: skip
+NO_REGISTRY = re.compile(r"dns error|Temporary failure in name resolution|Network is unreachable|Connection refused|"
+                         r"tcp connect error|error sending request|timed out|No route to host")  # fmt: skip
 
 
 def front_matter(text: str) -> dict:
@@ -92,21 +93,19 @@ def test_every_pin_installs_on_the_declared_python(space, tmp_path):
     version = str(space["python_version"])
     wanted = tmp_path / "requirements.txt"
     wanted.write_text("".join(f"{r.name}{r.specifier}\n" for r in pins_for(version)))
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-               "--python-version", version, "--target", str(tmp_path / "target"), "--retries", "1",
-               "--timeout", "30", "-r", str(wanted)]  # fmt: skip
+    # uv's resolver (requirements-dev.txt pins it): pip's answer for exact pins, in a fifth of the time
+    command = [sys.executable, "-m", "uv", "pip", "compile", "--quiet", "--no-header", "--no-annotate",
+               "--python-version", version, "--python-platform", "x86_64-manylinux_2_28", "--only-binary", ":all:",
+               str(wanted)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     if done.returncode != 0 and NO_REGISTRY.search(output):
         pytest.skip("no package registry answers from here: the pins were not checked against Python " + version)
     assert done.returncode == 0, output[-3000:]
-    would = re.search(r"^Would install (.*)$", output, re.M)
-    assert would, output[-3000:]
+    resolved = {canonicalize_name(name): pinned for name, pinned in (line.split("==", 1) for line in done.stdout.split())}
     for requirement in pins_for(version):  # each pin resolved to exactly its version
         (spec,) = requirement.specifier
-        name = requirement.name.replace("-", "_").lower()
-        listed = {p.rsplit("-", 1)[0].replace("-", "_").lower(): p.rsplit("-", 1)[1] for p in would.group(1).split()}
-        assert listed[name].split("+")[0] == spec.version, (requirement, listed.get(name))
+        assert resolved.get(canonicalize_name(requirement.name)) == spec.version, (requirement, resolved)
 
 
 def ready_space_block() -> dict:

@@ -12,6 +12,8 @@ only, so it loads as a user loads the release's config: `--model DIR --load-form
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from dgemma.model.release import MINIMAL_VISION, write_config_dir
@@ -40,3 +42,25 @@ def save_twin(path: str | Path, canvas_length: int = CANVAS, vocab: int = VOCAB)
     config = DiffusionGemmaConfig(text_config={**TWIN_TEXT, "vocab_size": vocab}, vision_config=MINIMAL_VISION,
                                   canvas_length=canvas_length)
     return write_config_dir(path, config)
+
+
+# A run at the release's view scale, recorded once per session for the views' tests (conftest's
+# `real_scale_run`): 32 requests x canvas 256, 40 denoising steps that every request takes (a
+# confidence threshold no step meets). Its vocabulary is 4,096, not 262,144: the page draws tokens'
+# text, a cell of at most 12 characters at any vocabulary, and the released vocabulary's logits made
+# a recording cost two minutes of sampler where this one takes about half a minute.
+REAL_REQUESTS, REAL_CANVAS, REAL_STEPS, REAL_VOCAB = 32, 256, 40, 4096
+
+
+def record_real_scale_run(folder: Path) -> Path:
+    """`python -m dgemma.generate --record` of the twin at the view's scale, into `folder`/run.jsonl."""
+    model = save_twin(folder / "twin", canvas_length=REAL_CANVAS, vocab=REAL_VOCAB)
+    prompts = folder / "prompts.txt"
+    prompts.write_text("\n".join(f"What is the sky? Explain why it is blue, number {i}." for i in range(1, REAL_REQUESTS + 1)))
+    run = folder / "run.jsonl"
+    subprocess.run([sys.executable, "-m", "dgemma.generate", "--prompts-file", str(prompts), "--model", model,
+                    "--load-format", "dummy", "--device", "cpu", "--max-num-seqs", str(REAL_REQUESTS),
+                    "--max-new-tokens", str(REAL_CANVAS), "--max-denoising-steps", str(REAL_STEPS),
+                    "--confidence-threshold", "1e-9", "--sampler", "chunked", "--record", str(run)],
+                   cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True, timeout=600)
+    return run
