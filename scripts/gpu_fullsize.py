@@ -280,7 +280,7 @@ def part_app(args) -> None:
         sys.path.insert(0, str(ROOT / "scripts"))
         from measure_app import measure_stream
 
-        emit("app_stream", **measure_stream(url, len(prompts), size["new_tokens"]))
+        emit("app_stream", **measure_stream(url, len(prompts), size["new_tokens"], size["steps"]))
     finally:
         server.terminate()
         try:

@@ -139,23 +139,25 @@ def measure_startup(rounds: int, extra: list[str]) -> dict:
             "app_first_page_cpu_s": round(ac, 2), "app_over_bare_cpu": round(ac / bc, 2)}
 
 
-def measure_stream(url: str, requests: int, max_new_tokens: int) -> dict:
+def measure_stream(url: str, requests: int, max_new_tokens: int, max_denoising_steps: int = 48) -> dict:
     from gradio_client import Client
 
+    url = url.rstrip("/")  # the page is GET url + "/" (a second slash is Gradio's 404)
     client = Client(url, verbose=False)
     prompts = "add 12+34\nreverse hello\ncount 5 to 12\nstory: big cat, park"
     latencies: list[float] = []
     stop = threading.Event()
 
-    def probe():
-        while not stop.is_set():
+    def probe():  # at least once, however short the run
+        while True:
             t = time.monotonic()
             urllib.request.urlopen(url + "/", timeout=30).read()
             latencies.append(time.monotonic() - t)
-            stop.wait(0.5)
+            if stop.wait(0.5):
+                return
 
     prober = threading.Thread(target=probe, daemon=True)
-    job = client.submit(*client_inputs(prompts, requests, max_new_tokens=max_new_tokens, max_denoising_steps=48),
+    job = client.submit(*client_inputs(prompts, requests, max_new_tokens=max_new_tokens, max_denoising_steps=max_denoising_steps),
                         api_name="/generate_stream")
     t0 = time.monotonic()
     prober.start()

@@ -39,5 +39,6 @@ def test_the_dry_run_prints_every_figure_and_every_part_ends_in_its_limit(tmp_pa
     assert by("lesson_tokens")[0]["tiled_equal_to_untiled"] is True
     (app,) = by("app_generate")
     assert app["weights"] == "random" and app["requests"] == 4 and app["summary"]
-    assert by("app_stream")[0]["updates_per_s"] > 0
+    (stream,) = by("app_stream")
+    assert stream["updates_per_s"] > 0 and stream["page_get_p50_s"] > 0  # the page answered while the run streamed
     assert {r["mode"] for r in figures if r.get("bench") == "decoder"} == {"per_canvas", "whole_batch", "eager"}
