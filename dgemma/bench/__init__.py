@@ -26,6 +26,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+def bench_prompts(n: int) -> list[str]:
+    """`n` held-out prompts of every task family, interleaved (mixed lengths and answer lengths; deterministic)."""
+    from dgemma.embedded import corpus
+
+    pools = [corpus.heldout(family) for family in corpus.FAMILIES]
+    return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
+
+
 def print_row(row: dict, as_json: bool, width: int = 32, end: str = "") -> None:
     """A bench's result: one JSON line, or a `name: value` line each (names right-aligned to `width`, then `end`)."""
     print(json.dumps(row) if as_json else "\n".join(f"{k:>{width}}: {v}" for k, v in row.items()) + end)

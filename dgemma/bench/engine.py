@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from dgemma.bench import percentile
+from dgemma.bench import bench_prompts, percentile
 from dgemma.cli import ArgumentParser
 
 
@@ -53,14 +53,6 @@ def parse_args(argv: list[str] | None):
     if args.staggered < 0 or args.load <= 0:
         p.error("--staggered must be >= 0 and --load > 0")
     return args
-
-
-def bench_prompts(n: int) -> list[str]:
-    """Held-out prompts of every task family, interleaved (mixed lengths and answer lengths)."""
-    from dgemma.embedded import corpus
-
-    pools = [corpus.heldout(family) for family in corpus.FAMILIES]
-    return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
 
 
 class Baseline:

@@ -109,12 +109,10 @@ def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
 
 def synthetic_run(steps: int) -> Recording:
     """A 32 x 256 run of `steps` steps, its frames built as `dgemma.bench recording` builds them."""
-    from dgemma.bench.recording import REQUESTS, frame as step_frame, plan
+    from dgemma.bench.recording import run_events
 
     recording = Recording()
-    for step in range(1, steps + 1):
-        recording.add(plan(step))
-        recording.extend(step_frame(r, step) for r in range(1, REQUESTS + 1))
+    recording.extend(run_events(steps))
     return recording
 
 

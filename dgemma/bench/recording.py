@@ -14,9 +14,11 @@ scales the run down.
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 import tracemalloc
+from collections.abc import Iterator
 
 from dgemma.bench import print_row
 from dgemma.cli import ArgumentParser, positive_int
@@ -24,14 +26,11 @@ from dgemma.events import StepEvent, TilePlan
 from dgemma.recording import MAX_POSITIONS, Recording, load
 
 CANVAS, REQUESTS, VOCAB = 256, 32, 262_144
-_PIECES: dict[int, str] = {}  # one string per token id, as the engine's detokenizer caches them
 
 
+@functools.cache  # one string per token id, as the engine's detokenizer caches them
 def _piece(token: int) -> str:
-    piece = _PIECES.get(token)
-    if piece is None:
-        piece = _PIECES[token] = f"▁w{token}"
-    return piece
+    return f"▁w{token}"
 
 
 def frame(request_id: int, step: int) -> StepEvent:
@@ -43,6 +42,14 @@ def frame(request_id: int, step: int) -> StepEvent:
 
 def plan(step: int) -> TilePlan:
     return TilePlan(float(step), "reference", REQUESTS, CANVAS, VOCAB, 2**36, None, 700 * 2**20, 16, (16, 16), 2**34)
+
+
+def run_events(steps: int) -> Iterator[TilePlan | StepEvent]:
+    """A run of REQUESTS x CANVAS and `steps` steps, as the recorder sees it: each step's plan, then its frames."""
+    for step in range(1, steps + 1):
+        yield plan(step)
+        for r in range(1, REQUESTS + 1):
+            yield frame(r, step)
 
 
 def held(build) -> tuple[object, int]:
@@ -89,20 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
-    def frames():
-        for step in range(1, args.steps + 1):
-            yield plan(step)
-            for r in range(1, REQUESTS + 1):
-                yield frame(r, step)
-
     def record() -> Recording:
         recording = Recording()
-        recording.extend(frames())
+        recording.extend(run_events(args.steps))
         return recording
 
-    list(frames())  # fill the piece cache first: it is the engine's, not the recorder's
+    list(run_events(args.steps))  # fill the piece cache first: it is the engine's, not the recorder's
     recording, recording_bytes = held(record)
-    events, event_bytes = held(lambda: list(frames()))
+    events, event_bytes = held(lambda: list(run_events(args.steps)))
     positions = recording.positions
     del events
     started = time.perf_counter()

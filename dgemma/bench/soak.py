@@ -13,14 +13,14 @@ against requests completed, over the samples after the first --warmup share of t
 from __future__ import annotations
 
 import random
+import statistics
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dgemma.bench import percentile, print_row
-from dgemma.bench.load import load_prompts
+from dgemma.bench import bench_prompts, percentile, print_row
 from dgemma.cli import ArgumentParser
 from dgemma.errors import first_line
 from dgemma.app_process import launch
@@ -47,10 +47,7 @@ def slope(points: list[tuple[int, int]]) -> float | None:
     """Least-squares slope dy/dx of (x, y) points; None with fewer than two distinct x."""
     if len({x for x, _ in points}) < 2:
         return None
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return statistics.linear_regression(*zip(*points)).slope
 
 
 class Tally:
@@ -94,7 +91,7 @@ def _client_loop(url: str, client_index: int, deadline: float, tally: Tally, pro
 
 def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
     """K clients for `minutes`; RSS sampled every SAMPLE_PERIOD_S against requests completed."""
-    prompts = load_prompts(60) + list(OUTSIDE)
+    prompts = bench_prompts(60) + list(OUTSIDE)
     tally = Tally()
     started = time.monotonic()
     deadline = started + minutes * 60
