@@ -194,15 +194,8 @@ def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
             meta = DiffusionGemmaForBlockDiffusion(config)
         else:
             meta = AutoModel.from_config(config)
-    meta.tie_weights()  # the encoder and decoder share most weights: count them once, as loading does
-    seen: set[int] = set()
-    total = 0
-    for p in meta.parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        total += p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size())
-    return total
+    meta.tie_weights()  # encoder and decoder share most weights: parameters() yields each once, as loading counts them
+    return sum(p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size()) for p in meta.parameters())
 
 
 def free_device_bytes(device: torch.device, memory_budget: int | None = None) -> int:
