@@ -6,14 +6,16 @@ region's peak and, with a limit, raise a real `torch.OutOfMemoryError` when it i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dgemma.memory.device import Measurement
 from dgemma.units import format_bytes
 
 
@@ -139,3 +141,14 @@ def measure_peak(run: Callable[[], object]) -> int:
     with TransientTracker() as tracker:
         run()
     return tracker.peak
+
+
+@contextlib.contextmanager
+def tracked(m: Measurement, limit: int | None = None,
+            on_change: Callable[[int], None] | None = None) -> Iterator[Measurement]:
+    """A region measured by a TransientTracker(`limit`, `on_change`): `m`, its `peak_bytes` set when the region ends."""
+    with TransientTracker(limit, on_change) as tracker:
+        try:
+            yield m
+        finally:
+            m.peak_bytes = tracker.peak
