@@ -240,9 +240,3 @@ def _print(result: dict, as_json: bool) -> None:
         f"p95 {result['p95_s']} s{extra}",
         flush=True,
     )
-
-
-if __name__ == "__main__":
-    from dgemma.cli import run_cli
-
-    run_cli(main)

@@ -134,9 +134,3 @@ def main(argv: list[str] | None = None) -> int:
     print_row(row, args.json, 24)
     ok = row["completed_exactly_once"] == row["requests"] and row["equal_to_cli"] == row["requests"]
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    from dgemma.cli import run_cli
-
-    run_cli(main)

@@ -161,9 +161,3 @@ def main(argv: list[str] | None = None) -> int:
     row = run_soak(args.minutes, args.clients, args.url, args.model, args.warmup)
     print_row(row, args.json, 32)
     return 0 if row["errors"] == 0 and row["requests"] > 0 else 1
-
-
-if __name__ == "__main__":
-    from dgemma.cli import run_cli
-
-    run_cli(main)
