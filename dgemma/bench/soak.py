@@ -139,13 +139,12 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def run_soak(minutes: float, clients: int, url: str | None = None, model: str | None = None,
-             warmup: float = 0.2, log_dir: Path | None = None) -> dict:
+def run_soak(minutes: float, clients: int, url: str | None = None, model: str | None = None, warmup: float = 0.2) -> dict:
     """Soak `url`, or an app started for the purpose (stopped afterwards)."""
     if url:
         return drive(url, minutes, clients, warmup)
     with tempfile.TemporaryDirectory() as tmp:
-        server = launch(["--model", model] if model else [], Path(log_dir or tmp) / "bench-soak-app.log")
+        server = launch(["--model", model] if model else [], Path(tmp) / "bench-soak-app.log")
         try:
             row = drive(server.url, minutes, clients, warmup)
             row["server_alive_after"] = server.process.poll() is None

@@ -170,7 +170,7 @@ def hub_error_sentence(source: str, err: BaseException) -> str | None:
     return None
 
 
-def hub_reachable(timeout: float = 3.0) -> bool | str:
+def hub_reachable() -> bool | str:
     """True if the hub's host answers a TCP connect; else its host name. Saves a minute of retries."""
     import socket
     from urllib.parse import urlparse
@@ -178,7 +178,7 @@ def hub_reachable(timeout: float = 3.0) -> bool | str:
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=3.0).close()
         return True
     except OSError:
         return host

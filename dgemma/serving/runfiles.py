@@ -75,7 +75,7 @@ class RunFiles:
 
     # ---------------------------------------------------------------- a slot's files
 
-    def save(self, slot: str, write: Callable[[str], None], prefix: str = "dgemma-run-", suffix: str = ".jsonl") -> str:
+    def save(self, slot: str, write: Callable[[str], None]) -> str:
         """A new file of `slot`, written by `write(path)`; the slot's earlier files go first
         (a tab keeps its last run), and the oldest of all after it while the total passes the cap.
         OSError if the file alone passes the cap (it is not kept)."""
@@ -83,7 +83,7 @@ class RunFiles:
         folder = self.root / "runs"
         folder.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        fd, path = tempfile.mkstemp(prefix=f"{prefix}{stamp}-", suffix=suffix, dir=folder)
+        fd, path = tempfile.mkstemp(prefix=f"dgemma-run-{stamp}-", suffix=".jsonl", dir=folder)
         os.close(fd)
         try:
             write(path)
