@@ -6,6 +6,9 @@ import importlib
 import json
 import math
 import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 BENCHES = {
     "sampler": "dgemma.bench.sampler",  # the step's transient memory and time, untiled vs tiled
@@ -32,6 +35,16 @@ def bench_prompts(n: int) -> list[str]:
 
     pools = [corpus.heldout(family) for family in corpus.FAMILIES]
     return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
+
+
+T = TypeVar("T")
+
+
+def timed(call: Callable[..., T], *args) -> tuple[T, float]:
+    """What `call(*args)` returns and the wall-clock seconds it took."""
+    started = time.perf_counter()
+    value = call(*args)
+    return value, time.perf_counter() - started
 
 
 def print_row(row: dict, as_json: bool, width: int = 32, end: str = "") -> None:
