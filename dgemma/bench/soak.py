@@ -43,13 +43,6 @@ def rss_bytes(pid: int | None) -> int | None:
         return None
 
 
-def slope(points: list[tuple[int, int]]) -> float | None:
-    """Least-squares slope dy/dx of (x, y) points; None with fewer than two distinct x."""
-    if len({x for x, _ in points}) < 2:
-        return None
-    return statistics.linear_regression(*zip(*points)).slope
-
-
 class Tally:
     """What every client has done so far (shared by the client threads and the sampler)."""
 
@@ -108,7 +101,8 @@ def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
         for f in futures:
             f.result()  # a client that crashed outside a call is a bug in this benchmark: say so
     after = [(r, b) for t, r, b in samples if t >= warmup * minutes * 60]
-    growth = slope(after)
+    # RSS against requests completed, least squares; none with fewer than two distinct request counts
+    growth = statistics.linear_regression(*zip(*after)).slope if len({r for r, _ in after}) > 1 else None
     return {
         "bench": "soak",
         "minutes": round((time.monotonic() - started) / 60, 2),

@@ -109,17 +109,13 @@ class LoadedModel:
 RANDOM_WEIGHTS_NOTE = "random weights (--load-format dummy): the text is noise, not this model's"
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
-
-
 def parse_dtype(text: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """`--dtype`: auto (None) is bf16 on CUDA and fp32 on CPU; else bfloat16, float16 or float32."""
     if isinstance(text, torch.dtype):
         return text
     if text is None or text == "auto":
-        return default_dtype(device)
+        # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
     if text not in DTYPES:
         raise ModelLoadError(f"unknown dtype {text!r}: use auto, {', '.join(DTYPES)}")
     return DTYPES[text]
