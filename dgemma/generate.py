@@ -67,12 +67,6 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def raw_settings(args: argparse.Namespace) -> dict[str, object]:
-    """The settings flags by their setting names; None where a flag was not given."""
-    flags = {name: getattr(args, name) for name in NAMES}
-    return {**flags, "pins": pins_from_flags(args.pins)}
-
-
 def pins_from_flags(flags: list[str]) -> dict[str, str] | None:
     """--pin POSITION=TEXT flags as the settings' {position: text} (the text may hold '=')."""
     problem = "--pin takes POSITION=TEXT (for example --pin 3=x), got {part!r}"
@@ -96,7 +90,8 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         prompts = read_prompts(args)
-        raw = raw_settings(args)
+        # The settings flags by their setting names; None where a flag was not given.
+        raw = {**{name: getattr(args, name) for name in NAMES}, "pins": pins_from_flags(args.pins)}
         # A check before the (slow) model load, on the defaults known now; the call is made again on the
         # model's own defaults once it has loaded, through the same door.
         early = make_request(prompts, early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), None,

@@ -6,6 +6,9 @@ import importlib
 import json
 import math
 import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 BENCHES = {
     "sampler": "dgemma.bench.sampler",  # the step's transient memory and time, untiled vs tiled
@@ -24,6 +27,24 @@ def percentile(values: list[float], q: float) -> float:
     """The nearest-rank `q` quantile (0 < q <= 1) of `values`: an observed value, never an interpolation."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def bench_prompts(n: int) -> list[str]:
+    """`n` held-out prompts of every task family, interleaved (mixed lengths and answer lengths; deterministic)."""
+    from dgemma.embedded import corpus
+
+    pools = [corpus.heldout(family) for family in corpus.FAMILIES]
+    return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
+
+
+T = TypeVar("T")
+
+
+def timed(call: Callable[..., T], *args) -> tuple[T, float]:
+    """What `call(*args)` returns and the wall-clock seconds it took."""
+    started = time.perf_counter()
+    value = call(*args)
+    return value, time.perf_counter() - started
 
 
 def print_row(row: dict, as_json: bool, width: int = 32, end: str = "") -> None:

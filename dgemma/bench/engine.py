@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from dgemma.bench import percentile
+from dgemma.bench import bench_prompts, percentile, timed
 from dgemma.cli import ArgumentParser
 
 
@@ -53,14 +53,6 @@ def parse_args(argv: list[str] | None):
     if args.staggered < 0 or args.load <= 0:
         p.error("--staggered must be >= 0 and --load > 0")
     return args
-
-
-def bench_prompts(n: int) -> list[str]:
-    """Held-out prompts of every task family, interleaved (mixed lengths and answer lengths)."""
-    from dgemma.embedded import corpus
-
-    pools = [corpus.heldout(family) for family in corpus.FAMILIES]
-    return [pools[i % len(pools)][i // len(pools) % corpus.HELDOUT_POOL].prompt for i in range(n)]
 
 
 class Baseline:
@@ -95,13 +87,11 @@ def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, 
     cl = engine.loaded.canvas_length
     engine_runs, baseline_runs = [], []
     for _ in range(repeat):
-        started = time.monotonic()
-        finals = engine.run_until_done(prompts, params, max_new_tokens)
-        engine_runs.append((time.monotonic() - started, finals))
+        finals, engine_s = timed(engine.run_until_done, prompts, params, max_new_tokens)
+        engine_runs.append((engine_s, finals))
         _check(finals)
-        started = time.monotonic()
-        canvases = baseline.run(prompts)
-        baseline_runs.append((time.monotonic() - started, canvases))
+        canvases, baseline_s = timed(baseline.run, prompts)
+        baseline_runs.append((baseline_s, canvases))
     engine_s, finals = min(engine_runs, key=lambda r: r[0])
     baseline_s, canvases = min(baseline_runs, key=lambda r: r[0])
     latencies = [f.extra["latency_s"] for f in finals]
@@ -141,9 +131,7 @@ def run_staggered(
 
         def client():
             for i, (p, q) in enumerate(zip(prompts, params)):
-                delay = t0 + arrivals[i] - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+                time.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
                 handles[i] = engine.submit(p, q, max_new_tokens, stream_steps=False)
 
         thread = threading.Thread(target=client)
@@ -159,9 +147,7 @@ def run_staggered(
         t0 = time.monotonic()
         latencies, canvases = [], 0
         for i, p in enumerate(prompts):
-            delay = t0 + arrivals[i] - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            time.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
             canvases += baseline.run([p])
             latencies.append(time.monotonic() - t0 - arrivals[i])
         return canvases * cl / (time.monotonic() - t0), latencies
@@ -248,9 +234,3 @@ def _print(result: dict, as_json: bool) -> None:
         f"p95 {result['p95_s']} s{extra}",
         flush=True,
     )
-
-
-if __name__ == "__main__":
-    from dgemma.cli import run_cli
-
-    run_cli(main)

@@ -24,7 +24,8 @@ import statistics
 import time
 import zlib
 
-from dgemma.bench import print_row
+from dgemma.bench import print_row, timed
+from dgemma.bench.recording import recorded_run
 from dgemma.cli import ArgumentParser
 from dgemma.recording import Recording, load
 from dgemma.ui.board import Board, fold
@@ -60,18 +61,14 @@ def sizes(payloads: list[bytes]) -> dict:
 
 def measure_run(recording: Recording, refine: bool = True) -> dict:
     length = int(recording.header.get("model", {}).get("canvas_length") or 0)
-    full, compact, full_s, compact_s = [], [], [], []
+    full, compact = [], []  # (frame as sent, seconds to build it) of every step
     board = None
     for step in range(recording.steps + 1):
         board = fold(recording.events_between(recording.end_of_step(step - 1) if step else 0,
                                                recording.end_of_step(step)), board)
-        started = time.perf_counter()
-        full.append(wire(full_board(board)))
-        full_s.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        compact.append(wire(frame(board, length, refine)))
-        compact_s.append(time.perf_counter() - started)
-    f, c = sizes(full), sizes(compact)
+        full.append(timed(lambda: wire(full_board(board))))
+        compact.append(timed(lambda: wire(frame(board, length, refine))))
+    f, c = sizes([payload for payload, _ in full]), sizes([payload for payload, _ in compact])
     return {
         "requests": len(recording.header.get("prompts", [])), "canvas": length, "steps": recording.steps,
         "full_bytes_max": f["raw"], "compact_bytes_max": c["raw"], "compact_over_full": round(c["raw"] / f["raw"], 3),
@@ -79,7 +76,8 @@ def measure_run(recording: Recording, refine: bool = True) -> dict:
         "full_gzip_stream_bytes": f["gzip_stream"], "compact_gzip_stream_bytes": c["gzip_stream"],
         "compact_gzip_stream_bytes_max": c["gzip_stream_max"],
         "full_bytes_per_s": round(f["raw_median"] * FRAMES_PER_S), "compact_gzip_bytes_per_s": round(c["gzip_stream"] * FRAMES_PER_S),
-        "full_build_ms": round(1e3 * statistics.median(full_s), 2), "compact_build_ms": round(1e3 * statistics.median(compact_s), 2),
+        "full_build_ms": round(1e3 * statistics.median(s for _, s in full), 2),
+        "compact_build_ms": round(1e3 * statistics.median(s for _, s in compact), 2),
     }  # fmt: skip
 
 
@@ -93,9 +91,7 @@ def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
         fold(recording.events(step))
     from_zero = (time.perf_counter() - started) / jumps
     seeker = Seeker()
-    started = time.perf_counter()
-    seeker.index(recording)
-    index_s = time.perf_counter() - started
+    _, index_s = timed(seeker.index, recording)
     times = []
     for step in steps:
         started = time.perf_counter()
@@ -105,17 +101,6 @@ def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
     return {"seek_from_step0_fold_ms": round(1e3 * from_zero, 1), "seek_keyframe_fold_and_frame_ms_max": round(1e3 * max(times), 1),
             "seek_keyframe_fold_and_frame_ms_median": round(1e3 * statistics.median(times), 1),
             "seek_index_ms": round(1e3 * index_s, 1), "keyframes": seeker.keyframes}  # fmt: skip
-
-
-def synthetic_run(steps: int) -> Recording:
-    """A 32 x 256 run of `steps` steps, its frames built as `dgemma.bench recording` builds them."""
-    from dgemma.bench.recording import REQUESTS, frame as step_frame, plan
-
-    recording = Recording()
-    for step in range(1, steps + 1):
-        recording.add(plan(step))
-        recording.extend(step_frame(r, step) for r in range(1, REQUESTS + 1))
-    return recording
 
 
 def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict:
@@ -138,9 +123,7 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
         wire(full_board(board)), plot(entropy_figure(board)), plot(board_tile_figure(board))
         before.append(time.perf_counter() - started)
     seeker = Seeker()
-    started = time.perf_counter()
-    seeker.index(recording)
-    index_s = time.perf_counter() - started
+    _, index_s = timed(seeker.index, recording)
     for step in targets:
         started, cpu = time.perf_counter(), time.thread_time()
         view(recording, step, seeker)
@@ -205,6 +188,6 @@ def main(argv: list[str] | None = None) -> int:
         result = {"run": path, **measure_run(recording), **measure_seek(recording), **measure_slider(recording)}
         print_row(result, args.json, end="\n")
     if args.slider_steps > 0:
-        result = {"run": "synthetic 32 x 256", **measure_slider(synthetic_run(args.slider_steps))}
+        result = {"run": "synthetic 32 x 256", **measure_slider(recorded_run(args.slider_steps))}
         print_row(result, args.json)
     return 0

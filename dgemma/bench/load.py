@@ -18,17 +18,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dgemma.bench import percentile, print_row
+from dgemma.bench import bench_prompts, percentile, print_row
 from dgemma.cli import ArgumentParser
-from dgemma.embedded.corpus import FAMILIES, heldout
 from dgemma.errors import first_line
 from dgemma.app_process import launch
-
-
-def load_prompts(count: int) -> list[str]:
-    """`count` held-out prompts, cycling through the task families (deterministic)."""
-    per_family = [heldout(family) for family in FAMILIES]
-    return [per_family[i % len(per_family)][i // len(per_family)].prompt for i in range(count)]
 
 
 def cli_texts(prompts: list[str], max_new_tokens: int, model: str | None) -> list[str]:
@@ -114,7 +107,7 @@ def build_parser() -> ArgumentParser:
 
 
 def run_load(clients: int, per_client: int, max_new_tokens: int, model: str | None, timeout_s: float, log_dir: Path) -> dict:
-    prompts = load_prompts(clients * per_client)
+    prompts = bench_prompts(clients * per_client)
     expected = cli_texts(prompts, max_new_tokens, model)
     args = ["--max-queued", str(max(64, per_client)), "--max-prompts", str(max(64, per_client))]
     if model:
@@ -141,9 +134,3 @@ def main(argv: list[str] | None = None) -> int:
     print_row(row, args.json, 24)
     ok = row["completed_exactly_once"] == row["requests"] and row["equal_to_cli"] == row["requests"]
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    from dgemma.cli import run_cli
-
-    run_cli(main)

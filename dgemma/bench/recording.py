@@ -14,24 +14,22 @@ scales the run down.
 
 from __future__ import annotations
 
+import functools
 import gc
-import time
 import tracemalloc
+from collections.abc import Iterator
 
-from dgemma.bench import print_row
+from dgemma.bench import print_row, timed
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.events import StepEvent, TilePlan
 from dgemma.recording import MAX_POSITIONS, Recording, load
 
 CANVAS, REQUESTS, VOCAB = 256, 32, 262_144
-_PIECES: dict[int, str] = {}  # one string per token id, as the engine's detokenizer caches them
 
 
+@functools.cache  # one string per token id, as the engine's detokenizer caches them
 def _piece(token: int) -> str:
-    piece = _PIECES.get(token)
-    if piece is None:
-        piece = _PIECES[token] = f"▁w{token}"
-    return piece
+    return f"▁w{token}"
 
 
 def frame(request_id: int, step: int) -> StepEvent:
@@ -43,6 +41,21 @@ def frame(request_id: int, step: int) -> StepEvent:
 
 def plan(step: int) -> TilePlan:
     return TilePlan(float(step), "reference", REQUESTS, CANVAS, VOCAB, 2**36, None, 700 * 2**20, 16, (16, 16), 2**34)
+
+
+def run_events(steps: int) -> Iterator[TilePlan | StepEvent]:
+    """A run of REQUESTS x CANVAS and `steps` steps, as the recorder sees it: each step's plan, then its frames."""
+    for step in range(1, steps + 1):
+        yield plan(step)
+        for r in range(1, REQUESTS + 1):
+            yield frame(r, step)
+
+
+def recorded_run(steps: int) -> Recording:
+    """The run of `run_events(steps)`, recorded."""
+    recording = Recording()
+    recording.extend(run_events(steps))
+    return recording
 
 
 def held(build) -> tuple[object, int]:
@@ -60,23 +73,16 @@ def live_cost(steps: int = 20) -> dict:
     """What recording adds to a live stream, per step of 32 requests at canvas 256: the reader's
     fold of the step's 33 events, the recording's add of the same events, and one compact frame
     of the cards (the page sends at most 6 frames a second, folds every event)."""
-    from dgemma.ui.board import Board, apply
+    from dgemma.ui.board import Board, fold
     from dgemma.ui.compact import frame as compact_frame
 
     events = [[plan(s), *(frame(r, s) for r in range(1, REQUESTS + 1))] for s in range(1, steps + 1)]
     board, recording = Board(), Recording()
     fold_s = record_s = render_s = 0.0
     for batch in events:
-        started = time.perf_counter()
-        for event in batch:
-            apply(board, event)
-        fold_s += time.perf_counter() - started
-        started = time.perf_counter()
-        recording.extend(batch)
-        record_s += time.perf_counter() - started
-        started = time.perf_counter()
-        compact_frame(board)
-        render_s += time.perf_counter() - started
+        fold_s += timed(fold, batch, board)[1]
+        record_s += timed(recording.extend, batch)[1]
+        render_s += timed(compact_frame, board)[1]
     return {"live_fold_ms_per_step": round(1e3 * fold_s / steps, 3),
             "live_record_ms_per_step": round(1e3 * record_s / steps, 3),
             "live_render_ms_per_frame": round(1e3 * render_s / steps, 3),
@@ -88,45 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=positive_int, default=512, help="denoising steps per request (default 512: the bound)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-
-    def frames():
-        for step in range(1, args.steps + 1):
-            yield plan(step)
-            for r in range(1, REQUESTS + 1):
-                yield frame(r, step)
-
-    def record() -> Recording:
-        recording = Recording()
-        recording.extend(frames())
-        return recording
-
-    list(frames())  # fill the piece cache first: it is the engine's, not the recorder's
-    recording, recording_bytes = held(record)
-    events, event_bytes = held(lambda: list(frames()))
+    list(run_events(args.steps))  # fill the piece cache first: it is the engine's, not the recorder's
+    recording, recording_bytes = held(lambda: recorded_run(args.steps))
+    events, event_bytes = held(lambda: list(run_events(args.steps)))
     positions = recording.positions
     del events
-    started = time.perf_counter()
-    text = recording.text()
-    write_s = time.perf_counter() - started
-    started = time.perf_counter()
-    copy = load(text)
-    load_s = time.perf_counter() - started
+    text, write_s = timed(recording.text)
+    copy, load_s = timed(load, text)
     from dgemma.ui.board import fold
-
-    started = time.perf_counter()
-    fold(copy.events(copy.steps))
-    fold_s = time.perf_counter() - started
     from dgemma.ui.seek import Seeker
 
+    _, fold_s = timed(lambda: fold(copy.events(copy.steps)))
     kept = Seeker()  # what playing does: the board of the step before is kept, one step's events folded
-    started = time.perf_counter()
-    with kept.at(copy, copy.steps - 1):  # from nothing: every keyframe is made and counted on the way
-        pass
-    index_s = time.perf_counter() - started
-    started = time.perf_counter()
-    with kept.at(copy, copy.steps):
-        pass
-    next_step_s = time.perf_counter() - started
+
+    def seek(step: int) -> None:
+        with kept.at(copy, step):
+            pass
+
+    _, index_s = timed(seek, copy.steps - 1)  # from nothing: every keyframe is made and counted on the way
+    _, next_step_s = timed(seek, copy.steps)
     live = live_cost()
     result = {
         "positions": positions, "bound": MAX_POSITIONS, "dropped_frames": recording.dropped_frames,

@@ -13,14 +13,14 @@ against requests completed, over the samples after the first --warmup share of t
 from __future__ import annotations
 
 import random
+import statistics
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dgemma.bench import percentile, print_row
-from dgemma.bench.load import load_prompts
+from dgemma.bench import bench_prompts, percentile, print_row
 from dgemma.cli import ArgumentParser
 from dgemma.errors import first_line
 from dgemma.app_process import launch
@@ -41,16 +41,6 @@ def rss_bytes(pid: int | None) -> int | None:
         return psutil.Process(pid).memory_info().rss
     except psutil.Error:
         return None
-
-
-def slope(points: list[tuple[int, int]]) -> float | None:
-    """Least-squares slope dy/dx of (x, y) points; None with fewer than two distinct x."""
-    if len({x for x, _ in points}) < 2:
-        return None
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
 class Tally:
@@ -94,7 +84,7 @@ def _client_loop(url: str, client_index: int, deadline: float, tally: Tally, pro
 
 def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
     """K clients for `minutes`; RSS sampled every SAMPLE_PERIOD_S against requests completed."""
-    prompts = load_prompts(60) + list(OUTSIDE)
+    prompts = bench_prompts(60) + list(OUTSIDE)
     tally = Tally()
     started = time.monotonic()
     deadline = started + minutes * 60
@@ -111,7 +101,8 @@ def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
         for f in futures:
             f.result()  # a client that crashed outside a call is a bug in this benchmark: say so
     after = [(r, b) for t, r, b in samples if t >= warmup * minutes * 60]
-    growth = slope(after)
+    # RSS against requests completed, least squares; none with fewer than two distinct request counts
+    growth = statistics.linear_regression(*zip(*after)).slope if len({r for r, _ in after}) > 1 else None
     return {
         "bench": "soak",
         "minutes": round((time.monotonic() - started) / 60, 2),
@@ -142,13 +133,12 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def run_soak(minutes: float, clients: int, url: str | None = None, model: str | None = None,
-             warmup: float = 0.2, log_dir: Path | None = None) -> dict:
+def run_soak(minutes: float, clients: int, url: str | None = None, model: str | None = None, warmup: float = 0.2) -> dict:
     """Soak `url`, or an app started for the purpose (stopped afterwards)."""
     if url:
         return drive(url, minutes, clients, warmup)
     with tempfile.TemporaryDirectory() as tmp:
-        server = launch(["--model", model] if model else [], Path(log_dir or tmp) / "bench-soak-app.log")
+        server = launch(["--model", model] if model else [], Path(tmp) / "bench-soak-app.log")
         try:
             row = drive(server.url, minutes, clients, warmup)
             row["server_alive_after"] = server.process.poll() is None
@@ -164,9 +154,3 @@ def main(argv: list[str] | None = None) -> int:
     row = run_soak(args.minutes, args.clients, args.url, args.model, args.warmup)
     print_row(row, args.json, 32)
     return 0 if row["errors"] == 0 and row["requests"] > 0 else 1
-
-
-if __name__ == "__main__":
-    from dgemma.cli import run_cli
-
-    run_cli(main)

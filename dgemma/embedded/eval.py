@@ -39,6 +39,9 @@ from dgemma.events import RequestEvent
 from dgemma.sampling.params import SCHEDULERS
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "model"
+# The generation config's fields the CLI overrides and the engine's impls take by the same name
+# (the entropy bound lives in its sampler_config).
+OVERRIDES = ("max_denoising_steps", "t_min", "t_max", "confidence_threshold", "stability_threshold")
 
 
 @dataclass(frozen=True)
@@ -141,15 +144,8 @@ def generate_engine(
     from dgemma.sampling.schedulers import budget
     from dgemma.settings import CanvasModel, Settings, make_request
 
-    params = dict(
-        scheduler=scheduler,
-        max_denoising_steps=config.max_denoising_steps,
-        t_min=config.t_min,
-        t_max=config.t_max,
-        entropy_bound=config.sampler_config.entropy_bound,
-        confidence_threshold=config.confidence_threshold,
-        stability_threshold=config.stability_threshold,
-    )
+    params = {key: getattr(config, key) for key in OVERRIDES}
+    params.update(scheduler=scheduler, entropy_bound=config.sampler_config.entropy_bound)
     loaded = load_model(str(model_dir), device="cpu", dtype=torch.float32)
     # The pins through the one door (dgemma/settings.py): each prompt's first canvas, resolved against the model.
     call = make_request(prompts, {"pins": pins} if pins else None, Settings(SamplingParams(**params, seed=seed)), None,
@@ -299,11 +295,7 @@ def generation_config_for(
 ) -> DiffusionGemmaGenerationConfig:
     """The model's generation config with the CLI overrides, resolved the way generate() resolves it."""
     config = model.generation_config
-    overrides = {
-        key: getattr(args, key)
-        for key in ("max_denoising_steps", "t_min", "t_max", "confidence_threshold", "stability_threshold")
-        if getattr(args, key) is not None
-    }
+    overrides = {key: getattr(args, key) for key in OVERRIDES if getattr(args, key) is not None}
     if args.entropy_bound is not None:
         overrides["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=args.entropy_bound)
     # The very function generate() uses, so the stopping-rule recorder sees generate()'s own values.

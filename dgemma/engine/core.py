@@ -233,8 +233,7 @@ class EngineCore:
         """After a failed step: running requests end with `error`; the samplers' state is rebuilt on
         next use (a step that died half-way may have left it inconsistent). Waiting ones stay queued."""
         with self.lock:
-            for req in list(self.scheduler.running.values()):
-                self.lifecycle.finish(req, "error", error=error)
+            self.fail_requests(list(self.scheduler.running.values()), error)
             self.scheduler.clear_running()
             self.samplers.drop_all()
 
@@ -256,9 +255,7 @@ class EngineCore:
         """End every request with a final 'cancelled' event carrying `reason` (shutdown)."""
         with self.lock:
             with self.intake:
-                unfinished = list(self.scheduler.running.values()) + list(self.scheduler.waiting) + list(self._inbox)
-                self.scheduler.waiting.clear()
-                self._inbox.clear()
+                unfinished = list(self.scheduler.running.values()) + self.take_unstarted()
                 self._cancels.clear()
             for req in unfinished:
                 self.lifecycle.finish(req, "cancelled", error=reason)

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import torch
 
-from dgemma.memory import MemoryDevice, TransientTracker, VirtualDevice, format_bytes
+from dgemma.memory import MemoryDevice, VirtualDevice, format_bytes
+from dgemma.memory.tracker import tracked
 
 
 class Resident:
@@ -113,8 +114,5 @@ class RunBudget(MemoryDevice):
     @contextlib.contextmanager
     def _measure_on_cpu(self) -> Iterator:
         limit = self.free_bytes()
-        with self.device.measure() as m, TransientTracker(limit=limit) as tracker:
-            try:
-                yield m
-            finally:
-                m.peak_bytes = tracker.peak
+        with self.device.measure() as m, tracked(m, limit):
+            yield m

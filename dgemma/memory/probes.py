@@ -18,7 +18,7 @@ import psutil
 import torch
 
 from dgemma.memory.device import Measurement, MemoryDevice
-from dgemma.memory.tracker import TransientTracker
+from dgemma.memory.tracker import tracked
 from dgemma.memory.virtual import VirtualDevice
 from dgemma.units import parse_size
 
@@ -39,17 +39,8 @@ class HostMemory(MemoryDevice):
     def free_bytes(self) -> int:
         return int(psutil.virtual_memory().available)
 
-    @contextlib.contextmanager
-    def measure(self) -> Iterator[Measurement]:
-        m = Measurement()
-        if not self.track:
-            yield m
-            return
-        with TransientTracker() as tracker:
-            try:
-                yield m
-            finally:
-                m.peak_bytes = tracker.peak
+    def measure(self) -> contextlib.AbstractContextManager[Measurement]:
+        return tracked(Measurement()) if self.track else contextlib.nullcontext(Measurement())
 
 
 class CudaMemory(MemoryDevice):

@@ -6,13 +6,16 @@ region's peak and, with a limit, raise a real `torch.OutOfMemoryError` when it i
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dgemma.memory.device import Measurement
 from dgemma.units import format_bytes
 
 
@@ -22,18 +25,13 @@ def raise_out_of_memory(needed: int, free: int, what: str) -> None:
     )
 
 
-# op -> which of its returns may be new storages: those its schema gives no alias annotation. A
-# view (`slice`), an in-place op (`add_`) or an `out=` op returns (a view of) an input: nothing new.
-# A few views carry no annotation (`_unsafe_view`, which matmul uses), so a storage that is one of
-# the op's inputs' is never new either (`_new_storages`).
-_FRESH_RETURNS: dict[object, tuple[bool, ...]] = {}
-
-
+# op -> which of its returns may be new storages (read once per op): those its schema gives no alias
+# annotation. A view (`slice`), an in-place op (`add_`) or an `out=` op returns (a view of) an input:
+# nothing new. A few views carry no annotation (`_unsafe_view`, which matmul uses), so a storage that
+# is one of the op's inputs' is never new either (`_new_storages`).
+@functools.cache
 def _fresh_returns(func) -> tuple[bool, ...]:
-    fresh = _FRESH_RETURNS.get(func)
-    if fresh is None:
-        fresh = _FRESH_RETURNS[func] = tuple(r.alias_info is None for r in func._schema.returns)
-    return fresh
+    return tuple(r.alias_info is None for r in func._schema.returns)
 
 
 def _tensors(values) -> list[torch.Tensor]:
@@ -143,3 +141,14 @@ def measure_peak(run: Callable[[], object]) -> int:
     with TransientTracker() as tracker:
         run()
     return tracker.peak
+
+
+@contextlib.contextmanager
+def tracked(m: Measurement, limit: int | None = None,
+            on_change: Callable[[int], None] | None = None) -> Iterator[Measurement]:
+    """A region measured by a TransientTracker(`limit`, `on_change`): `m`, its `peak_bytes` set when the region ends."""
+    with TransientTracker(limit, on_change) as tracker:
+        try:
+            yield m
+        finally:
+            m.peak_bytes = tracker.peak

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 
 from dgemma.memory.device import Measurement, MemoryDevice
-from dgemma.memory.tracker import TransientTracker, raise_out_of_memory
+from dgemma.memory.tracker import raise_out_of_memory, tracked
 from dgemma.units import parse_size
 
 
@@ -59,10 +59,5 @@ class VirtualDevice(MemoryDevice):
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[Measurement]:
-        m = Measurement()
-        limit = self.free_bytes()
-        with TransientTracker(limit=limit, on_change=self._on_change) as tracker:
-            try:
-                yield m
-            finally:
-                m.peak_bytes = tracker.peak
+        with tracked(Measurement(), self.free_bytes(), self._on_change) as m:
+            yield m

@@ -109,17 +109,13 @@ class LoadedModel:
 RANDOM_WEIGHTS_NOTE = "random weights (--load-format dummy): the text is noise, not this model's"
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
-
-
 def parse_dtype(text: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """`--dtype`: auto (None) is bf16 on CUDA and fp32 on CPU; else bfloat16, float16 or float32."""
     if isinstance(text, torch.dtype):
         return text
     if text is None or text == "auto":
-        return default_dtype(device)
+        # fp32 on CPU (bf16 matmuls are slow there and change results); bf16 on CUDA like the release.
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
     if text not in DTYPES:
         raise ModelLoadError(f"unknown dtype {text!r}: use auto, {', '.join(DTYPES)}")
     return DTYPES[text]
@@ -170,7 +166,7 @@ def hub_error_sentence(source: str, err: BaseException) -> str | None:
     return None
 
 
-def hub_reachable(timeout: float = 3.0) -> bool | str:
+def hub_reachable() -> bool | str:
     """True if the hub's host answers a TCP connect; else its host name. Saves a minute of retries."""
     import socket
     from urllib.parse import urlparse
@@ -178,7 +174,7 @@ def hub_reachable(timeout: float = 3.0) -> bool | str:
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=3.0).close()
         return True
     except OSError:
         return host
@@ -194,15 +190,8 @@ def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
             meta = DiffusionGemmaForBlockDiffusion(config)
         else:
             meta = AutoModel.from_config(config)
-    meta.tie_weights()  # the encoder and decoder share most weights: count them once, as loading does
-    seen: set[int] = set()
-    total = 0
-    for p in meta.parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        total += p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size())
-    return total
+    meta.tie_weights()  # encoder and decoder share most weights: parameters() yields each once, as loading counts them
+    return sum(p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size()) for p in meta.parameters())
 
 
 def free_device_bytes(device: torch.device, memory_budget: int | None = None) -> int:

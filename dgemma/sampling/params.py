@@ -10,7 +10,7 @@ refused the same way, with the same sentence (a `SettingsError`, which is a Valu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
@@ -225,7 +225,7 @@ class RunOptions:
     tile. sampler: the step implementation. memory_budget: bytes (or 512MiB-style text, stored as
     bytes), or None for the device's own free memory.
 
-    Two more are the lesson's, no front end's setting (metadata "internal"): fail_on_oom: a tile that
+    Two more are the lesson's, no front end's setting: fail_on_oom: a tile that
     runs out of memory fails the run's requests with the step's numbers, instead of being split
     (and then preempting); pad_vocab: the logits padded to this vocabulary with a large negative
     value (the released model's, on a small model: real-size sampler memory, the small model's
@@ -235,8 +235,8 @@ class RunOptions:
     tiling: str | int = "auto"
     sampler: str = "reference"
     memory_budget: int | None = None
-    fail_on_oom: bool = field(default=False, metadata={"internal": True})
-    pad_vocab: int | None = field(default=None, metadata={"internal": True})
+    fail_on_oom: bool = False
+    pad_vocab: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiling", parse_tiling(self.tiling))

@@ -33,15 +33,9 @@ class LMHead:
     def vocab(self) -> int:
         return self.vocab_size or self.weight.shape[0]
 
-    def project(
-        self, hidden: torch.Tensor, start: int = 0, stop: int | None = None, temperature: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """fp32 logits of vocab entries [start, stop) for hidden states [..., hidden]; with a
-        `temperature` [n] (hidden [n, ...]) the logits divided by it, folded into the softcap's
-        last multiply (one pass fewer)."""
-        logits = self.products(hidden, start, stop)
-        temp = None if temperature is None else temperature.view(-1, *([1] * (logits.dim() - 1)))
-        return self.cap_(logits, temp, start)
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 capped logits of the whole vocabulary for hidden states [..., hidden]."""
+        return self.cap_(self.products(hidden))
 
     def products(self, hidden: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
         """hidden @ weight[start:stop].T as a fresh fp32 tensor, not yet capped (`cap_`); padded

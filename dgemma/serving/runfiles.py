@@ -75,7 +75,7 @@ class RunFiles:
 
     # ---------------------------------------------------------------- a slot's files
 
-    def save(self, slot: str, write: Callable[[str], None], prefix: str = "dgemma-run-", suffix: str = ".jsonl") -> str:
+    def save(self, slot: str, write: Callable[[str], None]) -> str:
         """A new file of `slot`, written by `write(path)`; the slot's earlier files go first
         (a tab keeps its last run), and the oldest of all after it while the total passes the cap.
         OSError if the file alone passes the cap (it is not kept)."""
@@ -83,7 +83,7 @@ class RunFiles:
         folder = self.root / "runs"
         folder.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        fd, path = tempfile.mkstemp(prefix=f"{prefix}{stamp}-", suffix=suffix, dir=folder)
+        fd, path = tempfile.mkstemp(prefix=f"dgemma-run-{stamp}-", suffix=".jsonl", dir=folder)
         os.close(fd)
         try:
             write(path)
@@ -140,22 +140,19 @@ class RunFiles:
         with self._lock:
             self._reserved -= size
 
-    def _fit(self, keep: str | None = None) -> int:
+    def _fit(self, keep: str | None = None) -> None:
         """Remove the oldest stored files (`keep` last) while they and the reserved bytes pass the cap.
         An upload under way (a file Gradio writes at the top of the directory, then moves into a folder
         of its own) is never removed: its reservation counts it."""
         entries = sorted(self._stored(), key=lambda e: (e[2] == keep, e[0]))
         total = sum(size for _, size, _ in entries) + self._reserved
         count = len(entries)
-        evicted = 0
         for _, size, path in entries:
             if total <= self.max_bytes and count <= MAX_FILES:
                 break
             if self.remove(path):
                 total -= size
                 count -= 1
-                evicted += 1
-        return evicted
 
     def _stored(self) -> list[tuple[float, int, str]]:
         """(mtime, size, path) of every file stored in the directory: not those at its top (the lock,
