@@ -18,7 +18,10 @@ from twin import REAL_CANVAS as CANVAS
 from twin import REAL_REQUESTS as REQUESTS
 from twin import REAL_STEPS as STEPS
 
-CHECKED = 3  # the steps whose frames are weighed on the wire, and those the replay plays
+# The steps whose frames are weighed on the wire: the first, and the last two (at the last, every card
+# is finished and carries its Refine mark: the step whose frame once outgrew the bound).
+WEIGHED = (1, STEPS - 1, STEPS)
+PLAYED = 3  # the replay plays the last steps
 FRAME_BYTES = 64 * 1024
 SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8, "uploadThroughput": 2e6 / 8}
 FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
@@ -74,7 +77,7 @@ def test_the_overview_shows_every_request_and_every_position(page, shots):  # no
 
 def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
     sizes = []
-    for step in range(1, CHECKED + 1):
+    for step in WEIGHED:
         before = len(page.received)
         frames = int(page.evaluate("() => document.querySelector('#cards .dgv').dataset.frames"))
         go_to(page, step)
@@ -100,7 +103,7 @@ def test_a_quarter_second_replay_plays_to_the_last_step_and_stops_there(page, li
     pace = page.locator("#pace input[type=number]")
     pace.fill("0.25")
     pace.press("Enter")
-    go_to(page, STEPS - CHECKED)  # on the local link: what is timed on the emulated one is the play
+    go_to(page, STEPS - PLAYED)  # on the local link: what is timed on the emulated one is the play
     page.cdp.send("Network.emulateNetworkConditions", SLOW_LINK if link != "local" else FAST_LINK)
     try:
         page.click("#play")
