@@ -170,6 +170,9 @@ def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, app_ser
 
 
 
+COMPARE_LENGTH = 16  # one canvas of the embedded model (its default is four): Compare compares settings, not lengths
+
+
 def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, app_server, shots):
     from dgemma.recording import load
 
@@ -180,8 +183,8 @@ def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, app_
     concurrent.press("Enter")
     if not page.locator("#compare-run").is_visible():  # run alone: the accordion is still closed
         page.get_by_text("Compare two settings side by side").click()
-    page.fill("#compare-a textarea, #compare-a input", "scheduler=entropy_bound, greedy=true")
-    page.fill("#compare-b textarea, #compare-b input", "scheduler=block_refinement")
+    page.fill("#compare-a textarea, #compare-a input", f"scheduler=entropy_bound, greedy=true, max_new_tokens={COMPARE_LENGTH}")
+    page.fill("#compare-b textarea, #compare-b input", f"scheduler=block_refinement, max_new_tokens={COMPARE_LENGTH}")
     page.click("#compare-run")
     page.wait_for_function("() => document.querySelector('#compare-table .compare-same')?.innerText.includes('of 4')",
                            timeout=180_000)
@@ -199,7 +202,7 @@ def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, app_
     assert recording.header["settings"]["params"]["scheduler"] == "block_refinement"
     assert recording.summary["scheduler"] == "block_refinement"
     seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-b .card .card-head").first.inner_text())[1])
-    api = Client(app_server.url, verbose=False).predict(prompts, {"scheduler": "block_refinement", "seed": seed},
-                                                    api_name="/generate")
+    b_settings = {"scheduler": "block_refinement", "seed": seed, "max_new_tokens": COMPARE_LENGTH}
+    api = Client(app_server.url, verbose=False).predict(prompts, b_settings, api_name="/generate")
     assert [o["text"] for o in api["outputs"]] == texts["b"]  # B's cards are the API's tokens for its settings
     assert not page.errors, page.errors
