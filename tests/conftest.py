@@ -9,6 +9,8 @@
 - `embedded_model`: the shipped model in assets/model, loaded once (skips if it is missing).
 Random weights never converge, so tests keep `max_denoising_steps` small.
 
+- `real_scale_run`: a run of the structure twin at the release's view scale (32 x 256, 40 steps),
+  recorded once by the CLI for the views' tests (session-scoped, tests/twin.py);
 - `app_server`: the launched app every API and browser test shares (session-scoped);
 - `browser`: a headless chromium (module-scoped).
 

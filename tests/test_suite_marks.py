@@ -2,7 +2,7 @@
 keeps it out of the fast tier (`python -m pytest -m "not slow"`).
 
 A test is marked by what it uses (conftest.KIND_BY_FIXTURE: it takes `app_server`, `browser`,
-`twin_dir` or `embedded_model`, itself or through another fixture) or by a mark of its own
+`twin_dir`, `real_scale_run` or `embedded_model`, itself or through another fixture) or by a mark of its own
 (`pytestmark` or a decorator). What starts a process is read from the source (ast): a call into
 subprocess or multiprocessing, os's process functions, `Popen`, any `launch(...)` (the app's
 dgemma.app_process.launch, gradio's Blocks.launch, playwright's chromium.launch), `sync_playwright`, and
