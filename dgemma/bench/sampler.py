@@ -202,16 +202,12 @@ class _Config:
         }
 
 
-def _identical(a: dict | None, b: dict | None) -> bool | None:
+def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, float | None]:
+    """Whether two states' tokens are identical, and their entropies' largest relative difference (None: no state)."""
     if a is None or b is None:
-        return None
-    return all(torch.equal(a[k], b[k]) for k in ("canvas", "draft", "accepted"))
-
-
-def _entropy_rel_diff(a: dict | None, b: dict | None) -> float | None:
-    if a is None or b is None:
-        return None
-    return float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max())
+        return None, None
+    return (all(torch.equal(a[k], b[k]) for k in ("canvas", "draft", "accepted")),
+            float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max()))
 
 
 def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
@@ -262,11 +258,11 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     baseline_row = rows[0]
     for untiled, tiled in zip(rows[::2], rows[1::2]):
         untiled["identical_to_untiled"] = None if case.meta else True
-        tiled["identical_to_untiled"] = _identical(untiled["_state"], tiled["_state"])
+        tiled["identical_to_untiled"] = _compare(untiled["_state"], tiled["_state"])[0]
         if untiled["impl"] != "reference":
             for row in (untiled, tiled):
-                row["identical_to_reference"] = _identical(baseline_row["_state"], row["_state"])
-                row["entropy_max_rel_diff_vs_reference"] = _entropy_rel_diff(baseline_row["_state"], row["_state"])
+                row["identical_to_reference"], row["entropy_max_rel_diff_vs_reference"] = _compare(
+                    baseline_row["_state"], row["_state"])
             if baseline_row["seconds"] and untiled["seconds"]:
                 untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline_row["seconds"], 3)
         if untiled["seconds"] and tiled["seconds"]:
