@@ -217,9 +217,8 @@ def _print(result: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result), flush=True)
         return
-    extra = ""
-    if result["bench"] == "staggered":
-        extra = f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
+    extra = (f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
+             if result["bench"] == "staggered" else "")
     print(
         f"{result['bench']:>9}: engine {result['engine_tokens_per_s']:>9.1f} canvas-tok/s | generate() "
         f"{result['baseline_tokens_per_s']:>9.1f} | ratio {result['ratio']:.2f}x | engine p50 {result['p50_s']} s, "

@@ -41,6 +41,7 @@ import torch
 from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
+from dgemma.metrics import shown
 from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.start import CanvasStart
@@ -305,21 +306,18 @@ def _check_fits_in_ram(case: Case) -> None:
 
 
 def _table(rows: list[dict]) -> str:
-    def fmt(value, spec):
-        return "-" if value is None else format(value, spec) if spec else str(value)
-
     head = (f"{'scheduler':>16} {'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
             f"{'seconds':>8} {'t/u':>6} {'floor':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6} {'p/t':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['scheduler']:>16} {r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
-            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
-            f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r.get('floor_time_ratio_tiled_vs_untiled'), '.3f'):>6} "
-            f"{fmt(r['identical_to_untiled'], ''):>8} "
-            f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
-            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6} "
-            f"{fmt(r.get('time_ratio_pinned_vs_tiled'), '.3f'):>6}"
+            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {shown(r['seconds'], '.4f'):>8} "
+            f"{shown(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {shown(r.get('floor_time_ratio_tiled_vs_untiled'), '.3f'):>6} "
+            f"{shown(r['identical_to_untiled'], ''):>8} "
+            f"{shown(r.get('time_ratio_vs_reference'), '.3f'):>7} {shown(r.get('identical_to_reference'), ''):>5} "
+            f"{shown(r.get('time_ratio_vs_seed'), '.3f'):>6} {shown(r.get('time_ratio_vs_floor'), '.3f'):>6} "
+            f"{shown(r.get('time_ratio_pinned_vs_tiled'), '.3f'):>6}"
         )
     return "\n".join(lines)
 
