@@ -79,7 +79,9 @@ def run_summary(requests: Sequence[dict | None], wall_seconds: float) -> dict:
 
 def shown(value: float | None, spec: str) -> str:
     """A figure as people read it: "-" when there is none, a size in its unit (`spec` "bytes")."""
-    return "-" if value is None else format_bytes(value) if spec == "bytes" else format(value, spec)
+    if value is None:
+        return "-"
+    return format_bytes(value) if spec == "bytes" else format(value, spec)
 
 
 def summary_line(summary: dict) -> str:

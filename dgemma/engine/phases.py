@@ -177,7 +177,9 @@ class ModelPhases:
             self.lifecycle.make_room_for(rows[left[0]], message, "its sampler step does not fit")
             rows, hidden = self.lifecycle.still_running([rows[i] for i in left], hidden[left])
         stepped, _ = self.lifecycle.still_running(stepped)
-        return (stepped, sampler.outputs([r.slot for r in stepped], plan)) if stepped else ([], None)
+        if not stepped:
+            return [], None
+        return stepped, sampler.outputs([r.slot for r in stepped], plan)
 
     def _emit(self, rows: list[Request], out: StepOutput, started: object) -> None:
         host = to_host(out)  # waits for the step's end

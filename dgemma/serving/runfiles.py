@@ -106,7 +106,7 @@ class RunFiles:
     def remove(self, path: str) -> int:
         """Remove `path` if it lies in this directory (an upload once read, an expired file); its size."""
         path = os.path.abspath(path)
-        if os.path.commonpath([path, str(self.root)]) != str(self.root) or os.path.basename(path) == LOCK:
+        if not _inside(path, self.root) or os.path.basename(path) == LOCK:
             return 0
         try:
             size = os.stat(path).st_size
@@ -206,6 +206,10 @@ def _is_hash(name: str) -> bool:
     return len(name) >= 32 and all(c in "0123456789abcdef" for c in name)
 
 
+def _inside(path: str, root: Path) -> bool:
+    return os.path.commonpath([path, str(root)]) == str(root)
+
+
 # A multipart body is the file plus its part headers and boundaries: a few hundred bytes.
 FORM_OVERHEAD = 64 * 1024
 
@@ -244,7 +248,9 @@ class UploadGuard:
 def _declared_length(request: Request) -> int | None:
     """The body's size as the request declares it; None when it does not (or streams it in chunks)."""
     value = request.headers.get("content-length")
-    return None if value is None or "transfer-encoding" in request.headers or not value.isdigit() else int(value)
+    if value is None or "transfer-encoding" in request.headers or not value.isdigit():
+        return None
+    return int(value)
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, sentence: str) -> None:
