@@ -179,10 +179,8 @@ def zerogpu_size(model: ModelSpec, reserve_bytes: int = RUNTIME_RESERVE) -> str 
     """The smallest ZeroGPU workload (`large`, then `xlarge`) that holds the weights, the reserve
     and the sampler step of at least one request (the planner tiles any batch into what is left);
     None where not even `xlarge` does."""
-    for gpu in ZEROGPU_SIZES:
-        if plan_row(gpu, 1, model, reserve_bytes=reserve_bytes)["tile_size"] is not None:
-            return gpu.zerogpu_size
-    return None
+    return next((gpu.zerogpu_size for gpu in ZEROGPU_SIZES
+                 if plan_row(gpu, 1, model, reserve_bytes=reserve_bytes)["tile_size"] is not None), None)
 
 
 def summary(rows: list[dict], model: ModelSpec, seconds: float) -> dict:

@@ -188,13 +188,11 @@ class Recording:
     def lines(self) -> Iterator[str]:
         """The file, line by line (each ends with a newline): header, events, end line."""
         digest = hashlib.sha256()
-        count = 0
-        for record in (self.header, *(_encode(item) for item in self._items)):
+        for count, record in enumerate((self.header, *(_encode(item) for item in self._items))):
             line = json.dumps(record, ensure_ascii=False) + "\n"
             digest.update(line.encode("utf-8"))
-            count += 1
             yield line
-        end = {"events": count - 1, "steps": self.steps, "dropped_frames": self.dropped_frames,
+        end = {"events": count, "steps": self.steps, "dropped_frames": self.dropped_frames,
                "pieces": {str(k): v for k, v in sorted(self._pieces.items())}, "sha256": digest.hexdigest()}
         if self.summary is not None:
             end["summary"] = self.summary

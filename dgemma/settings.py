@@ -297,8 +297,7 @@ def parse_settings(
     `max_new_tokens` caps the length, `max_tile` a fixed tile size (the engine's max_num_seqs),
     and `prompts` is how many prompts share the seed S (prompt i gets S + i, which must stay a seed).
     """
-    if raw is None:
-        raw = {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise SettingsError(f"Settings must be an object of name: value pairs, got {type(raw).__name__}.")
     params: dict[str, Any] = {}
@@ -321,9 +320,7 @@ def parse_settings(
             canvas[name] = _per_prompt(name, value, prompts, _start if name == "start" else _pins)
         else:
             params[name] = value
-    for name, values in list(canvas.items()):
-        if not any(values):
-            canvas[name] = ()  # nothing asked: the same as not given
+    canvas = {name: values if any(values) else () for name, values in canvas.items()}  # nothing asked: as not given
     settings = Settings(replace(defaults.params, **params), replace(defaults.options, **options), int(length),
                         **canvas)
     last = settings.params.seed + prompts - 1

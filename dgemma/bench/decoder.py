@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from dgemma.bench import timed
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.reproducible import mkl_strict_mode_holds
 
@@ -139,10 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = parse_dtype(None if args.dtype == "auto" else args.dtype, device)
-    started = time.perf_counter()
-    model = build_model(args, device, dtype)
-    runner = Runner(model)
-    built = time.perf_counter() - started
+    runner, built = timed(lambda: Runner(build_model(args, device, dtype)))
+    model = runner.model
     if not args.json:
         strict = "" if device.type != "cpu" else (
             f"; MKL strict: {'yes' if mkl_strict_mode_holds() else 'no (MKL has it on Intel CPUs only)'}")

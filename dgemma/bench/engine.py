@@ -16,6 +16,7 @@ loaded, untouched copy of the model.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -113,16 +114,10 @@ def run_staggered(
     cl = engine.loaded.canvas_length
     # Service rate of the baseline: time one request alone (after warm-up), one prompt per family.
     probe = prompts[: min(6, len(prompts))]
-    started = time.monotonic()
-    for p in probe:
-        baseline.run([p])
-    service_s = (time.monotonic() - started) / len(probe)
+    service_s = timed(lambda: [baseline.run([p]) for p in probe])[1] / len(probe)
     rate = load / service_s  # arrivals per second
     rng = random.Random(seed)
-    arrivals, t = [], 0.0
-    for _ in prompts:
-        arrivals.append(t)
-        t += rng.expovariate(rate)
+    arrivals = list(itertools.accumulate((rng.expovariate(rate) for _ in prompts[1:]), initial=0.0))
 
     def engine_run() -> tuple[float, list[float]]:
         # A client thread submits at the arrival times; latency = arrival to final event.
@@ -152,12 +147,9 @@ def run_staggered(
             latencies.append(time.monotonic() - t0 - arrivals[i])
         return canvases * cl / (time.monotonic() - t0), latencies
 
-    engine_runs, baseline_runs = [], []
-    for _ in range(repeat):
-        engine_runs.append(engine_run())
-        baseline_runs.append(baseline_run())
-    engine_tps, engine_lat = max(engine_runs, key=lambda r: r[0])
-    baseline_tps, base_lat = max(baseline_runs, key=lambda r: r[0])
+    runs = [(engine_run(), baseline_run()) for _ in range(repeat)]
+    engine_tps, engine_lat = max((e for e, _ in runs), key=lambda r: r[0])
+    baseline_tps, base_lat = max((b for _, b in runs), key=lambda r: r[0])
     return dict(
         bench="staggered", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
         baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
@@ -225,9 +217,8 @@ def _print(result: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result), flush=True)
         return
-    extra = ""
-    if result["bench"] == "staggered":
-        extra = f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
+    extra = (f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
+             if result["bench"] == "staggered" else "")
     print(
         f"{result['bench']:>9}: engine {result['engine_tokens_per_s']:>9.1f} canvas-tok/s | generate() "
         f"{result['baseline_tokens_per_s']:>9.1f} | ratio {result['ratio']:.2f}x | engine p50 {result['p50_s']} s, "

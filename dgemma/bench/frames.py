@@ -85,7 +85,8 @@ def measure_seek(recording: Recording, jumps: int = 20, seed: int = 0) -> dict:
     """Server seconds to show a random step: refolded from 0 against from the nearest keyframe."""
     from dgemma.ui.seek import Seeker
 
-    steps = [random.Random(seed).randint(0, recording.steps) for _ in range(jumps)]
+    rng = random.Random(seed)  # one generator: a fresh one per jump drew the same step every time
+    steps = [rng.randint(0, recording.steps) for _ in range(jumps)]
     started = time.perf_counter()
     for step in steps:
         fold(recording.events(step))
@@ -114,7 +115,8 @@ def measure_slider(recording: Recording, jumps: int = 12, seed: int = 0) -> dict
     from dgemma.ui.seek import Seeker
 
     steps = recording.steps
-    targets = [random.Random(seed).randint(0, steps) for _ in range(jumps)]
+    rng = random.Random(seed)  # one generator: a fresh one per jump drew the same step every time
+    targets = [rng.randint(0, steps) for _ in range(jumps)]
     before, after, after_cpu = [], [], []
     for step in targets:
         started = time.perf_counter()

@@ -23,7 +23,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dgemma.bench import print_row
+from dgemma.bench import print_row, timed
 from dgemma.bench.soak import rss_bytes
 from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.errors import first_line
@@ -116,9 +116,8 @@ def browse(url: str, tabs: int, at_once: int, ordinary: Path, results: Counter, 
             browser = p.chromium.launch(executable_path=CHROMIUM,
                                         args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
             if first:
-                started = time.monotonic()
-                visitor["result"] = tab_runs(browser, url, ordinary)
-                visitor["seconds"] = round(time.monotonic() - started, 1)
+                visitor["result"], seconds = timed(tab_runs, browser, url, ordinary)
+                visitor["seconds"] = round(seconds, 1)
             for _ in range(count):
                 results[tab_runs(browser, url).split(":")[0]] += 1
             browser.close()
@@ -134,16 +133,11 @@ def attack(url: str, args, cap: int) -> dict:
                                     "api record": Counter(), "tabs": Counter()}
     visitor: dict = {}
     largest = min(256 * MiB, cap)
-    jobs = []
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-        for _ in range(args.oversized):
-            jobs.append(("oversized", pool.submit(upload, url, largest + 2 * MiB)))
-        for _ in range(max(1, args.oversized // 8)):
-            jobs.append(("undeclared", pool.submit(upload, url, MiB, False)))
-        for _ in range(args.junk):
-            jobs.append(("junk", pool.submit(upload, url, largest // 4)))
-        for i in range(args.api_calls):
-            jobs.append(("api record", pool.submit(api_recording, url, i)))
+        jobs = [("oversized", pool.submit(upload, url, largest + 2 * MiB)) for _ in range(args.oversized)]
+        jobs += [("undeclared", pool.submit(upload, url, MiB, False)) for _ in range(max(1, args.oversized // 8))]
+        jobs += [("junk", pool.submit(upload, url, largest // 4)) for _ in range(args.junk)]
+        jobs += [("api record", pool.submit(api_recording, url, i)) for i in range(args.api_calls)]
         with tempfile.TemporaryDirectory() as tmp:
             browse(url, args.tabs, args.tabs_at_once, Path(tmp) / "ordinary.jsonl", outcomes["tabs"], visitor)
         for kind, job in jobs:

@@ -41,6 +41,7 @@ import torch
 from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
+from dgemma.metrics import shown
 from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.start import CanvasStart
@@ -202,16 +203,12 @@ class _Config:
         }
 
 
-def _identical(a: dict | None, b: dict | None) -> bool | None:
+def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, float | None]:
+    """Whether two states' tokens are identical, and their entropies' largest relative difference (None: no state)."""
     if a is None or b is None:
-        return None
-    return all(torch.equal(a[k], b[k]) for k in ("canvas", "draft", "accepted"))
-
-
-def _entropy_rel_diff(a: dict | None, b: dict | None) -> float | None:
-    if a is None or b is None:
-        return None
-    return float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max())
+        return None, None
+    return (all(torch.equal(a[k], b[k]) for k in ("canvas", "draft", "accepted")),
+            float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max()))
 
 
 def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
@@ -262,11 +259,11 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     baseline_row = rows[0]
     for untiled, tiled in zip(rows[::2], rows[1::2]):
         untiled["identical_to_untiled"] = None if case.meta else True
-        tiled["identical_to_untiled"] = _identical(untiled["_state"], tiled["_state"])
+        tiled["identical_to_untiled"] = _compare(untiled["_state"], tiled["_state"])[0]
         if untiled["impl"] != "reference":
             for row in (untiled, tiled):
-                row["identical_to_reference"] = _identical(baseline_row["_state"], row["_state"])
-                row["entropy_max_rel_diff_vs_reference"] = _entropy_rel_diff(baseline_row["_state"], row["_state"])
+                row["identical_to_reference"], row["entropy_max_rel_diff_vs_reference"] = _compare(
+                    baseline_row["_state"], row["_state"])
             if baseline_row["seconds"] and untiled["seconds"]:
                 untiled["time_ratio_vs_reference"] = round(untiled["seconds"] / baseline_row["seconds"], 3)
         if untiled["seconds"] and tiled["seconds"]:
@@ -309,21 +306,18 @@ def _check_fits_in_ram(case: Case) -> None:
 
 
 def _table(rows: list[dict]) -> str:
-    def fmt(value, spec):
-        return "-" if value is None else format(value, spec) if spec else str(value)
-
     head = (f"{'scheduler':>16} {'impl':>9} {'mode':>8} {'n':>3} {'group':>5} {'tiles':>5} {'peak MiB':>10} {'copies/req':>10} "
             f"{'seconds':>8} {'t/u':>6} {'floor':>6} {'=untiled':>8} {'c/ref t':>7} {'=ref':>5} {'/seed':>6} {'/floor':>6} {'p/t':>6}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['scheduler']:>16} {r['impl']:>9} {r['mode']:>8} {r['num_decode']:>3} {r['group']:>5} {r['tiles']:>5} "
-            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {fmt(r['seconds'], '.4f'):>8} "
-            f"{fmt(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {fmt(r.get('floor_time_ratio_tiled_vs_untiled'), '.3f'):>6} "
-            f"{fmt(r['identical_to_untiled'], ''):>8} "
-            f"{fmt(r.get('time_ratio_vs_reference'), '.3f'):>7} {fmt(r.get('identical_to_reference'), ''):>5} "
-            f"{fmt(r.get('time_ratio_vs_seed'), '.3f'):>6} {fmt(r.get('time_ratio_vs_floor'), '.3f'):>6} "
-            f"{fmt(r.get('time_ratio_pinned_vs_tiled'), '.3f'):>6}"
+            f"{r['peak_transient_bytes'] / MiB:>10.1f} {r['copies_per_request']:>10.2f} {shown(r['seconds'], '.4f'):>8} "
+            f"{shown(r.get('time_ratio_tiled_vs_untiled'), '.3f'):>6} {shown(r.get('floor_time_ratio_tiled_vs_untiled'), '.3f'):>6} "
+            f"{shown(r['identical_to_untiled'], ''):>8} "
+            f"{shown(r.get('time_ratio_vs_reference'), '.3f'):>7} {shown(r.get('identical_to_reference'), ''):>5} "
+            f"{shown(r.get('time_ratio_vs_seed'), '.3f'):>6} {shown(r.get('time_ratio_vs_floor'), '.3f'):>6} "
+            f"{shown(r.get('time_ratio_pinned_vs_tiled'), '.3f'):>6}"
         )
     return "\n".join(lines)
 

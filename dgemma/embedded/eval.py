@@ -118,13 +118,10 @@ def generate_transformers(
     for row, tokens in enumerate(new_tokens.tolist()):
         eos_at = tokens.index(config.eos_token_id) if config.eos_token_id in tokens else len(tokens)
         n_canvases = min(len(recorder.fired_at), eos_at // canvas_length + 1)
-        canvases = []
-        for index in range(n_canvases):
-            fired_at = int(recorder.fired_at[index][row])
-            converged = 0 < fired_at < config.max_denoising_steps
-            canvases.append(Canvas(fired_at if fired_at else config.max_denoising_steps, converged))
-        text = tokenizer.decode(tokens[:eos_at], skip_special_tokens=True)
-        results.append(Generation(text, tuple(canvases)))
+        fired = [int(recorder.fired_at[index][row]) for index in range(n_canvases)]
+        steps = config.max_denoising_steps  # a canvas that never fired took them all (and did not converge)
+        canvases = tuple(Canvas(fired_at or steps, 0 < fired_at < steps) for fired_at in fired)
+        results.append(Generation(tokenizer.decode(tokens[:eos_at], skip_special_tokens=True), canvases))
     return results
 
 

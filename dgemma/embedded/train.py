@@ -265,13 +265,9 @@ def train(args: argparse.Namespace) -> float:
         state = TrainState(**saved["state"])
         print(f"resumed at step {state.step} ({state.elapsed / 60:.1f} min trained)", flush=True)
 
-    def progress() -> float:
-        fractions = []
-        if args.steps is not None:
-            fractions.append(state.step / args.steps)
-        if args.minutes is not None:
-            fractions.append(state.elapsed / (60 * args.minutes))
-        return max(fractions)
+    def progress() -> float:  # the larger share of the budgets given (at least one is)
+        steps = state.step / args.steps if args.steps is not None else 0.0
+        return max(steps, state.elapsed / (60 * args.minutes) if args.minutes is not None else 0.0)
 
     def save_model() -> None:
         model.generation_config = generation_config()

@@ -1,7 +1,6 @@
 """The engine: requests in, events out (EngineCore steps; Engine drives it on a thread)."""
 
-from dgemma.engine.config import EngineConfig, EngineError
-from dgemma.engine.core import EngineCore
+from dgemma.engine.core import EngineConfig, EngineCore, EngineError
 from dgemma.engine.engine import Engine
 
 __all__ = ["Engine", "EngineConfig", "EngineCore", "EngineError"]

@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from dgemma.engine.config import EngineConfig
-from dgemma.engine.core import EngineCore
+from dgemma.engine.core import EngineConfig, EngineCore
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import RequestHandle
 from dgemma.errors import first_line

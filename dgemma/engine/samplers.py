@@ -70,9 +70,7 @@ class SamplerPool:
     def get(self, options: RunOptions, slot: int | None = None) -> TiledSampler:
         """The sampler for `options` (builds it: torch.OutOfMemoryError when its state does not fit),
         `slot` now one of its requests'."""
-        sampler = self._samplers.get(options)
-        if sampler is None:
-            sampler = self._build(options)
+        sampler = self._samplers.get(options) or self._build(options)
         if slot is not None:
             self._slots.setdefault(options, set()).add(slot)
         return sampler

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dgemma.lazy import lazy_attributes
+from dgemma import lazy_attributes
 from dgemma.units import GiB, MiB, format_bytes, parse_size
 
 if TYPE_CHECKING:

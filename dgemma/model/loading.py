@@ -82,10 +82,6 @@ class LoadedModel:
         """Token ids of output text (a canvas's start, a pinned piece): no template, no special tokens."""
         return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
     def facts(self) -> dict:
         """What the page header and the `/info` endpoint say about the model (JSON-ready)."""
         params = {id(p): p.numel() for p in self.model.parameters()}  # tied weights counted once
@@ -99,7 +95,7 @@ class LoadedModel:
             "canvas_length": self.canvas_length,
             "hidden_size": self.hidden_size,
             "softcap": getattr(self.model, "final_logit_softcapping", None),
-            "chat_template": self.has_chat_template,
+            "chat_template": bool(getattr(self.tokenizer, "chat_template", None)),
             "weights": "random" if self.random_weights else "checkpoint",
             "experts": self.experts,
             **({"note": RANDOM_WEIGHTS_NOTE} if self.random_weights else {}),
@@ -186,10 +182,8 @@ def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
     from transformers import AutoModel, DiffusionGemmaForBlockDiffusion
 
     with init_empty_weights():
-        if config.model_type == "diffusion_gemma":
-            meta = DiffusionGemmaForBlockDiffusion(config)
-        else:
-            meta = AutoModel.from_config(config)
+        diffusion_gemma = config.model_type == "diffusion_gemma"
+        meta = DiffusionGemmaForBlockDiffusion(config) if diffusion_gemma else AutoModel.from_config(config)
     meta.tie_weights()  # encoder and decoder share most weights: parameters() yields each once, as loading counts them
     return sum(p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size()) for p in meta.parameters())
 

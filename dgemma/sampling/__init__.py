@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dgemma.lazy import lazy_attributes
+from dgemma import lazy_attributes
 
 from dgemma.sampling.params import (
     MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, SCHEDULERS, Bound, RunOptions, SamplingParams, check_number, parse_tiling,

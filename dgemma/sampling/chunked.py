@@ -79,9 +79,7 @@ def chunked_tile(
     # Only the entropy bound's sampling rows race here; block refinement and DDIM rows read the raw
     # distribution (temperature 1) and, with a temperature, race in a pass of their own
     stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass]
-    race = None
-    if stochastic:
-        race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size)
+    race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size) if stochastic else None
 
     softmax = _OnlineSoftmax(n * canvas_length, embed_weight.shape[1], device)
     best = RunningArgmax((n * canvas_length,), device)

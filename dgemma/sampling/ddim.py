@@ -35,18 +35,14 @@ def route_weights(canvas: torch.Tensor, proposed: torch.Tensor, phases: list[Pha
     return weights / weights.sum(dim=-1, keepdim=True)
 
 
-def ddim_routes(rows: list[RowKey], weights: torch.Tensor) -> torch.Tensor:
-    """[r, CL] each position's route (0 clean, 1 stay, 2 noise), drawn with keyed uniforms."""
-    uniform = keyed_uniform(row_keys(rows, ROUTE, weights.device), weights.shape[1])
-    return keyed_categorical(weights, uniform)
-
-
 def discrete_ddim(
     proposed: torch.Tensor, canvas: torch.Tensor, renoise: torch.Tensor, rows: list[RowKey], phases: list[Phase],
     vocab_size: int, pins: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One DDIM predictor step on rows [r, CL]: (next canvas, positions that took the clean route)."""
-    routes = ddim_routes(rows, route_weights(canvas, proposed, phases, vocab_size))
+    weights = route_weights(canvas, proposed, phases, vocab_size)
+    # [r, CL] each position's route (0 clean, 1 stay, 2 noise), drawn with keyed uniforms
+    routes = keyed_categorical(weights, keyed_uniform(row_keys(rows, ROUTE, weights.device), weights.shape[1]))
     next_canvas = torch.where(routes == 0, proposed, canvas)
     next_canvas = torch.where(routes == 2, renoise, next_canvas)
     if pins is not None:

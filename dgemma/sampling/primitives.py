@@ -275,9 +275,7 @@ def in_position_groups(
 def cache_group(positions: int, width: int, group_bytes: int | None) -> int:
     """Positions per group: as many as fill `group_bytes` of fp32 logits `width` wide (at least
     one), or all of them (None)."""
-    if group_bytes is None:
-        return positions
-    return max(1, min(positions, group_bytes // (width * 4)))
+    return positions if group_bytes is None else max(1, min(positions, group_bytes // (width * 4)))
 
 
 # A step implementation: (scores, inputs, embed_weight, normalizer) -> TileResult. Pure: it

@@ -41,10 +41,6 @@ class SamplerConfig:
     split: bool = True
 
 
-def _reference(config: SamplerConfig, free_bytes: int) -> TileFn:
-    return reference_tile
-
-
 def _chunked(config: SamplerConfig, free_bytes: int) -> TileFn:
     chunk_size = config.chunk_size
     if chunk_size is None:
@@ -59,7 +55,7 @@ def _chunked(config: SamplerConfig, free_bytes: int) -> TileFn:
 
 # The names are params.SAMPLER_STEPS (torch-free, for the settings), in its order; a test holds them equal.
 STEPS: dict[str, Callable[[SamplerConfig, int], TileFn]] = {
-    "reference": _reference,  # eager, the one that runs out of memory (the lesson's)
+    "reference": lambda config, free_bytes: reference_tile,  # eager, the one that runs out of memory (the lesson's)
     "chunked": _chunked,  # streams the vocabulary
 }
 

@@ -84,6 +84,8 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
     # Lines, not bars or markers: one SVG path per trace however many calls there are, so a
     # live redraw stays cheap for the browser (bars and markers cost one element per point).
     step = dict(shape="hv")
+    # Without a tracker (a plain host, for speed) the sampler reports its calibrated estimate.
+    measured = all(getattr(p, "peak_measured", True) for p in plans)
     data: list[dict] = [
         dict(type="scatter", mode="lines", x=calls, y=[p.num_decode for p in plans], name="requests denoising",
              fill="tozeroy", fillcolor="rgba(120,120,120,0.18)", line=dict(color="rgba(120,120,120,0.5)", **step)),
@@ -94,7 +96,8 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         dict(type="scatter", mode="lines", x=calls, y=[_mib(p.free_bytes) for p in plans], yaxis="y2",
              name="free memory (MiB)", line=dict(color="#2ca02c")),
         dict(type="scatter", mode="lines", x=calls, y=[_mib(p.peak_transient_bytes) for p in plans],
-             yaxis="y2", name=_peak_name(plans), line=dict(color="#d62728")),
+             yaxis="y2", name=f"peak transient (MiB{'' if measured else ', calibrated estimate'})",
+             line=dict(color="#d62728")),
     ]
     if any(p.budget_bytes for p in plans):
         data.append(dict(type="scatter", mode="lines", x=calls, y=[_mib(p.budget_bytes or 0) for p in plans],
@@ -110,13 +113,6 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         yaxis2=_memory_axis([p.free_bytes for p in plans] + [p.peak_transient_bytes for p in plans]),
     )
     return {"data": data, "layout": layout}
-
-
-def _peak_name(plans: Sequence[TilePlan]) -> str:
-    # Without a tracker (a plain host, for speed) the sampler reports its calibrated estimate.
-    if all(getattr(p, "peak_measured", True) for p in plans):
-        return "peak transient (MiB)"
-    return "peak transient (MiB, calibrated estimate)"
 
 
 def _memory_axis(values: list[int]) -> dict:

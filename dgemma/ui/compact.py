@@ -69,9 +69,7 @@ def refinable(view: RequestView) -> bool:
 
 def level(p: float) -> int:
     """A probability in [0, 1] as one of LEVELS steps (0: flat, LEVELS - 1: certain)."""
-    if not math.isfinite(p) or p <= 0:
-        return 0
-    return min(LEVELS - 1, int(p * LEVELS))
+    return 0 if not math.isfinite(p) or p <= 0 else min(LEVELS - 1, int(p * LEVELS))
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -159,9 +159,7 @@ def live_slider(playback: Playback) -> gr.Slider:
     if recording is None:
         return gr.skip()
     last = max(1, recording.steps)
-    if playback.follow:
-        return gr.Slider(maximum=last, value=recording.steps)
-    return gr.Slider(maximum=last)
+    return gr.Slider(maximum=last, value=recording.steps) if playback.follow else gr.Slider(maximum=last)
 
 
 def wire(service: RunService, player: Player, views: list, status_line: gr.Markdown) -> None:
