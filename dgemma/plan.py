@@ -81,13 +81,11 @@ def _meta_embed(vocab_size: int, hidden_size: int) -> torch.Tensor:
     return torch.empty(vocab_size, hidden_size, dtype=torch.bfloat16, device="meta")
 
 
-@functools.lru_cache(maxsize=64)
 def untiled_calibration(canvas_length: int, vocab_size: int, hidden_size: int) -> Calibration:
     """The seed's eager step (`seed_tile`): the logits are its input (made before the sampler), 7 copies at its peak."""
     return calibrate_tile(seed_tile, canvas_length, vocab_size, _meta_embed(vocab_size, hidden_size))
 
 
-@functools.lru_cache(maxsize=64)
 def row_calibration(kind: str, canvas_length: int, vocab_size: int, hidden_size: int, softcap: float | None) -> Calibration:
     """This project's reference step as the engine builds it (hidden states in, LM head per tile), for a
     tile of `kind`'s rows (a key of `calibration.COSTLIEST`; "sample": the entropy bound's, the tiled step's)."""
@@ -95,7 +93,6 @@ def row_calibration(kind: str, canvas_length: int, vocab_size: int, hidden_size:
     return calibrate_tile(reference_tile, canvas_length, vocab_size, embed, LMHead(embed, softcap), kind=kind)
 
 
-@functools.lru_cache(maxsize=256)
 def chunked_calibration(chunk: int, canvas_length: int, vocab_size: int, hidden_size: int,
                         softcap: float | None) -> Calibration:  # fmt: skip
     """The chunked step at `chunk`, calibrated over two chunks of the vocabulary.

@@ -84,11 +84,10 @@ class LoadedModel:
 
     def facts(self) -> dict:
         """What the page header and the `/info` endpoint say about the model (JSON-ready)."""
-        params = {id(p): p.numel() for p in self.model.parameters()}  # tied weights counted once
         return {
             "model": public_name(self.name),
             "embedded": is_embedded(self.name),
-            "parameters": sum(params.values()),
+            "parameters": sum(p.numel() for p in self.model.parameters()),  # parameters() yields a tied weight once
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "vocab_size": self.vocab_size,
