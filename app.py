@@ -240,7 +240,10 @@ def main_page_first(args: argparse.Namespace, started: float) -> int:
         return 0
     if backend.error:  # on the page (status line, API) for a moment, on stderr, then exit non-zero
         _fail(backend.error)
-        time.sleep(FAILED_LINGER_S)
+        try:
+            time.sleep(FAILED_LINGER_S)
+        except KeyboardInterrupt:  # Ctrl-C ends the moment early; the exit still says the load failed
+            pass
         demo.close()
         return 2
     # One line the tests and people can wait for: the model answers from here on.

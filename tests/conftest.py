@@ -23,6 +23,10 @@ README's test command runs everything.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -62,6 +66,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(kind)
         if any(item.get_closest_marker(k) for k in SLOW_KINDS):
             item.add_marker("slow")
+    # Modules with a slow test first, each module's tests kept together and in order: pytest-xdist
+    # hands out whole modules (--dist loadfile), and a long module handed out last would leave the
+    # other workers idle while it runs.
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
 
 
 def save_tiny_model(path, canvas_length: int = 16, seed: int = 0, **text_overrides) -> str:
@@ -119,12 +128,30 @@ def twin_dir(tmp_path_factory) -> str:
     return save_twin(tmp_path_factory.mktemp("twin"))
 
 
+def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)`, done once for the whole run: by this session, or under pytest-xdist by the
+    first worker that asks (the others wait on a lock, then take the same file). For results that
+    are files; a process (an app server) stays with the worker that started it."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder every worker's own temporary folder is in
+    made = root / f"{name}.path"
+    with FileLock(root / f"{name}.lock"):
+        if not made.is_file():
+            folder = root / name
+            folder.mkdir()
+            made.write_text(str(make(folder)))
+    return Path(made.read_text())
+
+
 @pytest.fixture(scope="session")
-def real_scale_run(tmp_path_factory):
+def real_scale_run(tmp_path_factory) -> Path:
     """One recorded run at the release's view scale (tests/twin.py), shared by the views' tests."""
     from twin import record_real_scale_run
 
-    return record_real_scale_run(tmp_path_factory.mktemp("real_scale"))
+    return once_per_run(tmp_path_factory, "real_scale", record_real_scale_run)
 
 
 @pytest.fixture(params=[None, 2], ids=["default-threads", "two-threads"])
