@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Set up and run the test suite on a fresh machine (this is the README's test command).
-#   bash scripts/test.sh                 the whole suite
+#   bash scripts/test.sh                 the whole suite, on two pytest-xdist workers
 #   bash scripts/test.sh --fast          the fast tier (-m "not slow"): no process, server or browser
 #   bash scripts/test.sh tests/test_x.py one file (any pytest arguments pass through)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tier=()
+# The whole suite waits on servers, browsers and processes it starts: two workers, each handed
+# whole modules (--dist loadfile keeps a module's server and browser on one worker), fill each
+# other's waits. The fast tier and a chosen file are compute alone, quicker in one process.
+tier=(-n 2 --dist loadfile)
 if [[ "${1:-}" == "--fast" ]]; then
   shift
   tier=(-m "not slow")
+elif [[ $# -gt 0 ]]; then
+  tier=()
 fi
 python -m pip install -q -r requirements-dev.txt
 # The browser tests drive Debian's chromium through playwright (`playwright install` cannot download here).

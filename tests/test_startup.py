@@ -98,9 +98,12 @@ def test_a_checkpoint_that_fails_to_load_is_one_sentence_on_the_page_and_stderr(
            "DGEMMA_FAILED_LINGER_S": "300"}
     stderr_path = tmp_path / "stderr.log"
     with open(stderr_path, "w") as stderr:
+        # Ctrl-C as from a terminal: a process started from a worker of pytest-xdist (or nohup) would
+        # inherit SIGINT ignored, and Python then raises no KeyboardInterrupt.
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--model", str(broken_checkpoint)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
     try:
         assert PAGE_LINE in proc.stdout.readline()  # the page is served first
