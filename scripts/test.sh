@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The whole suite waits on servers, browsers and processes it starts: two workers, each handed
 # whole modules (--dist loadfile keeps a module's server and browser on one worker), fill each
-# other's waits. The fast tier and a chosen file are compute alone, quicker in one process.
-tier=(-n 2 --dist loadfile)
+# other's waits; they take the modules in the order collected (tests/conftest.py puts the long
+# ones first), not xdist's largest-first. The fast tier and a chosen file are compute alone,
+# quicker in one process.
+tier=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [[ "${1:-}" == "--fast" ]]; then
   shift
   tier=(-m "not slow")

@@ -9,7 +9,7 @@
 - `embedded_model`: the shipped model in assets/model, loaded once (skips if it is missing).
 Random weights never converge, so tests keep `max_denoising_steps` small.
 
-- `real_scale_run`: a run of the structure twin at the release's view scale (32 x 256, 40 steps),
+- `real_scale_run`: a run of the structure twin at the release's view scale (32 x 256, 20 steps),
   recorded once by the CLI for the views' tests (session-scoped, tests/twin.py);
 - `app_server`: the launched app every API and browser test shares (session-scoped);
 - `browser`: a headless chromium (module-scoped).
@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -73,11 +74,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(kind)
         if any(item.get_closest_marker(k) for k in SLOW_KINDS):
             item.add_marker("slow")
-    # Modules with a slow test first, each module's tests kept together and in order: pytest-xdist
-    # hands out whole modules (--dist loadfile), and a long module handed out last would leave the
-    # other workers idle while it runs.
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)
+    # Modules that start processes of their own first, then the other slow ones, then the fast:
+    # pytest-xdist hands out whole modules in this order (scripts/test.sh: --dist loadfile
+    # --no-loadscope-reorder), and a long module handed out last would leave the other worker idle
+    # while it runs. Each module's tests stay together and in order.
+    server = {item.path for item in items if item.get_closest_marker("server")}
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path not in server, item.path not in slow))
 
 
 def save_tiny_model(path, canvas_length: int = 16, seed: int = 0, **text_overrides) -> str:
@@ -159,6 +162,44 @@ def real_scale_run(tmp_path_factory) -> Path:
     from twin import record_real_scale_run
 
     return once_per_run(tmp_path_factory, "real_scale", record_real_scale_run)
+
+
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def bench(capsys) -> Callable[..., Ran]:
+    """`python -m dgemma.bench ARGS` as its `__main__` runs it (`dgemma.cli.run_cli`), in this process:
+    its exit status and what it printed. A fresh interpreter would add seconds of imports to each
+    test and check nothing more (tests/test_soak.py starts `python -m dgemma.bench` itself)."""
+    from dgemma.bench import main
+    from dgemma.cli import run_cli
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            run_cli(main, list(args), prog="python -m dgemma.bench")
+        out, err = capsys.readouterr()
+        return Ran(exit_.value.code, out, err)
+
+    return run
+
+
+def generate_json(capsys, *argv: str) -> list[dict]:
+    """`python -m dgemma.generate ARGV --json` in this process: one object per request in input
+    order (the summary line left out); fails with its stderr when it exits non-zero."""
+    import json
+
+    from dgemma.generate import main
+
+    capsys.readouterr()
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return [row for row in map(json.loads, out.splitlines()) if "summary" not in row]
 
 
 @pytest.fixture(params=[None, 2], ids=["default-threads", "two-threads"])

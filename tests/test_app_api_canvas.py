@@ -7,15 +7,13 @@ piece or position is one sentence.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_server import MODEL_ARGS, ROOT
+from app_server import MODEL_ARGS
+from conftest import generate_json
 
 pytestmark = pytest.mark.server  # the API against a launched app, checked against the CLI
 
@@ -28,16 +26,11 @@ def client(app_server):
     return Client(app_server.url, verbose=False)
 
 
-def test_start_and_pins_give_the_same_tokens_through_the_api_and_the_cli(client):
+def test_start_and_pins_give_the_same_tokens_through_the_api_and_the_cli(client, capsys):
     settings = {**SETTINGS, "start": "3 4", "pins": {"0": "5", "1": "7"}}
     result = client.predict(PROMPTS, settings, api_name="/generate")
-    cli = subprocess.run(
-        [sys.executable, "-m", "dgemma.generate", *MODEL_ARGS, "--seed", "5", "--max-new-tokens", "32", "--greedy",
-         "--start", "3 4", "--pin", "0=5", "--pin", "1=7", "--json", *[a for p in PROMPTS for a in ("--prompt", p)]],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert cli.returncode == 0, cli.stderr
-    rows = [json.loads(line) for line in cli.stdout.splitlines()][:-1]
+    rows = generate_json(capsys, *MODEL_ARGS, "--seed", "5", "--max-new-tokens", "32", "--greedy", "--start", "3 4",
+                         "--pin", "0=5", "--pin", "1=7", *[a for p in PROMPTS for a in ("--prompt", p)])
     assert [o["text"] for o in result["outputs"]] == [r["text"] for r in rows]
     assert [o["steps"] for o in result["outputs"]] == [r["steps"] for r in rows]
     assert all(o["text"][:2] == "57" for o in result["outputs"])  # the pinned positions hold

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-pytestmark = [pytest.mark.server, pytest.mark.embedded]  # runs `python -m dgemma.bench lesson` on the shipped model
+pytestmark = pytest.mark.embedded  # runs `python -m dgemma.bench lesson` (conftest's `bench`) on the shipped model
 
 
-def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dgemma.bench", "lesson", *args], capture_output=True, text=True,
-                          timeout=300)
-
-
-def test_the_lessons_tiled_run_is_timed_against_its_untiled_one_with_identical_tokens():
-    result = bench("--requests", "4", "--steps", "2", "--repeats", "1", "--model-vocab")
+def test_the_lessons_tiled_run_is_timed_against_its_untiled_one_with_identical_tokens(bench):
+    result = bench("lesson", "--requests", "4", "--steps", "2", "--repeats", "1", "--model-vocab")
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
     assert set(rows) == {"reference", "chunked"}
@@ -26,7 +18,7 @@ def test_the_lessons_tiled_run_is_timed_against_its_untiled_one_with_identical_t
         assert identical == "True"
 
 
-def test_an_unknown_step_is_one_line_and_exit_status_2():
-    result = bench("--impl", "fastest")
+def test_an_unknown_step_is_one_line_and_exit_status_2(bench):
+    result = bench("lesson", "--impl", "fastest")
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
     assert "unknown --impl 'fastest'" in result.stderr

@@ -1,24 +1,18 @@
-"""`python -m dgemma.bench sampler`: its JSON rows, the source's figure, and its bad-input lines."""
+"""`python -m dgemma.bench sampler`: its JSON rows, the source's figure, and its bad-input lines.
+
+Each test runs the command in this process, as its `__main__` does (conftest's `bench`)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-
-pytestmark = pytest.mark.server  # each test runs `python -m dgemma.bench`
 
 MiB = 1024**2
 GiB = 1024**3
 
 
-def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dgemma.bench", *args], capture_output=True, text=True, timeout=300)
-
-
-def test_meta_run_reproduces_the_source_figure_and_tiles_under_the_budget():
+def test_meta_run_reproduces_the_source_figure_and_tiles_under_the_budget(bench):
     result = bench("sampler", "--meta", "--num-decode", "16", "--budget", "8GiB", "--baseline", "seed", "--json")
     assert result.returncode == 0, result.stderr
     rows = {(row["impl"], row["mode"]): row for row in map(json.loads, result.stdout.splitlines())}
@@ -33,7 +27,7 @@ def test_meta_run_reproduces_the_source_figure_and_tiles_under_the_budget():
     assert untiled["seconds"] is None and tiled["identical_to_untiled"] is None
 
 
-def test_a_tiled_row_of_several_tiles_carries_the_floor_tiled_the_same_way():
+def test_a_tiled_row_of_several_tiles_carries_the_floor_tiled_the_same_way(bench):
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "4", "--hidden", "16",
                    "--budget", "400KiB", "--repeats", "1", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -42,7 +36,7 @@ def test_a_tiled_row_of_several_tiles_carries_the_floor_tiled_the_same_way():
     assert "floor_time_ratio_tiled_vs_untiled" not in untiled
 
 
-def test_seed_baseline_prints_time_ratios_and_the_floor():
+def test_seed_baseline_prints_time_ratios_and_the_floor(bench):
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "3", "--hidden", "16",
                    "--impl", "reference", "chunked", "--baseline", "seed", "--repeats", "1", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -54,7 +48,7 @@ def test_seed_baseline_prints_time_ratios_and_the_floor():
     assert rows["chunked", "tiled"]["identical_to_reference"] is True
 
 
-def test_pins_add_a_pinned_row_timed_against_the_tiled_step():
+def test_pins_add_a_pinned_row_timed_against_the_tiled_step(bench):
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "8", "--num-decode", "3", "--hidden", "16",
                    "--impl", "reference", "chunked", "--pins", "--repeats", "1", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -66,7 +60,7 @@ def test_pins_add_a_pinned_row_timed_against_the_tiled_step():
         assert 0 <= pinned["peak_transient_bytes"] - tiled["peak_transient_bytes"] <= 3 * 8 * (8 + 8)
 
 
-def test_real_run_reports_time_and_identical_tokens():
+def test_real_run_reports_time_and_identical_tokens(bench):
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "16", "--num-decode", "6",
                    "--budget", "2MiB", "--repeats", "1", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -76,7 +70,7 @@ def test_real_run_reports_time_and_identical_tokens():
     assert rows["tiled"]["seconds"] > 0 and rows["untiled"]["seconds"] > 0
 
 
-def test_scheduler_rows_come_in_the_same_run_each_with_its_floor_and_identical_when_tiled():
+def test_scheduler_rows_come_in_the_same_run_each_with_its_floor_and_identical_when_tiled(bench):
     result = bench("sampler", "--vocab", "2048", "--canvas-length", "16", "--num-decode", "6", "--budget", "2MiB",
                    "--repeats", "1", "--scheduler", "entropy_bound", "block_refinement", "discrete_ddim", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -99,7 +93,7 @@ def test_scheduler_rows_come_in_the_same_run_each_with_its_floor_and_identical_w
         (["teleport"], "choose a benchmark"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(args, fragment):
+def test_bad_input_exits_2_with_one_line(bench, args, fragment):
     result = bench(*args)
     assert result.returncode == 2
     assert fragment in result.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import subprocess
-import sys
 
 import plotly.graph_objects as go
 import pytest
@@ -134,12 +132,9 @@ def test_the_plan_picks_the_chunk_the_sampler_picks(requests, free):
     assert plan.chunk_for(requests, free, model, 64) == expected
 
 
-@pytest.mark.server
-def test_json_prints_one_row_per_gpu_and_request_count_then_a_summary():
-    done = subprocess.run([sys.executable, "-m", "dgemma.plan", "--json"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
+def test_json_prints_one_row_per_gpu_and_request_count_then_a_summary(capsys):
+    assert plan.main(["--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 11 * 7 + 1  # nine cards and ZeroGPU's two workload sizes
     assert all(FIELDS <= set(row) for row in lines[:-1])
     assert lines[-1]["summary"] and lines[-1]["copies_per_request"]["seed_assumed"] == 10

@@ -1,7 +1,7 @@
 """The live view at the released model's scale, in a real chromium: 32 requests x 256-token canvases.
 
 The run is made at test time: the structure twin (tests/twin.py) at the release's canvas, 256,
-recorded by `python -m dgemma.generate --record` (conftest's `real_scale_run`: 40 denoising steps at
+recorded by `python -m dgemma.generate --record` (conftest's `real_scale_run`: 20 denoising steps at
 vocab 4,096, shared with tests/test_slow_visitor.py), then loaded into the app's replay. The overview
 shows every request and position, each step's frame reaches the page in at most 64 KB on the wire,
 and a replay at 0.25 s a step plays its last steps to the end on the local link and on an emulated

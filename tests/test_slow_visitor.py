@@ -2,8 +2,8 @@
 server queues nothing for them: each frame goes only once their page has drawn the one before
 (dgemma/serving/acks.py), and the frames due meanwhile are skipped.
 
-A real-scale run (conftest's `real_scale_run`: the structure twin at canvas 256, 32 requests, 40
-steps) is replayed at 0.25 s a step (10 s due) to chromium through an emulated 0.1 Mbit/s link
+A real-scale run (conftest's `real_scale_run`: the structure twin at canvas 256, 32 requests, 20
+steps) is replayed at 0.25 s a step (5 s due) to chromium through an emulated 0.1 Mbit/s link
 (12,500 B/s, 40 ms), about a tenth of what its frames need. The page shows the last step at most LATE_S after it was due
 (before the page's acknowledgements it was 46-84 s late: chromium's emulation and the sockets took in
 0.5-0.7 MB of frames first), having been sent fewer frames than there are steps, and the server's

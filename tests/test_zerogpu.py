@@ -20,19 +20,17 @@ from dgemma.serving.backend import results
 from dgemma.settings import RunRequest
 
 import dataclasses
-import json
 import os
 import pickle
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_server import MODEL_ARGS, ROOT, launch
+from app_server import MODEL_ARGS, launch
+from conftest import generate_json
 from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, stream_then_kill, wait_until
 
@@ -91,16 +89,10 @@ def test_the_app_serves_on_zerogpu(server, client):
     assert "/generate" in client.view_api(print_info=False, return_format="dict")["named_endpoints"]
 
 
-def test_generate_runs_in_a_worker_and_matches_the_cli(server, client, sim_dir):
-    cli = subprocess.run(
-        [sys.executable, "-m", "dgemma.generate", *MODEL_ARGS, "--seed", str(SETTINGS["seed"]),
-         "--max-new-tokens", str(SETTINGS["max_new_tokens"]), "--json",
-         *[arg for p in PROMPTS for arg in ("--prompt", p)]],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert cli.returncode == 0, cli.stderr
-    expected = [json.loads(line) for line in cli.stdout.splitlines() if line.strip()]
-    expected = [r for r in expected if "summary" not in r]
+def test_generate_runs_in_a_worker_and_matches_the_cli(server, client, sim_dir, capsys):
+    expected = generate_json(capsys, *MODEL_ARGS, "--seed", str(SETTINGS["seed"]),
+                             "--max-new-tokens", str(SETTINGS["max_new_tokens"]),
+                             *[arg for p in PROMPTS for arg in ("--prompt", p)])
     result = client.predict(PROMPTS, SETTINGS, api_name="/generate")
     got = [(o["prompt"], o["text"], o["steps"], o["seed"]) for o in result["outputs"]]
     assert got == [(r["prompt"], r["text"], r["steps"], r["seed"]) for r in expected]
