@@ -75,10 +75,12 @@ def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, br
         tab.goto(app.url, wait_until="load")
         tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
         tab.click("#run")
+    ran = set()  # each tab's file as its run ends: on a busy machine the first may pass its age before the last ends
     for tab in tabs:
         tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
-    ran = files_in(app.files)
-    assert len(ran) == 3 and disk_bytes(app.files) > baseline, ran  # one run file per tab, no copy
+        ran.update(files_in(app.files))
+        assert disk_bytes(app.files) > baseline
+    assert len(ran) == 3, ran  # one run file per tab, no copy
     for tab in tabs:
         tab.close()
     closed = time.monotonic()
@@ -109,7 +111,9 @@ def test_when_memory_is_full_the_least_recently_used_idle_run_goes_and_its_tab_s
 
 @pytest.mark.browser  # the bench drives chromium itself
 def test_the_hostile_bench_keeps_disk_under_its_cap_and_returns_it_while_an_ordinary_visitor_runs():
-    args = argparse.Namespace(max_disk=24 * 2**20, age=8, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
+    # The age is the module's: ten times what a run's file waits for its download on an idle machine
+    # (8 s was not enough when the machine was busy: the ordinary visitor's file went first).
+    args = argparse.Namespace(max_disk=24 * 2**20, age=AGE_S, oversized=6, junk=6, api_calls=4, tabs=2, tabs_at_once=1,
                               concurrency=8, model=MODEL_ARGS[1] if MODEL_ARGS else None)
     row = run_hostile(args)
     assert row["outcomes"]["oversized"] and "http 200" not in row["outcomes"]["oversized"], row
