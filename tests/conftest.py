@@ -151,7 +151,7 @@ def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], Path]) -> P
     with FileLock(root / f"{name}.lock"):
         if not made.is_file():
             folder = root / name
-            folder.mkdir()
+            folder.mkdir(exist_ok=True)  # a failed make may have left it
             made.write_text(str(make(folder)))
     return Path(made.read_text())
 
