@@ -7,7 +7,6 @@ piece or position is one sentence.
 
 from __future__ import annotations
 
-
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
