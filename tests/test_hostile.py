@@ -81,18 +81,18 @@ def test_a_script_posting_past_the_cap_gets_one_sentence_and_nothing_is_stored(a
 
 def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, browser):
     baseline = disk_bytes(app.files)
-    tabs = [browser.new_page() for _ in range(3)]
-    for tab in tabs:
-        tab.goto(app.url, wait_until="load")
-        tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
-        tab.click("#run")
-    # Every run file seen while the tabs run: on a busy machine the first file can pass its age (and
-    # go) before the last tab's run has ended, so the files are not all on disk at any one moment.
+    # Every run file seen from the first Run on: on a busy machine the first tab's file can pass its
+    # age (and go) before the last tab has even loaded, so the files are not all on disk at any one moment.
     ran: set[str] = set()
     done = threading.Event()
     watcher = threading.Thread(target=watch, args=(app.files, ran, done))
     watcher.start()
+    tabs = [browser.new_page() for _ in range(3)]
     try:
+        for tab in tabs:
+            tab.goto(app.url, wait_until="load")
+            tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+            tab.click("#run")
         for tab in tabs:
             tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
     finally:
