@@ -5,6 +5,7 @@ memory cap (`slot_key`); the engine's subscriptions are the backend's own, never
 
 from __future__ import annotations
 
+import atexit
 import logging
 import tempfile
 import threading
@@ -54,9 +55,9 @@ class Keeping:
 
     @classmethod
     def default(cls) -> Keeping:
-        """For a page built outside app.py (as tests build one): a directory of its own, the default caps."""
-        files = RunFiles(tempfile.mkdtemp(prefix="dgemma-page-files-"), runfiles.DEFAULT_MAX_BYTES,
-                         runfiles.DEFAULT_MAX_AGE_S)
+        """For a page built outside app.py (as tests build one): a directory of its own, removed at exit, the default caps."""
+        files = RunFiles(tempfile.mkdtemp(prefix="dgemma-page-files-"), runfiles.DEFAULT_MAX_BYTES, runfiles.DEFAULT_MAX_AGE_S)
+        atexit.register(files.close)
         return cls(files, HeldRuns(held_runs.DEFAULT_MAX_BYTES))
 
 

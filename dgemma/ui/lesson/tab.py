@@ -82,8 +82,7 @@ def build(backend: Backend) -> LessonParts:
         real_scale = gr.Checkbox(
             False, elem_id="lesson-real-scale", label=f"real scale: pad the logits to vocab {RELEASED_VOCAB:,}",
             info="The released model's vocabulary: the sampler's memory is real-size even with the small model. "
-                 "On a CPU a real-scale step takes seconds: try 8 requests and 2-3 steps.",
-        )
+                 "On a CPU a real-scale step takes seconds: try 8 requests and 2-3 steps.")
     run = gr.Button("Run untiled, then tiled, then chunked", variant="primary", elem_id="lesson-run")
     with gr.Row():
         untiled = gr.HTML(render_outcome(None, UNTILED), elem_id="lesson-untiled")
