@@ -188,9 +188,9 @@ def bench(capsys) -> Callable[..., Ran]:
     return run
 
 
-def generate_json(capsys, *argv: str) -> list[dict]:
-    """`python -m dgemma.generate ARGV --json` in this process: one object per request in input
-    order (the summary line left out); fails with its stderr when it exits non-zero."""
+def run_generate_json(capsys, *argv: str) -> tuple[int, list[dict], str]:
+    """`python -m dgemma.generate ARGV --json` in this process: its exit code, every line it printed
+    (one object per request in input order, then the summary), and its stderr."""
     import json
 
     from dgemma.generate import main
@@ -198,8 +198,15 @@ def generate_json(capsys, *argv: str) -> list[dict]:
     capsys.readouterr()
     code = main([*argv, "--json"])
     out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def generate_json(capsys, *argv: str) -> list[dict]:
+    """The requests' objects of `run_generate_json` (the summary left out); fails with its stderr
+    when it exits non-zero."""
+    code, lines, err = run_generate_json(capsys, *argv)
     assert code == 0, err
-    return [row for row in map(json.loads, out.splitlines()) if "summary" not in row]
+    return [row for row in lines if "summary" not in row]
 
 
 @pytest.fixture(params=[None, 2], ids=["default-threads", "two-threads"])

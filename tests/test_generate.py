@@ -6,20 +6,15 @@ import json
 
 import pytest
 
+from conftest import run_generate_json
 from dgemma.generate import main
 
 FAST = ["--max-denoising-steps", "2", "--max-new-tokens", "32"]
 
 
-def run_json(capsys, *argv: str) -> tuple[int, list[dict], str]:
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    return code, [json.loads(line) for line in out.splitlines()], err
-
-
 def test_json_has_one_object_per_request_in_input_order_then_a_summary(capsys, tiny_model_dir):
     prompts = ["add 1+2", "reverse abc", "sort 3 1 2"]
-    code, lines, err = run_json(capsys, "--model", tiny_model_dir, *sum((["--prompt", p] for p in prompts), []),
+    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, *sum((["--prompt", p] for p in prompts), []),
                                 "--seed", "10", *FAST)
     assert code == 0 and err == ""
     *objects, last = lines
@@ -37,20 +32,20 @@ def test_json_has_one_object_per_request_in_input_order_then_a_summary(capsys, t
 def test_seeded_output_does_not_depend_on_batch_size_or_tiling(capsys, tiny_model_dir):
     argv = ["--model", tiny_model_dir, "--prompt", "add 1+2", "--prompt", "count 1 to 4", "--prompt", "add 5+5",
             "--seed", "3", *FAST]
-    _, one_by_one, _ = run_json(capsys, *argv, "--max-num-seqs", "1", "--tiling", "off")
-    _, together, _ = run_json(capsys, *argv, "--max-num-seqs", "3", "--tiling", "1")
+    _, one_by_one, _ = run_generate_json(capsys, *argv, "--max-num-seqs", "1", "--tiling", "off")
+    _, together, _ = run_generate_json(capsys, *argv, "--max-num-seqs", "3", "--tiling", "1")
     assert [o["token_ids"] for o in one_by_one[:-1]] == [o["token_ids"] for o in together[:-1]]
 
 
 def test_prompts_file_skips_blank_lines(capsys, tiny_model_dir, tmp_path):
     path = tmp_path / "prompts.txt"
     path.write_text("add 1+1\n\nreverse xy\n", encoding="utf-8")
-    code, lines, _ = run_json(capsys, "--model", tiny_model_dir, "--prompts-file", str(path), *FAST)
+    code, lines, _ = run_generate_json(capsys, "--model", tiny_model_dir, "--prompts-file", str(path), *FAST)
     assert code == 0 and [o["prompt"] for o in lines[:-1]] == ["add 1+1", "reverse xy"]
 
 
 def test_empty_prompt_fails_with_one_line_and_nonzero_exit_while_others_finish(capsys, tiny_model_dir):
-    code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "   ", "--prompt", "add 1+2", *FAST)
+    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "   ", "--prompt", "add 1+2", *FAST)
     assert code == 1
     assert err.count("\n") == 1 and "the prompt is empty" in err
     assert [o["status"] for o in lines[:-1]] == ["error", "done"]
@@ -84,7 +79,7 @@ def test_bad_start_up_input_exits_2_with_one_line(capsys, tiny_model_dir, argv, 
 
 def test_a_lone_t_min_is_judged_against_the_models_own_t_max(capsys, tiny_model_dir):
     """The early check (before loading) cannot know the model's t_max; the model's own config decides."""
-    code, lines, _ = run_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--t-min", "0.6", *FAST)
+    code, lines, _ = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--t-min", "0.6", *FAST)
     assert code == 0 and lines[0]["status"] == "done"
     code = main(["--model", tiny_model_dir, "--prompt", "add 1+2", "--t-min", "0.9", *FAST])
     _, err = capsys.readouterr()
@@ -114,7 +109,7 @@ def test_bench_engine_prints_one_json_object_per_bench_with_the_issue_keys(capsy
 
 
 def test_a_real_checkpoint_never_gets_the_teaching_models_note(capsys, tiny_model_dir):
-    code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "what is 2+2?", *FAST)
+    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "what is 2+2?", *FAST)
     assert code == 0 and err == "" and lines[0]["warning"] == ""
 
 
@@ -123,7 +118,7 @@ def test_record_saves_the_run_as_the_apps_run_file(capsys, tiny_model_dir, tmp_p
     from dgemma.ui.board import fold
 
     path = tmp_path / "run.jsonl"
-    code, lines, err = run_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--prompt", "reverse abc",
+    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--prompt", "reverse abc",
                                 "--seed", "4", "--record", str(path), *FAST)
     assert code == 0 and err == ""
     recording = load(path.read_bytes())

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from conftest import run_generate_json
 from dgemma.generate import main
 from dgemma.recording import load
 
 EMBEDDED = ["--max-new-tokens", "32", "--greedy"]  # the default model: the embedded one
 
 
-def run_json(capsys, *argv: str) -> tuple[int, list[dict], str]:
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    return code, [json.loads(line) for line in out.splitlines()], err
-
-
 def test_a_pinned_position_holds_its_token_in_the_output(capsys):
-    code, lines, _ = run_json(capsys, "--prompt", "add 12+34", "--prompt", "reverse hello", "--pin", "1=7",
+    code, lines, _ = run_generate_json(capsys, "--prompt", "add 12+34", "--prompt", "reverse hello", "--pin", "1=7",
                               "--pin", "0=5", *EMBEDDED)
     assert code == 0
     for row in lines[:-1]:
@@ -28,7 +21,7 @@ def test_a_pinned_position_holds_its_token_in_the_output(capsys):
 
 def test_a_start_text_is_the_first_canvas_step_zero_state_in_the_recording(capsys, tmp_path):
     path = tmp_path / "run.jsonl"
-    code, lines, _ = run_json(capsys, "--prompt", "count 3 to 9", "--start", "3 4 5", "--record", str(path), *EMBEDDED)
+    code, lines, _ = run_generate_json(capsys, "--prompt", "count 3 to 9", "--start", "3 4 5", "--record", str(path), *EMBEDDED)
     assert code == 0
     recording = load(path.read_bytes())
     first = next(e for e in recording.events() if getattr(e, "step", None) == 0 and e.canvas_index == 0)
@@ -38,7 +31,7 @@ def test_a_start_text_is_the_first_canvas_step_zero_state_in_the_recording(capsy
 
 
 def test_json_rows_and_summary_quote_tokens_per_forward_and_the_step_shares(capsys):
-    code, lines, _ = run_json(capsys, "--prompt", "add 12+34", "--prompt", "count 3 to 9", *EMBEDDED)
+    code, lines, _ = run_generate_json(capsys, "--prompt", "add 12+34", "--prompt", "count 3 to 9", *EMBEDDED)
     assert code == 0
     *rows, last = lines
     for row in rows:

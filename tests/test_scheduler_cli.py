@@ -3,11 +3,11 @@ tiled and untiled, are the same; its steps count the decoder forwards, corrector
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from conftest import generate_json
 from dgemma.generate import main
 from dgemma.model.loading import DEFAULT_MODEL
 
@@ -18,10 +18,7 @@ PROMPTS = ["count 12 to 20", "add 17+25", "reverse tidal", "sort 9 4 7 1"]
 def run_json(capsys, *argv: str) -> list[dict]:
     if not (Path(DEFAULT_MODEL) / "config.json").is_file():
         pytest.skip("the embedded model is not in assets/model")
-    code = main(["--model", DEFAULT_MODEL, *argv, "--max-new-tokens", "32", "--json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return [json.loads(line) for line in out.splitlines()][:-1]
+    return generate_json(capsys, "--model", DEFAULT_MODEL, *argv, "--max-new-tokens", "32")
 
 
 @pytest.mark.parametrize("scheduler", [["block_refinement"], ["block_refinement", "--editing-threshold", "0.9"],
