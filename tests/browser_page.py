@@ -28,14 +28,21 @@ def launch_chromium() -> Iterator:
             browser.close()
 
 
+IDLE = "() => document.querySelector('#status')?.innerText.includes('Idle.')"
+
+
 @contextlib.contextmanager
-def chromium_page(browser, url: str, width: int = 1360, height: int = 1000) -> Iterator:
-    """The app at `url` in a new page of `browser`; `page.errors` collects the page's uncaught errors."""
+def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle: bool = False) -> Iterator:
+    """The app at `url` in a new page of `browser`; `page.errors` collects the page's uncaught errors.
+    `idle`: once the page's first tick has filled in the model's defaults and the status line says
+    "Idle." (so the tick cannot overwrite what a test sets)."""
     page = browser.new_page(viewport={"width": width, "height": height})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url, wait_until="load")
     page.errors = errors
+    if idle:
+        page.wait_for_function(IDLE, timeout=60_000)
     try:
         yield page
     finally:

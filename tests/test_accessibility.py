@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_playback import open_page  # a page of the app once it is idle
+from browser_page import chromium_page
 
 ALL_DONE = ("() => { const cards = [...document.querySelectorAll('#cards .dgv-cards .card')]; "
             "return cards.length > 0 && cards.every(c => c.classList.contains('status-done')); }")
@@ -23,13 +23,12 @@ CONTROLS = """() => {
 
 @pytest.fixture(scope="module")
 def page(browser, app_server):
-    page = open_page(browser, app_server.url)
-    page.click("#run")  # the page as it looks with cards, the overview and a focus card on it
-    page.wait_for_function(ALL_DONE, timeout=180_000)
-    page.click("#cards .dgv-overview canvas", position={"x": 40, "y": 4})
-    page.wait_for_selector("#cards .dgv-focus .card")
-    yield page
-    page.close()
+    with chromium_page(browser, app_server.url, idle=True) as page:
+        page.click("#run")  # the page as it looks with cards, the overview and a focus card on it
+        page.wait_for_function(ALL_DONE, timeout=180_000)
+        page.click("#cards .dgv-overview canvas", position={"x": 40, "y": 4})
+        page.wait_for_selector("#cards .dgv-focus .card")
+        yield page
 
 
 def contrast_failures(page) -> list[str]:

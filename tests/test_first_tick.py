@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 
+from browser_page import IDLE
 from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
 
 BUILT_BUDGET = "256MiB"  # what a page built before the model loaded shows in the lesson's budget
@@ -74,7 +75,7 @@ def test_what_a_visitor_types_while_the_first_tick_is_in_flight_stays(page):
     assert len(page.held) >= 1  # all the while, the tick is in flight
     for route in page.held:  # the tick, which read the fields before the visitor typed, now answers
         route.continue_()
-    page.wait_for_function("() => document.querySelector('#status').innerText.includes('Idle.')", timeout=30_000)
+    page.wait_for_function(IDLE, timeout=30_000)
     page.wait_for_selector("#run:not([disabled])")
     # The tick filled in what the visitor left alone: the lesson's budget becomes the model's suggestion.
     page.get_by_role("tab", name="Tiling vs OOM").click()

@@ -12,8 +12,8 @@ import json
 import pytest
 
 from app_server import MODEL_ARGS, ROOT
+from browser_page import chromium_page
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
-from test_playback import open_page  # a page of the app once it is idle
 
 # 16 requests: at 4, a fast CPU ran the tiled run's steps within one frame period, and the page saw
 # its start and its end only.
@@ -39,16 +39,15 @@ def canvas_length() -> int:
 
 @pytest.fixture(scope="module")
 def page(browser, app_server):
-    page = open_page(browser, app_server.url)
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    urls: dict[str, str] = {}
-    page.received = []  # encoded bytes of every chunk of the page's event stream, as test_real_scale counts them
-    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
-    cdp.on("Network.dataReceived", lambda e: page.received.append(e["encodedDataLength"])
-           if "/queue/data" in urls.get(e["requestId"], "") else None)
-    yield page
-    page.close()
+    with chromium_page(browser, app_server.url, idle=True) as page:
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        urls: dict[str, str] = {}
+        page.received = []  # encoded bytes of every chunk of the page's event stream, as test_real_scale counts them
+        cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+        cdp.on("Network.dataReceived", lambda e: page.received.append(e["encodedDataLength"])
+               if "/queue/data" in urls.get(e["requestId"], "") else None)
+        yield page
 
 
 def set_number(page, elem_id: str, value: int) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from browser_page import chromium_page
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
-from test_playback import open_page  # a page of the app once it is idle
 from twin import REAL_CANVAS as CANVAS
 from twin import REAL_REQUESTS as REQUESTS
 from twin import REAL_STEPS as STEPS
@@ -30,20 +30,19 @@ FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadTh
 
 @pytest.fixture(scope="module")
 def page(browser, app_server, real_scale_run):
-    page = open_page(browser, app_server.url)
-    page.cdp = page.context.new_cdp_session(page)
-    page.cdp.send("Network.enable")
-    urls: dict[str, str] = {}
-    page.received = []  # (encoded bytes, decoded bytes) of every chunk of the page's event stream
-    page.cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
-    page.cdp.on("Network.dataReceived", lambda e: page.received.append((e["encodedDataLength"], e["dataLength"]))
-                if "/queue/data" in urls.get(e["requestId"], "") else None)
-    with page.expect_file_chooser() as chooser:
-        page.click("#load-run")
-    chooser.value.set_files(str(real_scale_run))
-    wait_for_step(page, 0)
-    yield page
-    page.close()
+    with chromium_page(browser, app_server.url, idle=True) as page:
+        page.cdp = page.context.new_cdp_session(page)
+        page.cdp.send("Network.enable")
+        urls: dict[str, str] = {}
+        page.received = []  # (encoded bytes, decoded bytes) of every chunk of the page's event stream
+        page.cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+        page.cdp.on("Network.dataReceived", lambda e: page.received.append((e["encodedDataLength"], e["dataLength"]))
+                    if "/queue/data" in urls.get(e["requestId"], "") else None)
+        with page.expect_file_chooser() as chooser:
+            page.click("#load-run")
+        chooser.value.set_files(str(real_scale_run))
+        wait_for_step(page, 0)
+        yield page
 
 
 def wait_for_step(page, step: int, timeout: float = 60_000) -> None:

@@ -39,8 +39,7 @@ WATCH = """() => { window.__steps = new Map(); const s = document.querySelector(
 def test_a_visitor_on_0_1_mbit_sees_the_last_step_within_seconds_of_its_due_time_and_the_server_queues_nothing(
         real_scale_run, browser, app_server):
     server = app_server
-    with chromium_page(browser, server.url) as page:
-        page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
+    with chromium_page(browser, server.url, idle=True) as page:
         with page.expect_file_chooser() as chooser:
             page.click("#load-run")
         chooser.value.set_files(str(real_scale_run))

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from test_playback import open_page, status  # a page of the app once it is idle
+from browser_page import chromium_page
+from test_playback import status
 
 UPLINK_BYTES_S = 25_000  # 0.2 Mbit/s: a run file of 8 requests takes a few seconds to go up
 UPLOADING = re.compile(r"Uploading (\S+): ([\d.]+ [KM]B) of ([\d.]+ [KM]B) \((\d+) %\)")
@@ -46,8 +47,7 @@ def run_file(app_server, tmp_path_factory) -> Path:
 def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(browser, app_server, run_file):
     size = run_file.stat().st_size
     assert size > 3 * UPLINK_BYTES_S  # at least 3 s of upload
-    page = open_page(browser, app_server.url)
-    try:
+    with chromium_page(browser, app_server.url, idle=True) as page:
         cdp = page.context.new_cdp_session(page)
         cdp.send("Network.enable")
         cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8,
@@ -69,5 +69,3 @@ def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(brows
         assert shares == sorted(shares) and shares[0] < 50 and any(0 < s < 100 for s in shares), notes
         assert any(n.startswith("Uploaded eight.jsonl") and "reading the run" in n for n in notes), notes
         assert notes[-1] == "" and re.search(r"Replay of the run: step 0 of \d+ \(paused\) · 8 requests", status(page))
-    finally:
-        page.close()

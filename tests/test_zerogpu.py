@@ -143,8 +143,7 @@ def test_a_quota_error_on_a_run_is_one_sentence_in_the_status_line_and_on_its_ca
 def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, browser, sim_dir):
     from browser_page import chromium_page
 
-    with chromium_page(browser, server.url) as page:
-        page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Idle.')", timeout=60_000)
+    with chromium_page(browser, server.url, idle=True) as page:
         page.get_by_text("Compare two settings side by side").click()
         (sim_dir / "quota").touch()
         try:
