@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app_server import MODEL_ARGS, launch
+from browser_page import chromium_page
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
 # Every element of the cards with its attributes (sorted: the DOM may keep them in either order) and text.
@@ -24,18 +25,6 @@ CARDS = ("() => [...document.querySelectorAll('#cards .board *')].map(e => [e.ta
          "[...e.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join('')])")
 PLOTS = ("() => ['#entropy-plot', '#tile-plot'].map(id => document.querySelector(id + ' .js-plotly-plot')"
          ".data.map(t => [t.name, t.x, t.y]))")
-
-
-def open_page(browser, url: str):
-    page = browser.new_page(viewport={"width": 1360, "height": 1000})
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.goto(url, wait_until="load")
-    page.wait_for_selector("#step-slider", timeout=60_000)
-    # The page's first tick fills in the model's defaults (and the status line): wait for it, so it
-    # cannot overwrite what the test sets.
-    page.wait_for_function("() => document.querySelector('#status').innerText.includes('Idle.')", timeout=30_000)
-    return page
 
 
 def status(page) -> str:
@@ -76,20 +65,19 @@ def upload(page, path: Path) -> None:
 @pytest.fixture(scope="module")
 def ran(browser, app_server):
     """One Run of 8 requests, 2 canvases each, finished: the page, the final texts, the last step."""
-    page = open_page(browser, app_server.url)
-    page.get_by_text("Settings (the model's defaults)").click()
-    page.get_by_label("max new tokens").fill("32")
-    page.get_by_label("max new tokens").press("Tab")
-    page.get_by_text("Settings (the model's defaults)").click()
-    page.click("#run")
-    page.wait_for_selector("#cards .card", timeout=60_000)
-    page.wait_for_function(ALL_DONE, timeout=120_000)
-    page.wait_for_function("() => document.querySelector('#download-run') && !document.querySelector('#download-run').disabled",
-                           timeout=30_000)
-    finals = [t.strip() for t in page.locator("#cards .card .committed").all_inner_texts()]
-    last = int(page.locator("#step-slider input[type=number]").input_value())
-    yield page, finals, last
-    page.close()
+    with chromium_page(browser, app_server.url, idle=True) as page:
+        page.get_by_text("Settings (the model's defaults)").click()
+        page.get_by_label("max new tokens").fill("32")
+        page.get_by_label("max new tokens").press("Tab")
+        page.get_by_text("Settings (the model's defaults)").click()
+        page.click("#run")
+        page.wait_for_selector("#cards .card", timeout=60_000)
+        page.wait_for_function(ALL_DONE, timeout=120_000)
+        page.wait_for_function("() => document.querySelector('#download-run') && !document.querySelector('#download-run').disabled",
+                               timeout=30_000)
+        finals = [t.strip() for t in page.locator("#cards .card .committed").all_inner_texts()]
+        last = int(page.locator("#step-slider input[type=number]").input_value())
+        yield page, finals, last
 
 
 def test_the_slider_at_0_shows_every_random_canvas_and_at_the_end_the_final_texts(ran, shots):  # noqa: F811
@@ -136,6 +124,33 @@ def test_play_at_one_second_per_step_shows_each_step(ran):
     assert shown_step(page)[0] == paused_at and "(paused)" in status(page)
 
 
+def test_a_pause_holds_when_the_play_stream_ends_before_its_cancel_arrives(ran):
+    """Pause cancels the play stream; if its cancel is late (a busy server), the stream sees the pause
+    at its next tick and ends by itself, and Gradio then sends the stream's last values once more.
+    Those must leave the paused view alone: they once put the last frame, "playing…", back over it."""
+    page, _, _ = ran
+    go_to(page, 0)
+    held = []
+    page.route("**/gradio_api/cancel", lambda route: held.append(route))  # the cancel waits until the stream has ended by itself
+    try:
+        page.click("#play")
+        page.wait_for_function("() => /step [1-9]\\d* of \\d+ \\(playing/.test(document.querySelector('#status').innerText)",
+                               timeout=60_000)
+        page.click("#pause")
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('(paused)')", timeout=30_000)
+        paused = status(page)
+        # The stream's next tick is at most one step (1 s) away: it sees the pause then and ends. Any
+        # later change of the status line would show within three steps (a busy machine: later, never earlier).
+        with pytest.raises(PlaywrightTimeout):
+            page.wait_for_function("(paused) => document.querySelector('#status').innerText !== paused", arg=paused,
+                                   timeout=3_000)
+        assert held, "the pause sent no cancel"
+    finally:
+        for route in held:
+            route.continue_()
+        page.unroute("**/gradio_api/cancel")
+
+
 def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, browser, tmp_path):
     page, _, last = ran
     frames = []
@@ -150,38 +165,38 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
     # A fresh app (another process: nothing of the first run in it).
     fresh = launch(MODEL_ARGS, tmp_path / "fresh.log")
     try:
-        other = open_page(browser, fresh.url)
-        upload(other, path)
-        other.wait_for_function("() => /Replay[^]*step 0 of/.test(document.querySelector('#status').innerText)",
-                                timeout=30_000)
-        assert shown_step(other) == (0, last)
-        for step in range(last + 1):
-            go_to(other, step)
-            assert (other.evaluate(CARDS), other.evaluate(PLOTS)) == frames[step], step
-        assert not other.errors, other.errors
-        bad = tmp_path / "cut.jsonl"
-        bad.write_bytes(path.read_bytes()[:-200])
-        upload(other, bad)
-        other.wait_for_selector("text=This run file is cut short", timeout=30_000)
+        with chromium_page(browser, fresh.url, idle=True) as other:
+            upload(other, path)
+            other.wait_for_function("() => /Replay[^]*step 0 of/.test(document.querySelector('#status').innerText)",
+                                    timeout=30_000)
+            assert shown_step(other) == (0, last)
+            for step in range(last + 1):
+                go_to(other, step)
+                assert (other.evaluate(CARDS), other.evaluate(PLOTS)) == frames[step], step
+            assert not other.errors, other.errors
+            bad = tmp_path / "cut.jsonl"
+            bad.write_bytes(path.read_bytes()[:-200])
+            upload(other, bad)
+            other.wait_for_selector("text=This run file is cut short", timeout=30_000)
     finally:
         fresh.stop()
 
 
 def test_the_lessons_runs_step_call_by_call_showing_each_tiles_requests_and_memory(browser, app_server):
-    page = open_page(browser, app_server.url)  # with the model's own lesson budget (untiled runs out)
-    page.get_by_role("tab", name="Tiling vs OOM").click()
-    page.click("#lesson-run")
-    page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=120_000)
-    # The untiled run: its one call is the out-of-memory one, every request in one tile.
-    page.wait_for_selector("#lesson-call .lesson-call.oom", timeout=30_000)
-    assert re.search(r"one tile holding requests #1–#\d+\. It needs .+ free: out of memory", page.inner_text("#lesson-call"))
-    page.get_by_label("Tiled (auto)").check()
-    page.wait_for_selector("#lesson-call [data-call='1'].ok", timeout=30_000)
-    first = page.inner_text("#lesson-call")
-    assert re.search(r"tile 1: (\d+) requests, #1–#\1 · about", first) and "tile 2:" in first, first
-    page.click("#lesson-forward")
-    page.wait_for_selector("#lesson-call [data-call='2']", timeout=30_000)
-    page.wait_for_function("() => (document.querySelector('#lesson-plot .js-plotly-plot')?.layout?.annotations || [])"
-                           ".some(a => a.text === 'call 2')", timeout=30_000)  # the chart marks the call
-    assert not page.errors, page.errors
-    page.close()
+    # The model's own lesson budget: the untiled run runs out of memory.
+    with chromium_page(browser, app_server.url, idle=True) as page:
+        page.get_by_role("tab", name="Tiling vs OOM").click()
+        page.click("#lesson-run")
+        page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=120_000)
+        # The untiled run: its one call is the out-of-memory one, every request in one tile.
+        page.wait_for_selector("#lesson-call .lesson-call.oom", timeout=30_000)
+        assert re.search(r"one tile holding requests #1–#\d+\. It needs .+ free: out of memory", page.inner_text("#lesson-call"))
+        page.get_by_label("Tiled (auto)").check()
+        page.wait_for_selector("#lesson-call [data-call='1'].ok", timeout=30_000)
+        first = page.inner_text("#lesson-call")
+        assert re.search(r"tile 1: (\d+) requests, #1–#\1 · about", first) and "tile 2:" in first, first
+        page.click("#lesson-forward")
+        page.wait_for_selector("#lesson-call [data-call='2']", timeout=30_000)
+        page.wait_for_function("() => (document.querySelector('#lesson-plot .js-plotly-plot')?.layout?.annotations || [])"
+                               ".some(a => a.text === 'call 2')", timeout=30_000)  # the chart marks the call
+        assert not page.errors, page.errors

@@ -220,14 +220,14 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
             charts = clock.charts_due(CHART_PERIOD_S, at_end)
             shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
             if not (playback.playing or at_end) or playback.clock is not clock:
-                return  # paused while this step was drawn: the pause's view stays
+                break  # paused while this step was drawn: the pause's view stays
             yield {**shown_now, cards: pace.stamp(shown_now[cards])}
             if at_end:  # the last step's charts follow its frame, which they would hold up
-                recording = playback.recording
-                if recording is not None:
+                if (recording := playback.recording) is not None:
                     _, entropy_now, tiles_now = view(recording, nxt, playback.kept)
                     yield {entropy: entropy_now, tiles: tiles_now}
                 return
+        yield gr.skip()  # stopped: an ended stream's last values are sent again, and "playing…" must not come back
 
     def repace(playback: Playback, step: float, pace: float) -> None:
         if playback.clock is not None:  # counts on from the step shown, at the new pace
