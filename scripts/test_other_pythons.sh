@@ -40,8 +40,9 @@ compile_once() {  # the bytecode of every package in the environment of $1, once
   # uv compiles only what it installs, and under PYTHONDONTWRITEBYTECODE (set on the machines this suite is
   # measured on) Python caches nothing: without this an environment made before the install above
   # compiled would compile torch, transformers and gradio from source in every process (an
-  # import of the three: 35 s against 17 s on 3.12). Some files in site-packages are not Python
-  # 3.X (templates, vendored Python 2): compileall reports them and goes on.
+  # import of the three: 35 s against 17 s on 3.12). A new environment is marked when it is made.
+  # Some files in site-packages are not Python 3.X (templates, vendored Python 2): compileall
+  # reports them and goes on.
   local marker="$(dirname "$(dirname "$1")")/.bytecode-compiled"
   if [[ ! -e "$marker" ]]; then
     "$1" -m compileall -q -j 0 "$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1
@@ -54,8 +55,11 @@ run_on() {  # $1: minor version, $2: interpreter; sets ran/failed
   full="$(version_of "$python")"
   started=$SECONDS
   mkdir -p "$ROOT_DIR"
-  if [[ ! -x "$venv/bin/python" ]] && ! "$python" -m venv "$venv" >"$log" 2>&1; then
-    skipped+=("$full (no venv module: $(tail -n 1 "$log"))"); return
+  if [[ ! -x "$venv/bin/python" ]]; then
+    if ! "$python" -m venv "$venv" >"$log" 2>&1; then
+      skipped+=("$full (no venv module: $(tail -n 1 "$log"))"); return
+    fi
+    touch "$venv/.bytecode-compiled"  # a new environment: the install below compiles all it puts there
   fi
   echo "== Python $full: installing requirements-dev.txt into $venv"
   if ! install_into "$venv/bin/python" >"$log" 2>&1; then
