@@ -41,9 +41,9 @@ def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url, wait_until="load")
     page.errors = errors
-    if idle:
-        page.wait_for_function(IDLE, timeout=60_000)
     try:
+        if idle:
+            page.wait_for_function(IDLE, timeout=60_000)
         yield page
     finally:
         page.close()
