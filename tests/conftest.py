@@ -231,7 +231,9 @@ def app_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's chromium driven by Playwright, one per module; open pages with browser_page.chromium_page."""
+    """Debian's chromium driven by Playwright, one per module; open pages with browser_page.chromium_page.
+    Not one per session: Playwright's sync API keeps its event loop running while it is open, and the
+    modules after it that call asyncio.run (test_runfiles, test_compression) then fail."""
     from browser_page import launch_chromium
 
     with launch_chromium() as chromium:
