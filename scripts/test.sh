@@ -17,13 +17,8 @@ if [[ "${1:-}" == "--fast" ]]; then
 elif [[ $# -gt 0 ]]; then
   tier=()
 fi
-# uv (pinned in requirements-dev.txt) finds an installed environment up to date in 0.5 s, pip in 8 s;
-# on a fresh machine only pip is there, and it installs uv with the rest. Where uv cannot (it reads
-# no pip configuration), pip does.
-if ! { python -m uv --version >/dev/null 2>&1 && python -m uv pip install --quiet --compile-bytecode \
-         --python "$(python -c 'import sys; print(sys.executable)')" -r requirements-dev.txt; }; then
-  python -m pip install -q -r requirements-dev.txt
-fi
+source scripts/install_requirements.sh
+install_into "$(python -c 'import sys; print(sys.executable)')"
 # The browser tests drive Debian's chromium through playwright (`playwright install` cannot download here).
 if ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then

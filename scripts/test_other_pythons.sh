@@ -9,6 +9,7 @@
 # requirements did not install, a test failed, or no test ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/install_requirements.sh
 
 ROOT_DIR="${DGEMMA_PYTHONS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dgemma-pythons}"
 MAIN="$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
@@ -25,15 +26,6 @@ find_python() {  # an interpreter of minor version $1 (e.g. 3.10), newest pyenv 
   done
   candidate="$(command -v "python$1" 2>/dev/null)" || return
   if [[ "$(version_of "$candidate")" == "$1".* ]]; then echo "$candidate"; fi  # a pyenv shim may not run
-}
-
-install_into() {  # requirements-dev.txt into the environment of $1: with uv (requirements-dev.txt pins
-  # it: parallel downloads, one cache whose files every environment links to), else with pip
-  if python -m uv --version >/dev/null 2>&1; then
-    python -m uv pip install --quiet --compile-bytecode --python "$1" -r requirements-dev.txt
-  else
-    "$1" -m pip install -q -r requirements-dev.txt
-  fi
 }
 
 compile_once() {  # the bytecode of every package in the environment of $1, once (marked by a file)
