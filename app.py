@@ -39,8 +39,9 @@ ZEROGPU_QUEUE_SIZE = 64  # clicks waiting for ZeroGPU's scheduler
 GZIP_LEVEL = 6  # zlib's own balance of CPU and size: every frame of every stream goes through it
 # How often Gradio's queue looks for work, and for gr.Progress updates (which this app sends none of),
 # while it has none. Gradio 6.31 looks every 1 ms and 10 ms except on Windows (queueing.py), which
-# kept 8.5 % of a core busy in an app nobody used; Gradio's own Windows values, 50 ms and 100 ms,
-# leave 1.3-1.4 % and add at most 50 ms to a call's start. No public setting: see _poll_less.
+# kept 7-9 % of a core busy in an app nobody used; Gradio's own Windows values, 50 ms and 100 ms,
+# leave 0.9-1.4 % (scripts/measure_idle_cpu.sh) and add at most 50 ms to a call's start. No public
+# setting: see _poll_less.
 QUEUE_POLL_S = {"sleep_when_free": 0.05, "progress_update_sleep_when_free": 0.1}
 # Gradio keeps about 190 KiB for every session it has seen, and an API client's session never
 # closes; past this many the least recently used goes (Gradio's default, 10,000, is about 1.9 GiB).
