@@ -43,7 +43,8 @@ else
   real=(--device cuda --vocab 262144 --canvas-length 256 --num-decode 16 32 --hidden 2816 --impl reference chunked --baseline seed --budget 16GiB --repeats 5 --json)
   scale=1
 fi
-"$python" -c "import json, sys, torch, transformers; print(json.dumps({'figure': 'versions', 'python': sys.version.split()[0], 'torch': torch.__version__, 'transformers': transformers.__version__, 'device': '$device'}))" | tee -a "$out/figures.jsonl"
+# The installed versions, read from the packages' metadata (importing torch here would cost an interpreter's imports).
+"$python" -c "import json, sys; from importlib.metadata import version; print(json.dumps({'figure': 'versions', 'python': sys.version.split()[0], 'torch': version('torch'), 'transformers': version('transformers'), 'device': '$device'}))" | tee -a "$out/figures.jsonl"
 
 # The release at full depth, random weights, bf16: build, then the engine in both expert modes,
 # eager and compiled, against transformers' generate; the lesson at the real free memory; the app.

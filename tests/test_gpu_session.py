@@ -26,6 +26,8 @@ def test_the_dry_run_prints_every_figure_and_every_part_ends_in_its_limit(tmp_pa
     assert [name for name, f in parts.items() if f["exit"] != 0] == [], done.stdout[-3000:]
     by = lambda kind: [f for f in figures if f.get("figure") == kind]  # noqa: E731
 
+    (versions,) = by("versions")
+    assert versions["torch"] and versions["transformers"] and versions["device"] == "cpu"
     (build,) = by("build")
     assert build["weight_bytes"] > 0 and build["free_bytes_after_load"] > 0
     engine = by("engine")

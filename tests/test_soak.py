@@ -21,7 +21,7 @@ FIELDS = ("calls", "requests", "errors", "p50_s", "p99_s", "rss_start_mib", "rss
 
 def test_a_short_soak_prints_requests_errors_latency_and_memory():
     out = subprocess.run(
-        [sys.executable, "-m", "dgemma.bench", "soak", "--minutes", "0.15", "--clients", "2", "--warmup", "0",
+        [sys.executable, "-m", "dgemma.bench", "soak", "--minutes", "0.05", "--clients", "2", "--warmup", "0",
          *MODEL_ARGS],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )

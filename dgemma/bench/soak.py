@@ -1,9 +1,9 @@
 """`python -m dgemma.bench soak`: the app under steady API traffic for minutes; does it leak or fail?
 
 It launches `python app.py` (the embedded model unless --model), or drives a running app (--url),
-with K clients that each call the `generate` endpoint back to back until the time is up: held-out
-prompts of every task family plus a few prompts outside them, batches of 1 to 8, 16 to 64 new
-tokens, all drawn from one seeded generator. Every few seconds it reads the serving process's
+with K clients that each call the `generate` endpoint back to back until the time is up (at least
+once each): held-out prompts of every task family plus a few prompts outside them, batches of 1 to
+8, 16 to 64 new tokens, all drawn from one seeded generator. Every few seconds it reads the serving process's
 resident memory (psutil; the pid is the one `generate` reports, so a local app started
 elsewhere is measured too). Reported: calls, requests, errors, p50/p99 call latency, RSS at start
 and end, and RSS growth per 10,000 requests after the warm-up (the least-squares slope of RSS
@@ -69,7 +69,7 @@ def _client_loop(url: str, client_index: int, deadline: float, tally: Tally, pro
 
     rng = random.Random(client_index)
     client = Client(url, verbose=False)
-    while time.monotonic() < deadline:
+    while True:  # at least one call, however long connecting took: a soak of zero calls measures nothing
         batch = [rng.choice(prompts) for _ in range(rng.randint(1, 8))]
         settings = {"seed": rng.randrange(1000), "max_new_tokens": rng.choice((16, 32, 64))}
         started = time.monotonic()
@@ -80,6 +80,8 @@ def _client_loop(url: str, client_index: int, deadline: float, tally: Tally, pro
         except Exception as err:  # noqa: BLE001 - a soak records every failure, whatever it is
             error, pid = first_line(err, 200), None
         tally.record(len(batch), time.monotonic() - started, error, pid)
+        if time.monotonic() >= deadline:
+            return
 
 
 def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
@@ -89,17 +91,22 @@ def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
     started = time.monotonic()
     deadline = started + minutes * 60
     samples: list[tuple[float, int, int]] = []  # (seconds, requests, rss)
+
+    def sample() -> None:
+        with tally.lock:
+            requests, pid = tally.requests, tally.pid
+        rss = rss_bytes(pid)
+        if rss is not None:
+            samples.append((time.monotonic() - started, requests, rss))
+
     with ThreadPoolExecutor(max_workers=clients) as pool:
         futures = [pool.submit(_client_loop, url, c, deadline, tally, prompts) for c in range(clients)]
         while not all(f.done() for f in futures):
             time.sleep(min(SAMPLE_PERIOD_S, max(0.05, deadline - time.monotonic())))
-            with tally.lock:
-                requests, pid = tally.requests, tally.pid
-            rss = rss_bytes(pid)
-            if rss is not None:
-                samples.append((time.monotonic() - started, requests, rss))
+            sample()
         for f in futures:
             f.result()  # a client that crashed outside a call is a bug in this benchmark: say so
+    sample()  # after the last call (a short soak can end before its first sample knew the pid)
     after = [(r, b) for t, r, b in samples if t >= warmup * minutes * 60]
     # RSS against requests completed, least squares; none with fewer than two distinct request counts
     growth = statistics.linear_regression(*zip(*after)).slope if len({r for r, _ in after}) > 1 else None
