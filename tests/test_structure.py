@@ -36,6 +36,12 @@ def module_name(path: Path) -> str:
 
 
 @lru_cache(maxsize=None)
+def parsed(source: str) -> ast.Module:
+    """`source`'s tree, parsed once for every check that reads it (the checks only read trees)."""
+    return ast.parse(source)
+
+
+@lru_cache(maxsize=None)
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -46,7 +52,7 @@ def imported_modules(path: Path) -> set[str]:
     known = modules()
     this = module_name(path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "dgemma")
         elif isinstance(node, ast.ImportFrom):
@@ -93,7 +99,7 @@ def test_no_file_is_longer_than_the_limit():
 def _definitions(kind: type) -> dict[str, int]:
     sizes = {}
     for path in sorted(PACKAGE.rglob("*.py")) + [ROOT / "app.py"]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
             if isinstance(node, kind):
                 sizes[f"{path.relative_to(ROOT)}:{node.name}"] = node.end_lineno - node.lineno + 1
     return sizes
@@ -136,7 +142,7 @@ def all_imports(path: Path) -> set[str]:
     (`from a.b import c` names a.b and a.b.c; relative imports are resolved against its package)."""
     this = module_name(path) if path.is_relative_to(ROOT) else path.stem
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -231,7 +237,7 @@ CALL_CHECKS = {
 def call_checks_used(path: Path) -> set[str]:
     """The names of CALL_CHECKS that `path` imports from a dgemma module or reads as an attribute."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dgemma") or (
                 isinstance(node, ast.ImportFrom) and node.level):
             found.update(a.name for a in node.names if a.name in CALL_CHECKS)
@@ -255,7 +261,7 @@ def test_the_door_rule_catches_a_second_parser(tmp_path):
 
 def core_reads(path: Path) -> list[int]:
     """The lines of `path` that read `.core` of anything (an engine's core)."""
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return [node.lineno for node in ast.walk(parsed(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.Attribute) and node.attr == "core"]
 
 
@@ -306,17 +312,17 @@ def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def too_many_parameters(source: str) -> list[str]:
-    return [f"{node.name} ({n})" for node in _functions(ast.parse(source)) if (n := parameter_count(node)) > MAX_PARAMETERS]
+    return [f"{node.name} ({n})" for node in _functions(parsed(source)) if (n := parameter_count(node)) > MAX_PARAMETERS]
 
 
 def globals_calls(source: str) -> list[int]:
-    return [node.lineno for node in ast.walk(ast.parse(source))
+    return [node.lineno for node in ast.walk(parsed(source))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"]
 
 
 def long_tuple_returns(source: str) -> list[str]:
     """`return a, b, c, d` (a tuple literal of more than MAX_RETURNED_VALUES), by function."""
-    return [f"{node.name}:{ret.lineno}" for node in _functions(ast.parse(source)) for ret in ast.walk(node)
+    return [f"{node.name}:{ret.lineno}" for node in _functions(parsed(source)) for ret in ast.walk(node)
             if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and len(ret.value.elts) > MAX_RETURNED_VALUES]
 
 
@@ -330,7 +336,7 @@ def scheduler_name_comparisons(source: str) -> list[int]:
             return node.value in SCHEDULERS
         return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(names(e) for e in node.elts)
 
-    return [node.lineno for node in ast.walk(ast.parse(source))
+    return [node.lineno for node in ast.walk(parsed(source))
             if isinstance(node, ast.Compare) and any(names(n) for n in (node.left, *node.comparators))]
 
 
