@@ -31,7 +31,7 @@ if [ "$toy" = 1 ]; then
   device=cpu
   full=(--device cpu --toy --dir "$out/config")
   rows=(--device cpu --vocab 4096 --canvas-length 16 --num-decode 2 --hidden 64 --impl reference chunked --baseline seed --repeats 1 --json)
-  real=("${rows[@]}")
+  real=("${rows[@]}" --budget 1MiB)  # the real part's budget flag, at toy size (1 MiB: two tiles)
   scale=${DGEMMA_SESSION_SCALE:-4}  # a shared CPU: each part's limit four times the GPU's
 else
   device=cuda

@@ -44,3 +44,5 @@ def test_the_dry_run_prints_every_figure_and_every_part_ends_in_its_limit(tmp_pa
     (stream,) = by("app_stream")
     assert stream["updates_per_s"] > 0 and stream["page_get_p50_s"] > 0  # the page answered while the run streamed
     assert {r["mode"] for r in figures if r.get("bench") == "decoder"} == {"per_canvas", "whole_batch", "eager"}
+    sampler_rows = [r for r in figures if "impl" in r and "tiles" in r]
+    assert max(r["tiles"] for r in sampler_rows) > 1  # sampler-real's budget tiled the step, as on the GPU
