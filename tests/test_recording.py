@@ -193,7 +193,7 @@ def test_what_a_recording_says_it_holds_is_within_a_fifth_of_what_it_holds(reque
     file: every object it keeps was allocated by the load, the decoded events were freed. Only the
     blocks allocated under `load` count: a thread an earlier test left running allocates meanwhile."""
     data = run_of(requests, steps, canvas_length).text().encode("utf-8")
-    tracemalloc.start(4)  # deep enough that each block the load keeps has dgemma/recording.py in its traceback (json: 3 frames)
+    tracemalloc.start(4)  # each block the load keeps has recording.py within 4 frames (json.loads: 3)
     loaded = load(data)
     snapshot = tracemalloc.take_snapshot()
     tracemalloc.stop()
