@@ -162,6 +162,12 @@ def test_a_too_small_lesson_budget_is_one_sentence_on_its_card(page):
     assert not page.errors, page.errors
 
 
+# The cards' classes and steps, the frames the view drew and the status line.
+SHOWN = """() => [[...document.querySelectorAll('#cards .card')].map(c => `${c.className}@${c.dataset.step}`),
+  [...document.querySelectorAll('[data-frames]')].map(e => `${e.id}:${e.dataset.frames}`),
+  document.querySelector('#status')?.innerText]"""
+
+
 def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tasks_gets_a_note(page):
     """A second tab asks the teaching model something it was never taught, for minutes of work, then closes."""
     tab = page.context.browser.new_page(viewport={"width": 1360, "height": 1000})  # a tab of its own session
@@ -169,8 +175,14 @@ def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tas
     tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
     tab.locator("#component-0 textarea, textarea").first.fill("what is 2+2?")
     ask_for_minutes_of_work(tab)
+    errors: list[str] = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
     tab.click("#run")
-    tab.wait_for_selector("#cards .card.status-running", timeout=60_000)
+    try:
+        tab.wait_for_selector("#cards .card.status-running", timeout=60_000)
+    except Exception:  # what the tab showed, for a failure seen once in a whole-suite run and not reproduced
+        shown = tab.evaluate(SHOWN)
+        raise AssertionError(f"no running card: {shown}; page errors {errors}; log {page.server.log()[-2000:]}") from None
     note = tab.locator("#cards .card .note").first.inner_text()
     assert "only knows its task families" in note and "example prompts" in note, note
     before = page.server.log().count("client left")
