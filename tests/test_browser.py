@@ -171,12 +171,12 @@ SHOWN = """() => [[...document.querySelectorAll('#cards .card')].map(c => `${c.c
 def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tasks_gets_a_note(page):
     """A second tab asks the teaching model something it was never taught, for minutes of work, then closes."""
     tab = page.context.browser.new_page(viewport={"width": 1360, "height": 1000})  # a tab of its own session
+    errors: list[str] = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
     tab.goto(page.server.url, wait_until="load")
     tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
     tab.locator("#component-0 textarea, textarea").first.fill("what is 2+2?")
     ask_for_minutes_of_work(tab)
-    errors: list[str] = []
-    tab.on("pageerror", lambda e: errors.append(str(e)))
     tab.click("#run")
     try:
         tab.wait_for_selector("#cards .card.status-running", timeout=60_000)
