@@ -31,10 +31,22 @@ def first_canvas(model, **shape):
 
 
 def engine_run(engine: Engine, prompt: str, params: SamplingParams, **shape) -> tuple[RequestEvent, list[int], list[StepEvent]]:
-    """The request's final event, the steps each canvas took, and its step frames."""
-    handle = engine.submit(prompt, params, MAX_NEW_TOKENS, start=first_canvas(engine.loaded, **shape))
-    events = list(handle.events(timeout=120))
-    final = handle.result(120)
+    """The request's final event, the steps each canvas took, and every one of its step frames.
+
+    A handle's own stream coalesces frames a slow reader has not taken yet, so a busy machine could
+    hide a canvas's step 0; an uncoalesced subscription keeps them all.
+    """
+    watch = engine.subscribe(tile_plans=False, coalesce=False)
+    try:
+        handle = engine.submit(prompt, params, MAX_NEW_TOKENS, start=first_canvas(engine.loaded, **shape))
+        final = handle.result(120)
+        events: list = []
+        while final not in events[-1:]:  # the handle hears its final event before subscriptions do
+            batch = watch.poll(10)
+            assert batch, f"request {handle.id}'s final event never reached the subscription"
+            events += [e for e in batch if e.request_id == handle.id]
+    finally:
+        engine.unsubscribe(watch)
     totals = [e.steps for e in events if isinstance(e, RequestEvent) and e.status == "committed"] + [final.steps]
     return final, [b - a for a, b in zip([0, *totals], totals)], [e for e in events if isinstance(e, StepEvent)]
 
