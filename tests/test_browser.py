@@ -170,24 +170,21 @@ SHOWN = """() => [[...document.querySelectorAll('#cards .card')].map(c => `${c.c
 
 def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tasks_gets_a_note(page):
     """A second tab asks the teaching model something it was never taught, for minutes of work, then closes."""
-    tab = page.context.browser.new_page(viewport={"width": 1360, "height": 1000})  # a tab of its own session
-    errors: list[str] = []
-    tab.on("pageerror", lambda e: errors.append(str(e)))
-    tab.goto(page.server.url, wait_until="load")
-    tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
-    tab.locator("#component-0 textarea, textarea").first.fill("what is 2+2?")
-    ask_for_minutes_of_work(tab)
-    tab.click("#run")
-    try:
-        tab.wait_for_selector("#cards .card.status-running", timeout=60_000)
-    except Exception:  # what the tab showed, for a failure seen once in a whole-suite run and not reproduced
-        shown = tab.evaluate(SHOWN)
-        raise AssertionError(f"no running card: {shown}; page errors {errors}; log {page.server.log()[-2000:]}") from None
-    note = tab.locator("#cards .card .note").first.inner_text()
-    assert "only knows its task families" in note and "example prompts" in note, note
-    before = page.server.log().count("client left")
-    tab.close()
-    closed = time.monotonic()
+    with chromium_page(page.context.browser, page.server.url) as tab:  # a tab of its own session
+        tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        tab.locator("#component-0 textarea, textarea").first.fill("what is 2+2?")
+        ask_for_minutes_of_work(tab)
+        tab.click("#run")
+        try:
+            tab.wait_for_selector("#cards .card.status-running", timeout=60_000)
+        except Exception:  # what the tab showed, for a failure seen once in a whole-suite run and not reproduced
+            shown = tab.evaluate(SHOWN)
+            raise AssertionError(f"no running card: {shown}; page errors {tab.errors}; log {page.server.log()[-2000:]}") from None
+        note = tab.locator("#cards .card .note").first.inner_text()
+        assert "only knows its task families" in note and "example prompts" in note, note
+        before = page.server.log().count("client left")
+        tab.close()
+        closed = time.monotonic()
     seen = wait_until(lambda: page.server.log().count("client left") > before, bound_s=60)
     assert seen is not None, page.server.log()[-2000:]
     print(f"cancelled {seen - closed:.2f} s after the tab closed")
