@@ -11,7 +11,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from dgemma.events import RequestEvent
-from dgemma.serving.acks import ACK_PATH, COOKIE, MAX_BODY, AckRoute, Acks, Pace, paces_by_acks
+from dgemma.serving.acks import ACK_PATH, COOKIE, MAX_BODY, STALLED_S, AckRoute, Acks, Pace, paces_by_acks
 from dgemma.serving.runs import ticks
 from fake_clock import Clock
 
@@ -64,6 +64,22 @@ def test_a_page_that_draws_each_frame_quickly_may_have_two_in_flight():
     assert pace.ready()
     sent(pace)
     assert not pace.ready()
+
+
+def test_a_page_silent_after_a_frame_gets_one_more_past_its_window_and_no_more():
+    clock = Clock()
+    acks = Acks(clock=clock)
+    pace = Pace(True, acks)
+    sent(pace)
+    clock.now += STALLED_S - 0.1
+    assert not pace.ready()
+    clock.now += 0.1
+    assert pace.ready()  # its acknowledgement was lost, or its drawing failed: the view does not freeze
+    sent(pace)
+    clock.now += 10 * STALLED_S
+    assert pace.in_flight == 2 and not pace.ready()  # a page that draws nothing is sent nothing more
+    acks.drawn(pace.token, 2)  # the later frame drawn: the lost acknowledgement no longer counts
+    assert pace.in_flight == 0 and pace.ready()
 
 
 def test_an_unknown_token_or_a_frame_never_sent_is_ignored():

@@ -26,7 +26,7 @@ from dgemma.serving.acks import ACK_PATH, MAX_BODY
 PACE = 0.25
 SLOW_LINK = {"offline": False, "latency": 40, "downloadThroughput": 12_500, "uploadThroughput": 12_500}
 FAST_LINK = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
-MOST_IN_FLIGHT = 2  # the window on a quick link; one on this one
+MOST_IN_FLIGHT = 2  # the window on a quick link; one on this one, two after 5 s without an acknowledgement
 LATE_S = 15.0  # measured 5.6 s (docs/reliability.md): one frame in flight and the last one behind it
 # Every step the status line shows, once each (the frames the page was sent), and when (ms after Play).
 WATCH = """() => { window.__steps = new Map(); const s = document.querySelector('#status'); const t0 = performance.now();

@@ -24,6 +24,7 @@ COOKIE = "dgemma-acks"  # this browser's pages acknowledge the frames they draw
 MAX_BODY = 64  # "TOKEN SEQ": a 16-character token, a space, a number
 MAX_STREAMS = 10_000
 QUICK_ROUND_TRIP_S = 1.0
+STALLED_S = 5.0  # a page silent this long after a frame went lost an acknowledgement or a drawing
 
 
 class Acks:
@@ -85,9 +86,11 @@ class Pace:
 
     def ready(self) -> bool:
         """A frame due now may go: fewer than the window are in flight (one, or two where the page drew
-        the last within QUICK_ROUND_TRIP_S of its sending)."""
+        the last within QUICK_ROUND_TRIP_S of its sending), or one past it once the page has been silent
+        for STALLED_S since the last went (one lost acknowledgement must not freeze its view)."""
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        if self.in_flight >= (2 if self.round_trip < QUICK_ROUND_TRIP_S else 1):
+        stalled = self.acks.clock() - self.sent_at[1] >= STALLED_S
+        if self.in_flight >= (2 if self.round_trip < QUICK_ROUND_TRIP_S else 1) + stalled:
             self.skipped += 1
             return False
         return True
@@ -117,14 +120,11 @@ def paces_by_acks(request: object) -> bool:
 
 
 def parse(body: bytes) -> tuple[str, int] | None:
-    """("TOKEN", SEQ) from b"TOKEN SEQ", or None."""
+    """("TOKEN", SEQ) from b"TOKEN SEQ", or None (a token that is not ASCII is no stream's: it decodes to none)."""
     parts = body.split()
     if len(parts) != 2 or not parts[1].isdigit() or len(parts[1]) > 9:
         return None
-    try:
-        return parts[0].decode("ascii"), int(parts[1])
-    except UnicodeDecodeError:
-        return None
+    return parts[0].decode("ascii", "replace"), int(parts[1])
 
 
 class AckRoute:
