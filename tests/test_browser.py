@@ -18,6 +18,8 @@ from app_server import ROOT
 from browser_page import chromium_page
 from vanishing import BOUND_S, wait_until
 
+from dgemma.serving.acks import COOKIE
+
 SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
 
 
@@ -189,3 +191,30 @@ def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tas
     assert seen is not None, page.server.log()[-2000:]
     print(f"cancelled {seen - closed:.2f} s after the tab closed")
     assert seen - closed <= BOUND_S, f"cancelled {seen - closed:.2f} s after the tab closed"
+
+
+FRAMES = "() => +(document.querySelector('[data-frames]')?.dataset.frames || 0)"  # frames the board view drew
+
+
+def test_a_page_whose_acknowledgement_is_lost_keeps_seeing_the_run(page):
+    """The POST saying the run's first frame was drawn fails: after acks.STALLED_S of silence the stream
+    sends again, so the view goes on moving instead of waiting for the run's last frame."""
+    lost: list[str] = []
+
+    def lose_the_first_frames(route) -> None:
+        if route.request.post_data and not lost:  # an empty body is the page saying it acknowledges
+            lost.append(route.request.post_data)
+            route.abort()
+        else:
+            route.continue_()
+
+    with chromium_page(page.context.browser, page.server.url) as tab:
+        tab.route("**/dgemma-ack", lose_the_first_frames)
+        tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+        paced = wait_until(lambda: any(c["name"] == COOKIE for c in tab.context.cookies()), bound_s=60)
+        assert paced is not None, "the page never said it acknowledges the frames it draws"
+        ask_for_minutes_of_work(tab)
+        before = tab.evaluate(FRAMES)
+        tab.click("#run")
+        tab.wait_for_function(f"() => ({FRAMES})() >= {before + 5}", timeout=120_000)
+        assert len(lost) == 1 and lost[0].endswith(" 1"), lost  # the run's first frame went unacknowledged
