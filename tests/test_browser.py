@@ -18,7 +18,7 @@ from app_server import ROOT
 from browser_page import chromium_page
 from vanishing import BOUND_S, wait_until
 
-from dgemma.serving.acks import COOKIE
+from dgemma.serving.acks import ACK_PATH, COOKIE
 
 SHOTS_ENV = os.environ.get("DGEMMA_SCREENSHOTS")
 
@@ -193,7 +193,7 @@ def test_a_closed_tab_cancels_its_requests_promptly_and_a_prompt_outside_the_tas
     assert seen - closed <= BOUND_S, f"cancelled {seen - closed:.2f} s after the tab closed"
 
 
-FRAMES = "() => +(document.querySelector('[data-frames]')?.dataset.frames || 0)"  # frames the board view drew
+FRAMES = "() => +document.querySelector('#cards .dgv').dataset.frames"  # frames the Generate tab's board view drew
 
 
 def test_a_page_whose_acknowledgement_is_lost_keeps_seeing_the_run(page):
@@ -201,7 +201,7 @@ def test_a_page_whose_acknowledgement_is_lost_keeps_seeing_the_run(page):
     sends again, so the view goes on moving instead of waiting for the run's last frame."""
     lost: list[str] = []
 
-    def lose_the_first_frames(route) -> None:
+    def lose_the_first_frames_acknowledgement(route) -> None:
         if route.request.post_data and not lost:  # an empty body is the page saying it acknowledges
             lost.append(route.request.post_data)
             route.abort()
@@ -209,7 +209,7 @@ def test_a_page_whose_acknowledgement_is_lost_keeps_seeing_the_run(page):
             route.continue_()
 
     with chromium_page(page.context.browser, page.server.url) as tab:
-        tab.route("**/dgemma-ack", lose_the_first_frames)
+        tab.route(f"**{ACK_PATH}", lose_the_first_frames_acknowledgement)
         tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
         paced = wait_until(lambda: any(c["name"] == COOKIE for c in tab.context.cookies()), bound_s=60)
         assert paced is not None, "the page never said it acknowledges the frames it draws"
