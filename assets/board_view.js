@@ -119,9 +119,9 @@ function card(row, full) {
   // Refine names its row (a compare card's side is its view's); the server reads the prompt, seed and start text off that run.
   const refine = row.refine === undefined ? "" : `<button type="button" class="refine" title="run it again, its first canvas starting from this text" ` +
     `data-request="${row.index}">Refine</button>`;
-  const seed = row.seed === null || row.seed === undefined ? "" : ` · seed ${row.seed}`;
+  const seed = row.seed === null || row.seed === undefined ? "" : `<span class="seed">· seed ${row.seed}</span>`;
   return `<div class="card status-${esc(row.status)}${full ? " dgv-focused" : ""}" data-request="${row.request}" data-step="${row.step ?? 0}">` +
-    `<div class="card-head"><b title="engine request ${row.request}">#${row.index}</b>${seed}<span class="status">${esc(row.label)}</span>${refine}` +
+    `<div class="card-head"><b title="engine request ${row.request}">#${row.index}</b>${seed}<span class="status" title="${esc(row.label)}">${esc(row.label)}</span>${refine}` +
     (full ? `<button type="button" class="dgv-close" aria-label="close the focus card">close</button>` : "") + "</div>" +
     `<div class="prompt" title="prompt">${esc(row.prompt)}</div>` + (row.note ? `<div class="note" role="note">${esc(row.note)}</div>` : "") +
     `<div class="committed">${committed}</div><div class="canvas">${tokens(row, limit)}</div>` +

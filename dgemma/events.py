@@ -36,6 +36,9 @@ class TilePlan:
     splits: tuple[TileSplit, ...] = ()
     seconds: float = 0.0
     peak_measured: bool = True  # False: peak_transient_bytes is the calibrated estimate
+    # What the engine held during the call, by the memory ledger's term (dgemma/memory/ledger.py's TERMS
+    # keys: weights, engine_state, run_state, kv_caches): with the peak and free, the call's whole ledger.
+    held: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         """This plan as plain JSON-able data: the API's `tile_plans`, the CLI's and a run file's."""

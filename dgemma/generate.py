@@ -106,7 +106,7 @@ def run(argv: list[str] | None = None) -> int:
     from dgemma.metrics import run_summary, summary_line
     from dgemma.model.loading import ModelLoadError, load_model
     from dgemma.recording import Recording, run_header
-    from dgemma.serving.backend import Progress
+    from dgemma.serving.backend import read_run
     from dgemma.serving.engine_backend import EngineBackend
 
     hf_logging.disable_progress_bar()  # stderr carries only our own lines
@@ -114,8 +114,8 @@ def run(argv: list[str] | None = None) -> int:
     try:
         loaded = load_model(args.model, device=args.device, memory_budget=options.memory_budget,
                             load_format=args.load_format, experts=args.experts)
-        config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling, sampler=options.sampler,
-                              memory_budget=options.memory_budget)
+        # The budget is the run's own, as the API's is: the ledger refuses a run it cannot hold in the same words.
+        config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling, sampler=options.sampler)
         backend = EngineBackend(loaded, config, Limits(), None)
         model_defaults = SamplingParams.from_generation_config(loaded.model.generation_config)
         # --start and --pin against the model (one token a pin, inside the canvas) before anything runs.
@@ -134,9 +134,7 @@ def run(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:  # the app's own run: every tile plan, and with --record every step frame, read as the run goes
         run = backend.start(call, stream=record is not None)
-        progress = Progress(run.size, recording)
-        while not progress.over:
-            progress.add(run.poll(0.1))
+        progress = read_run(run, recording)
         run.close()
         stats = dict(backend.engine.stats)  # steps, decoder calls and splits, preemptions
     except ValueError as err:  # a run its options cannot hold: EngineBackend.start's one sentence

@@ -22,12 +22,11 @@ every step is calibrated on meta tensors (`calibrate_tile`), shapes without memo
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,17 +34,18 @@ import torch
 from dgemma.cli import ArgumentParser, positive_int, run_cli, size_arg
 from dgemma.gpus import GPUS, RELEASED_ID, RELEASED_VOCAB, ZEROGPU_SIZES, Gpu
 from dgemma.memory import GiB, Calibration, format_bytes, plan_tiles
-from dgemma.sampling import LMHead, calibrate_tile, chunked_tile, reference_tile, seed_tile
-from dgemma.sampling.blocks import num_blocks
+from dgemma.memory.ledger import ModelFacts, RunShape, run_ledger
+from dgemma.sampling import calibrate_tile, calibration_for, seed_tile
 from dgemma.sampling.calibration import COSTLIEST
 from dgemma.sampling.chunked import chunk_ladder
 
 FRACTION = 0.5  # the planner's share of free memory, as the sampler uses it
 SEED_COPIES = 10  # the seed's assumed fp32 copies per request ("eager peaks at ~8; pad")
 RUNTIME_RESERVE = 2 * GiB
-"""Held back from every GPU before the sampler sees free memory: the CUDA context (~0.5 GiB),
-cuBLAS workspaces, the allocator's rounding, what the driver keeps of the spec-sheet capacity,
-and one decoder call's activations. KV caches are not counted: the sampler is the subject."""
+"""The ledger's reserve, held back from every GPU before the sampler sees free memory: the CUDA context
+(~0.5 GiB), cuBLAS workspaces, the allocator's rounding, what the driver keeps of the spec-sheet capacity,
+and one decoder call's activations. The engine's sampler state is counted (a slot a request); KV caches
+are not: the plan has no prompts, and the sampler is its subject."""
 REQUESTS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -77,39 +77,17 @@ def seed_group(num_decode: int, free_bytes: int, canvas_length: int, vocab_size:
 # --------------------------------------------------------------------------- calibrations (meta)
 
 
-def _meta_embed(vocab_size: int, hidden_size: int) -> torch.Tensor:
-    return torch.empty(vocab_size, hidden_size, dtype=torch.bfloat16, device="meta")
+def model_facts(model: ModelSpec, slots: int, canvas_length: int | None = None) -> ModelFacts:
+    """The ledger's facts of `model` served in bf16 on a GPU with `slots` requests at once (no KV term:
+    the plan has no prompts, and the sampler is its subject)."""
+    return ModelFacts(model.weights_bytes, canvas_length or model.canvas_length, model.vocab_size, model.hidden_size,
+                      "bfloat16", 0, slots, "cuda", model.softcap)
 
 
 def untiled_calibration(canvas_length: int, vocab_size: int, hidden_size: int) -> Calibration:
     """The seed's eager step (`seed_tile`): the logits are its input (made before the sampler), 7 copies at its peak."""
-    return calibrate_tile(seed_tile, canvas_length, vocab_size, _meta_embed(vocab_size, hidden_size))
-
-
-def row_calibration(kind: str, canvas_length: int, vocab_size: int, hidden_size: int, softcap: float | None) -> Calibration:
-    """This project's reference step as the engine builds it (hidden states in, LM head per tile), for a
-    tile of `kind`'s rows (a key of `calibration.COSTLIEST`; "sample": the entropy bound's, the tiled step's)."""
-    embed = _meta_embed(vocab_size, hidden_size)
-    return calibrate_tile(reference_tile, canvas_length, vocab_size, embed, LMHead(embed, softcap), kind=kind)
-
-
-def chunked_calibration(chunk: int, canvas_length: int, vocab_size: int, hidden_size: int,
-                        softcap: float | None) -> Calibration:  # fmt: skip
-    """The chunked step at `chunk`, calibrated over two chunks of the vocabulary.
-
-    Each chunk's tensors are freed before the next and the accumulators are [CL] or [CL, hidden],
-    so the peak grows with the number of chunks only by the block race's noise, one float32 per
-    vocab block and position, drawn for every block at once (sampling/blocks.py): two chunks (the
-    second takes the rescaling path) measure the rest of what all of them would, in a sixteenth of
-    the time at vocab 262,144, and the missing blocks' noise is added. tests/test_plan.py checks
-    this against the whole vocabulary.
-    """
-    vocab = min(vocab_size, 2 * chunk)
-    embed = _meta_embed(vocab, hidden_size)
-    step = functools.partial(chunked_tile, chunk_size=chunk)
-    measured = calibrate_tile(step, canvas_length, vocab, embed, LMHead(embed, softcap))
-    noise_bytes = canvas_length * (num_blocks(vocab_size) - num_blocks(vocab)) * 4  # float32 per block and position
-    return replace(measured, bytes_per_request=measured.bytes_per_request + noise_bytes, vocab_size=vocab_size)
+    embed = torch.empty(vocab_size, hidden_size, dtype=torch.bfloat16, device="meta")
+    return calibrate_tile(seed_tile, canvas_length, vocab_size, embed)
 
 
 def chunk_for(requests: int, free_bytes: int, model: ModelSpec, canvas_length: int) -> int:
@@ -117,7 +95,7 @@ def chunk_for(requests: int, free_bytes: int, model: ModelSpec, canvas_length: i
     within the planner's share of free memory, else the narrowest (then the tiles split)."""
     ladder = chunk_ladder(model.vocab_size)
     for chunk in ladder:
-        calibration = chunked_calibration(chunk, canvas_length, model.vocab_size, model.hidden_size, model.softcap)
+        calibration = calibration_for(model_facts(model, requests, canvas_length), impl="chunked", chunk=chunk)
         if calibration.tile_bytes(1) <= free_bytes and plan_tiles(requests, free_bytes, calibration, FRACTION) >= requests:
             return chunk
     return ladder[-1]
@@ -143,16 +121,19 @@ def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | Non
     "sample", "tempered", "sweep")."""
     cl = canvas_length or model.canvas_length
     vocab = model.vocab_size
-    fits_weights = model.weights_bytes + reserve_bytes <= gpu.total_bytes
-    free = gpu.total_bytes - model.weights_bytes - reserve_bytes if fits_weights else 0
+    facts = model_facts(model, requests, cl)
+    tiled = calibration_for(facts, kind=row)
+    # What the GPU holds before the sampler call: the reserve, the weights and the engine's sampler state.
+    ledger = run_ledger(facts, RunShape((0,) * requests, own_sampler=False), tiled, gpu.total_bytes, reserve=reserve_bytes)
+    fits_weights = ledger.holds_weights
+    free = ledger.free if fits_weights else 0
     untiled = untiled_calibration(cl, vocab, model.hidden_size)
     group = seed_group(requests, free, cl, vocab)
-    tiled = row_calibration(row, cl, vocab, model.hidden_size, model.softcap)
     tile_size, tiles, tiled_peak = _tiles(requests, free, tiled)
     chunk = chunked_tile_size = chunked_tiles = chunked_peak = None
     if fits_weights:
         chunk = chunk_for(requests, free, model, cl)
-        chunked = chunked_calibration(chunk, cl, vocab, model.hidden_size, model.softcap)
+        chunked = calibration_for(facts, impl="chunked", chunk=chunk)
         chunked_tile_size, chunked_tiles, chunked_peak = _tiles(requests, free, chunked)
     return dict(
         gpu=gpu.label, gpu_bytes=gpu.total_bytes, weights_bytes=model.weights_bytes, reserve_bytes=reserve_bytes,
@@ -184,16 +165,16 @@ def summary(rows: list[dict], model: ModelSpec, seconds: float) -> dict:
     """The closing line: the model, the copies per request each step holds, what fits where."""
     cl, vocab, hidden = rows[0]["canvas_length"], model.vocab_size, model.hidden_size
     chunks = sorted({r["chunk_size"] for r in rows if r["chunk_size"]})
-    chunked = {c: chunked_calibration(c, cl, vocab, hidden, model.softcap).copies_per_request for c in chunks}
+    facts = model_facts(model, 1, cl)
+    chunked = {c: calibration_for(facts, impl="chunked", chunk=c).copies_per_request for c in chunks}
     return dict(
         summary=True, model=model.name, weights_bytes=model.weights_bytes, reserve_bytes=rows[0]["reserve_bytes"],
         canvas_length=cl, vocab=vocab, hidden=hidden, fraction=FRACTION,
         copies_per_request=dict(
             untiled=round(untiled_calibration(cl, vocab, hidden).copies_per_request, 3), seed_assumed=SEED_COPIES,
-            tiled=round(row_calibration("sample", cl, vocab, hidden, model.softcap).copies_per_request, 3),
+            tiled=round(calibration_for(facts).copies_per_request, 3),
             chunked={str(c): round(v, 4) for c, v in chunked.items()},
-            tiled_by_row={kind: round(row_calibration(kind, cl, vocab, hidden, model.softcap).copies_per_request, 3)
-                          for kind in COSTLIEST},
+            tiled_by_row={kind: round(calibration_for(facts, kind=kind).copies_per_request, 3) for kind in COSTLIEST},
         ),
         gpus_fitting_weights=sorted({r["gpu"] for r in rows if r["fits_weights"]}),
         zerogpu_size=zerogpu_size(model, rows[0]["reserve_bytes"]),

@@ -228,7 +228,7 @@ def recording_bound(requests: int, max_new_tokens: int, max_steps: int, canvas_l
     piece = (frame_and_pieces - frame) / canvas_length
     before = sample.held_bytes
     sample.add(TilePlan(0.0, "reference", requests, canvas_length, vocab_size, 2**40, None, 2**30, requests,
-                        (requests,), 2**30))
+                        (requests,), 2**30, held=dict(weights=2**40, engine_state=2**40, run_state=2**40, kv_caches=2**40)))
     plan = sample.held_bytes - before
     before = sample.held_bytes
     text = "x" * (canvases * canvas_length * PIECE_CHARS)

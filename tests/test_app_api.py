@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from dgemma.serving.backend import results
+from dgemma.serving.backend import read_run
 
 import html
 import subprocess
@@ -21,6 +21,7 @@ from gradio_client.exceptions import AppError
 
 from app_server import MODEL_ARGS, ROOT
 from conftest import generate_json
+from lesson_budget import lesson_budget
 from dgemma.ui.generate_tab.controls import client_inputs
 from vanishing import BOUND_S, LONG_RUN, stream_then_kill, wait_until
 
@@ -111,6 +112,25 @@ def test_bad_input_leaves_no_traceback_in_the_server_log(server, client):
     assert "Traceback" not in server.log()[seen:], server.log()[seen:][-2000:]
 
 
+def test_a_budget_that_cannot_hold_the_run_gets_the_same_sentence_from_the_api_and_the_cli(client, capsys):
+    """Above what the idle engine holds (the weights and its sampler's state), below what the run needs: both
+    refuse before anything runs, naming the shortfall and the budget to type, in the same words."""
+    from dgemma.generate import main
+
+    prompts = ["count 1 to 5", "add 12+34"]
+    with pytest.raises(AppError) as err:
+        client.predict(prompts, {"memory_budget": "4700KiB", "max_new_tokens": 16}, api_name="/generate")
+    api = str(err.value)
+    model = MODEL_ARGS or []
+    code = main([*model, *[f for p in prompts for f in ("--prompt", p)], "--memory-budget", "4700KiB",
+                 "--max-new-tokens", "16", "--max-num-seqs", "32"])  # app.py's --max-num-seqs, as the server's
+    cli = capsys.readouterr().err.strip()
+    assert code == 2 and cli.count("\n") == 0, cli
+    sentence = cli.removeprefix("python -m dgemma.generate: error: ")
+    assert sentence.startswith("The memory budget of 4.6 MiB cannot hold this run: it needs ") and sentence in api, (api, cli)
+    assert "the suggested budget for 2 requests is" in sentence
+
+
 def test_server_still_serves_after_bad_input(client):
     out = client.predict(["reverse abc"], {"seed": 3, "max_new_tokens": 8}, api_name="/generate")
     assert out["outputs"][0]["seed"] == 3
@@ -118,7 +138,7 @@ def test_server_still_serves_after_bad_input(client):
 
 @pytest.mark.parametrize(
     "budget, words",
-    [("lots", "must be a size such as 512MiB"), ("1KiB", "is too small for the model weights")],
+    [("lots", "must be a size such as 512MiB"), ("1KiB", "cannot even hold the model weights")],
 )
 def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, words):
     untiled, tiled, chunked, verdict, _chart, _budget, *_board = client.predict(4, budget, False, 2, "entropy_bound", api_name="/lesson")
@@ -129,12 +149,9 @@ def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, w
 def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
     """Run pressed right after ticking real scale: the box still holds the small scale's budget."""
     from dgemma.model.loading import load_model
-    from dgemma.examples import LESSON_PROMPTS
-    from dgemma.memory.lesson import lesson_model
-    from dgemma.serving.backend import suggest_budget
 
-    model = lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32, LESSON_PROMPTS)  # app.py's --max-num-seqs
-    small, real = suggest_budget(model, 4, False), suggest_budget(model, 4, True)
+    model = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
+    small, real = (lesson_budget(model, 4, scale, max_num_seqs=32) for scale in (False, True))  # app.py's --max-num-seqs
     untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, "entropy_bound", api_name="/lesson")
     assert ran == real != small
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
@@ -144,11 +161,8 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
 @pytest.mark.parametrize("scheduler", ["block_refinement", "discrete_ddim"])
 def test_the_lesson_runs_with_any_scheduler(client, scheduler):
     from dgemma.model.loading import load_model
-    from dgemma.examples import LESSON_PROMPTS
-    from dgemma.memory.lesson import lesson_model
-    from dgemma.serving.backend import suggest_budget
 
-    budget = suggest_budget(lesson_model(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 32, LESSON_PROMPTS), 4, False)
+    budget = lesson_budget(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 4, max_num_seqs=32)
     untiled, tiled, _chunked, verdict, *_ = client.predict(4, budget, False, 2, scheduler, api_name="/lesson")
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
     assert 'data-outcome="identical"' in verdict, verdict
@@ -297,7 +311,7 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         faults = install_faults(engine.core)
         faults.crash_steps = engine.config.max_restarts + 2
         first = backend.start(RunRequest(("add 12+34",), Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16)))
-        outputs, _ = results(first)
+        outputs = read_run(first).outputs()
         first.close()
         # It dies, restarts, dies ... and gives up, each restart a thread its predecessor started.
         wait_until(lambda: not engine.alive, bound_s=30, period_s=0.05)
@@ -305,7 +319,8 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
         faults.crash_steps = 0  # whatever killed it has passed
         second = backend.start(RunRequest(("add 12+34",), Settings(SamplingParams(max_denoising_steps=2), max_new_tokens=16)))
         assert "restarted" in second.notice
-        outputs, plans = results(second)
+        progress = read_run(second)
+        outputs, plans = progress.outputs(), progress.plans
         second.close()
         assert not outputs[0].error and plans
     finally:

@@ -157,7 +157,7 @@ def test_a_too_small_lesson_budget_is_one_sentence_on_its_card(page):
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-untiled [data-outcome=error]", timeout=90_000)
     untiled = page.inner_text("#lesson-untiled")
-    assert "is too small for the model weights" in untiled and "suggested budget" in untiled, untiled
+    assert "cannot even hold the model weights" in untiled and "suggested budget" in untiled, untiled
     cards = page.inner_text("#lesson-tiled") + page.inner_text("#lesson-chunked") + page.inner_text("#lesson-verdict")
     assert "running" not in cards and "not run yet" in page.inner_text("#lesson-tiled"), cards
     budget.fill(shown)  # leave the tab as it was for the next test

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dgemma import plan
-from dgemma.sampling import LMHead, calibrate_tile, chunked_tile
+from dgemma.sampling import LMHead, calibrate_tile, calibration_for, chunked_tile
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size
 from dgemma.ui.charts import plan_figure
 from dgemma.plan import plan_sentence
@@ -121,7 +121,7 @@ def test_chunked_calibration_over_two_chunks_equals_the_whole_vocabulary(chunk):
     embed = torch.empty(262_144, 2816, dtype=torch.bfloat16, device="meta")
     step = functools.partial(chunked_tile, chunk_size=chunk)
     whole = calibrate_tile(step, 256, 262_144, embed, LMHead(embed, 30.0))
-    assert plan.chunked_calibration(chunk, 256, 262_144, 2816, 30.0) == whole
+    assert calibration_for(plan.model_facts(plan.RELEASED, 1), impl="chunked", chunk=chunk) == whole
 
 
 @pytest.mark.parametrize("requests,free", [(64, 90 * GiB), (64, 3 * GiB), (8, 40 * MiB)])

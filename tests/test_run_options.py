@@ -10,10 +10,9 @@ from dgemma.events import RequestEvent
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.sampling import RunOptions, SamplerConfig, SamplingParams, build_sampler
 from dgemma.sampling.primitives import PAD_LOGIT
-from dgemma.examples import LESSON_PROMPTS, lesson_prompts
-from dgemma.memory.lesson import lesson_model
-from dgemma.serving.backend import suggest_budget
+from dgemma.examples import lesson_prompts
 from dgemma.units import parse_size
+from lesson_budget import lesson_budget
 
 
 def drive(core: EngineCore) -> None:
@@ -23,7 +22,7 @@ def drive(core: EngineCore) -> None:
 
 def test_a_tile_out_of_memory_fails_the_run_with_its_sentence_and_numbers_instead_of_preempting(embedded_model):
     n = 8
-    budget = parse_size(suggest_budget(lesson_model(embedded_model, n, LESSON_PROMPTS), n, False))
+    budget = parse_size(lesson_budget(embedded_model, n))
     core = EngineCore(embedded_model, EngineConfig(max_num_seqs=n))
     watch = core.subscribe(coalesce=False)
     options = RunOptions(tiling="off", memory_budget=budget, fail_on_oom=True)

@@ -135,6 +135,9 @@ SERVING = "dgemma.serving"
 # What a view may not import: torch and ZeroGPU, and the packages that do the work. The views see a
 # Backend (dgemma.serving.backend), the event stream (dgemma.events) and plain data.
 VIEW_FORBIDDEN = ("torch", "spaces", "dgemma.engine", "dgemma.model", "dgemma.sampling", "dgemma.memory")
+# ... but the memory ledger, plain arithmetic over plain numbers (no torch: the check below imports the views),
+# which the views draw: a TilePlan's `held` and an out-of-memory's figures are its terms.
+VIEW_ALLOWED = ("dgemma.memory.ledger",)
 
 
 def all_imports(path: Path) -> set[str]:
@@ -159,7 +162,8 @@ def all_imports(path: Path) -> set[str]:
 
 def forbidden_in_a_view(path: Path) -> list[str]:
     """The imports of `path` that a view may not make."""
-    return sorted(n for n in all_imports(path) if any(n == f or n.startswith(f + ".") for f in VIEW_FORBIDDEN))
+    return sorted(n for n in all_imports(path) if any(n == f or n.startswith(f + ".") for f in VIEW_FORBIDDEN)
+                  and not any(n == a or n.startswith(a + ".") for a in VIEW_ALLOWED))
 
 
 def _room(prefix: str) -> dict[str, Path]:
@@ -204,6 +208,10 @@ def test_importing_every_view_loads_neither_torch_nor_spaces():
 # when a change takes lines out; never raise it to make room). Issue #44 retired the 3,800-line goal.
 MAX_APP_LINES = 4_165
 APP_FILES = ("dgemma/serving/*.py", "dgemma/ui/*.py", "dgemma/ui/*/*.py", "assets/*.js")
+# Issue #54 granted the memory ledger's stacked view its own lines on top (the budget arithmetic it moved out
+# of serving paid for the rest): the view's file, counted in app_lines, is added to the cap at its size.
+STACKED_VIEW = ROOT / "dgemma" / "ui" / "ledger_chart.py"
+STACKED_VIEW_MAX = 48
 
 
 def app_lines() -> int:
@@ -212,7 +220,8 @@ def app_lines() -> int:
 
 
 def test_serving_and_the_views_stay_within_their_line_budget():
-    assert app_lines() <= MAX_APP_LINES, f"serving + views + assets/*.js: {app_lines()} lines, over {MAX_APP_LINES}"
+    view = min(STACKED_VIEW_MAX, STACKED_VIEW.read_bytes().count(b"\n"))
+    assert app_lines() <= MAX_APP_LINES + view, f"serving + views + assets/*.js: {app_lines()} lines, over {MAX_APP_LINES} + {view}"
 
 
 # ------------------------------------------------------------------ one door for a call, one door to the engine

@@ -144,7 +144,7 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     recorded: step k is the board after its k-th sampler call."""
     from dgemma.engine import EngineConfig
     from dgemma.model.loading import load_model, parse_dtype
-    from dgemma.serving.backend import results
+    from dgemma.serving.backend import read_run
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.settings import Limits
     from dgemma.ui.lesson import tab
@@ -158,7 +158,7 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
         tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
         handle = backend.start(tab._run_call(call, call.settings.options.memory_budget, tiling, impl, True))
         recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
-        outputs, _ = results(handle, recording)
+        outputs = read_run(handle, recording).outputs()
         handle.close()
     finally:
         backend.close()

@@ -69,7 +69,7 @@ class EngineCore:
         self.default_params = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.resident = Resident(self.memory)
         try:
-            self.resident.hold(loaded.weight_bytes, "the model weights")
+            self.resident.hold(loaded.weight_bytes, "weights")
         except Exception:  # noqa: BLE001 - torch.OutOfMemoryError from a budget below the weights
             raise EngineError(self.resident.refuse_to_start(loaded.weight_bytes, "the model weights")) from None
         self.steps = 0  # steps taken; every other counter is its part's own (`stats`)
@@ -110,7 +110,6 @@ class EngineCore:
         prompt_text = prompt if isinstance(prompt, str) else ""
         handle = RequestHandle(self.cancel, rid, prompt_text, subscriber, getattr(params, "seed", 0))
         error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
-        error = error or self.check_options(options)
         req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
                       max_new_tokens if not error else 0, subscriber, stream_steps, handle)
         if start:
@@ -138,14 +137,6 @@ class EngineCore:
         with self.intake:
             return [self.submit(p, settings.params.for_prompt(i), settings.max_new_tokens, subscriber, stream_steps,
                                 options, call.canvas(i)) for i, p in enumerate(call.prompts)]
-
-    def check_options(self, options: RunOptions) -> str:
-        """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""
-        budget = options.memory_budget
-        if budget is not None and budget <= self.resident.bytes:
-            return (f"the memory budget of {format_bytes(budget)} is too small for the model weights and the "
-                    f"engine's state ({format_bytes(self.resident.bytes)} held)")
-        return ""
 
     def _refusal(self) -> str:
         if self.refusal:

@@ -99,9 +99,9 @@ class Engine:
         """Queue a checked call's prompts all or none (see `EngineCore.submit_run`)."""
         return self.core.submit_run(call, options, subscriber, stream_steps)
 
-    def check_options(self, options: RunOptions) -> str:
-        """One sentence if a run with `options` cannot run at all (a budget below what is held), else ''."""
-        return self.core.check_options(options)
+    def tokenize(self, prompt: str) -> list[int]:
+        """A prompt's token ids as a request takes them; safe from any thread."""
+        return self.core.tokenize(prompt)
 
     def tokenize_text(self, text: str) -> list[int]:
         """Output text's token ids (a start, a pin); safe from any thread."""

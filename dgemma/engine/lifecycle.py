@@ -108,7 +108,7 @@ class Lifecycle:
         if self.scheduler.release(req, ended):
             self.pool.free(req.options, slot)
         req.cache = None
-        req.cache_bytes = self.resident.resize(req.cache_bytes, 0, "")
+        req.cache_bytes = self.resident.resize(req.cache_bytes, 0, "kv_caches")
 
     def is_running(self, req: Request) -> bool:
         return self.scheduler.is_running(req)

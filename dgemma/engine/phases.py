@@ -13,7 +13,7 @@ Out of memory that even one request cannot survive preempts (see `Lifecycle.make
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -71,7 +71,7 @@ class ModelPhases:
                     elif req.id not in prefilled:
                         self.runner.append_to_cache(req.cache, torch.tensor(req.pending_commit))
                     req.cache_bytes = self.lifecycle.resident.resize(
-                        req.cache_bytes, cache_bytes(req.cache), f"request {req.id}'s KV cache")
+                        req.cache_bytes, cache_bytes(req.cache), "kv_caches")
                 except torch.OutOfMemoryError as err:
                     # A failed append added nothing (the cache grows only when the forward returns).
                     self.lifecycle.make_room_for(req, str(err), "its KV cache does not fit")
@@ -168,8 +168,9 @@ class ModelPhases:
                 message = str(err)  # retry outside the except block: the traceback holds the failed tile
                 failed = getattr(err, "sentence", message), getattr(err, "figures", None)  # a TileOutOfMemory's
             if rows[0].options.fail_on_oom:  # the run fails with the step's sentence and numbers, as asked
+                oom = {**(failed[1] or {}), "held": dict(self.lifecycle.resident.by_term)}  # its ledger, drawn
                 for req in rows:
-                    self.lifecycle.finish(req, "error", error=failed[0], extra=dict(oom=failed[1]))
+                    self.lifecycle.finish(req, "error", error=failed[0], extra=dict(oom=oom))
                 return [], None
             moved = [sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
             stepped += [r for r, m in zip(rows, moved) if m]
@@ -179,6 +180,8 @@ class ModelPhases:
         stepped, _ = self.lifecycle.still_running(stepped)
         if not stepped:
             return [], None
+        if plan is not None:  # the call's ledger: what the engine held while it ran
+            plan = replace(plan, held=dict(self.lifecycle.resident.by_term))
         return stepped, sampler.outputs([r.slot for r in stepped], plan)
 
     def _emit(self, rows: list[Request], out: StepOutput, started: object) -> None:

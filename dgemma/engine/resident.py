@@ -1,7 +1,8 @@
 """What the engine holds in memory between steps, and a run's own memory budget.
 
-`Resident` counts the long-lived bytes (weights, the samplers' per-slot state, KV caches) and,
-on a budgeted CPU (`VirtualDevice`), reserves them so a step's transient sees only the rest.
+`Resident` counts the long-lived bytes by the ledger's terms (dgemma/memory/ledger.py: the weights,
+the engine's sampler state, a run's own sampler state, the KV caches) and, on a budgeted CPU
+(`VirtualDevice`), reserves them so a step's transient sees only the rest.
 
 A run's `RunOptions.memory_budget` caps its sampler step, counted as an engine started with
 that `--memory-budget` would count it: `RunBudget` reports as free the budget minus everything
@@ -21,33 +22,38 @@ from collections.abc import Iterator
 import torch
 
 from dgemma.memory import MemoryDevice, VirtualDevice, format_bytes
+from dgemma.memory.ledger import TERMS
 from dgemma.memory.tracker import tracked
 
 
 class Resident:
-    """Long-lived bytes on the engine's device, by owner."""
+    """Long-lived bytes on the engine's device, by the ledger's term (a key of `ledger.TERMS`)."""
 
     def __init__(self, device: MemoryDevice):
         self.device = device
-        self.bytes = 0
+        self.by_term = {key: 0 for key, _ in TERMS if key != "reserve"}  # the runtime's is outside what we count
 
-    def hold(self, nbytes: int, what: str) -> None:
-        """Hold `nbytes`; `torch.OutOfMemoryError` when a budgeted device cannot."""
+    @property
+    def bytes(self) -> int:
+        return sum(self.by_term.values())
+
+    def hold(self, nbytes: int, term: str) -> None:
+        """Hold `nbytes` under `term`; `torch.OutOfMemoryError` when a budgeted device cannot."""
         if isinstance(self.device, VirtualDevice):
-            self.device.reserve(nbytes, what)
-        self.bytes += nbytes
+            self.device.reserve(nbytes, dict(TERMS)[term])
+        self.by_term[term] += nbytes
 
-    def give_back(self, nbytes: int) -> None:
+    def give_back(self, nbytes: int, term: str) -> None:
         if isinstance(self.device, VirtualDevice):
             self.device.release(nbytes)
-        self.bytes -= nbytes
+        self.by_term[term] -= nbytes
 
-    def resize(self, held: int, nbytes: int, what: str) -> int:
-        """Change a holding from `held` to `nbytes` bytes; returns `nbytes`."""
+    def resize(self, held: int, nbytes: int, term: str) -> int:
+        """Change a holding under `term` from `held` to `nbytes` bytes; returns `nbytes`."""
         if nbytes > held:
-            self.hold(nbytes - held, what)
+            self.hold(nbytes - held, term)
         else:
-            self.give_back(held - nbytes)
+            self.give_back(held - nbytes, term)
         return nbytes
 
     def refuse_to_start(self, nbytes: int, what: str) -> str:
@@ -64,11 +70,6 @@ def cache_bytes(cache) -> int:
         for layer in cache.layers
         if getattr(layer, "keys", None) is not None
     )
-
-
-def tensor_bytes(obj: object) -> int:
-    """Bytes of the tensors an object holds as attributes (a sampler's per-slot state)."""
-    return sum(t.untyped_storage().nbytes() for t in vars(obj).values() if isinstance(t, torch.Tensor))
 
 
 class RunBudget(MemoryDevice):

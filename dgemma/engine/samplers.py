@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import torch
 
-from dgemma.engine.resident import Resident, RunBudget, tensor_bytes
+from dgemma.engine.resident import Resident, RunBudget
 from dgemma.memory import MemoryDevice
+from dgemma.memory.ledger import sampler_state_bytes
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import LMHead, RunOptions, SamplerConfig, TiledSampler, build_sampler
 from dgemma.sampling.primitives import TileFn
@@ -63,8 +64,9 @@ class SamplerPool:
         # The sampler applies the LM head per tile: the decoder hands it hidden states, so the
         # [n, CL, vocab] logits exist one tile at a time (the point of tiling at a 262k vocab).
         self.head = LMHead(loaded.model.lm_head.weight, loaded.model.final_logit_softcapping)
+        self.facts = loaded.ledger_facts(max_num_seqs)
         self._samplers: dict[RunOptions, TiledSampler] = {}
-        self._state_bytes: dict[RunOptions, int] = {}
+        self._state_bytes: dict[RunOptions, tuple[int, str]] = {}  # bytes held, under which ledger term
         self._slots: dict[RunOptions, set[int]] = {}
 
     def get(self, options: RunOptions, slot: int | None = None) -> TiledSampler:
@@ -85,15 +87,19 @@ class SamplerPool:
         ))  # fmt: skip
         if compiles_sampler(loaded.device):
             sampler.tile_fn = compiled_tile(sampler.tile_fn)
-        nbytes = tensor_bytes(sampler)
-        self.resident.hold(nbytes, "the sampler's per-slot state")
-        self._samplers[options], self._state_bytes[options] = sampler, nbytes
+        # The ledger's figure, which tests/test_ledger.py holds equal to the tensors the sampler allocated.
+        nbytes, term = sampler_state_bytes(self.facts, sampler.vocab_size), self._term(options)
+        self.resident.hold(nbytes, term)
+        self._samplers[options], self._state_bytes[options] = sampler, (nbytes, term)
         return sampler
 
     def drop(self, options: RunOptions) -> None:
         del self._samplers[options]
         self._slots.pop(options, None)
-        self.resident.give_back(self._state_bytes.pop(options))
+        self.resident.give_back(*self._state_bytes.pop(options))
+
+    def _term(self, options: RunOptions) -> str:
+        return "engine_state" if options == self.default else "run_state"
 
     def drop_all(self) -> None:
         for options in list(self._samplers):

@@ -1,8 +1,9 @@
 """Memory: how much is free, how much a step needs, and how to tile it.
 
-device (the interface), tracker (bytes an op allocates), repeats (a loop's alike bodies counted
-at the cost of one), virtual (a CPU with a budget), probes (CPU and CUDA, and choosing one), planner
-(calibration and tile sizes), lesson (what the lesson's budget reads of a model); allocator
+ledger (what a run holds, term by term, and the tile sizes: the one place the terms are added up),
+device (the interface), tracker (bytes an op allocates, and a step's calibration), repeats (a loop's
+alike bodies counted at the cost of one), virtual (a CPU with a budget), probes (CPU and CUDA, and
+choosing one); allocator
 (the server process's C allocator, imported on its own by app.py). The units of size (GiB,
 format_bytes, parse_size) live in dgemma/units.py, free of torch for the views; they are re-exported here.
 """
@@ -16,10 +17,10 @@ from dgemma.units import GiB, MiB, format_bytes, parse_size
 
 if TYPE_CHECKING:
     from dgemma.memory.device import MemoryDevice
-    from dgemma.memory.planner import Calibration, calibrate, plan_tiles, split_tiles
+    from dgemma.memory.ledger import Calibration, plan_tiles, split_tiles
     from dgemma.memory.probes import CudaMemory, HostMemory, memory_for, resolve_device
     from dgemma.memory.repeats import Repeats
-    from dgemma.memory.tracker import TransientTracker, measure_peak
+    from dgemma.memory.tracker import TransientTracker, calibrate, measure_peak
     from dgemma.memory.virtual import VirtualDevice
 
 __all__ = [
@@ -31,8 +32,8 @@ __all__ = [
 # The sizes are plain Python; everything else imports torch, on first use (the page is served
 # before torch has loaded, and its settings need only the sizes).
 _LAZY = {
-    "MemoryDevice": "device", "Calibration": "planner", "calibrate": "planner", "plan_tiles": "planner",
-    "split_tiles": "planner", "CudaMemory": "probes", "HostMemory": "probes", "memory_for": "probes",
+    "MemoryDevice": "device", "Calibration": "ledger", "calibrate": "tracker", "plan_tiles": "ledger",
+    "split_tiles": "ledger", "CudaMemory": "probes", "HostMemory": "probes", "memory_for": "probes",
     "resolve_device": "probes", "TransientTracker": "tracker", "measure_peak": "tracker", "VirtualDevice": "virtual",
     "Repeats": "repeats",
 }  # fmt: skip

@@ -16,13 +16,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dgemma.memory.device import Measurement
+from dgemma.memory.ledger import Calibration, raise_out_of_memory
 from dgemma.units import format_bytes
-
-
-def raise_out_of_memory(needed: int, free: int, what: str) -> None:
-    raise torch.OutOfMemoryError(
-        f"out of memory: {what} needs {format_bytes(needed)} but only {format_bytes(free)} is free"
-    )
 
 
 # op -> which of its returns may be new storages (read once per op): those its schema gives no alias
@@ -152,3 +147,16 @@ def tracked(m: Measurement, limit: int | None = None,
             yield m
         finally:
             m.peak_bytes = tracker.peak
+
+
+def calibrate(prepare: Callable[[int], Callable[[], object]], canvas_length: int, vocab_size: int) -> Calibration:
+    """Measure the step's transient at tiles of 1 and 2 requests and fit `fixed + per_request * n`.
+
+    `prepare(n)` builds the inputs of one sampler tile of n requests at the real (CL, vocab,
+    hidden) shapes and returns the call to measure, so the inputs are not counted as transient.
+    The sampler builds them on meta tensors: even vocab 262,144 costs no memory.
+    """
+    one = measure_peak(prepare(1))
+    two = measure_peak(prepare(2))
+    per_request = max(1, two - one)
+    return Calibration(per_request, max(0, one - per_request), canvas_length, vocab_size)

@@ -12,7 +12,8 @@ import threading
 from collections.abc import Iterator
 
 from dgemma.memory.device import Measurement, MemoryDevice
-from dgemma.memory.tracker import raise_out_of_memory, tracked
+from dgemma.memory.ledger import raise_out_of_memory
+from dgemma.memory.tracker import tracked
 from dgemma.units import parse_size
 
 

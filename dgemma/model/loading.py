@@ -24,13 +24,14 @@ import torch
 
 from dgemma.errors import first_line
 from dgemma.memory import format_bytes, resolve_device
+from dgemma.memory.ledger import ModelFacts
 from dgemma.model.download import DownloadProgress, download_checkpoint
 from dgemma.model.dummy import build_random_model
 from dgemma.model.runner import PER_CANVAS, experts_mode_for, set_experts_mode
 
 # Where a checkpoint comes from is decided without torch (app.py checks it before serving the page).
 from dgemma.model.source import DEFAULT_MODEL, HUB_ID, ModelLoadError, is_embedded, public_name, resolve_source  # noqa: F401
-from dgemma.sampling import SamplerConfig, build_sampler
+from dgemma.sampling.budget import calibration_for
 
 LOAD_FORMATS = ("auto", "dummy")
 """What `--load-format` accepts: auto, the checkpoint's safetensors; dummy, random weights of its config."""
@@ -77,6 +78,16 @@ class LoadedModel:
 
     def encode(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)
+
+    def ledger_facts(self, max_num_seqs: int, device: str | None = None) -> ModelFacts:
+        """This model's figures for the memory ledger, as plain values, for an engine of `max_num_seqs`
+        slots running its sampler on `device` (default: where the model loaded)."""
+        dtype = self.embed_weight.dtype
+        return ModelFacts(
+            self.weight_bytes, self.canvas_length, self.vocab_size, self.hidden_size, str(dtype).removeprefix("torch."),
+            kv_bytes_per_token(self.model.config, dtype), max_num_seqs, device or str(self.device),
+            getattr(self.model, "final_logit_softcapping", None),
+        )  # fmt: skip
 
     def encode_text(self, text: str) -> list[int]:
         """Token ids of output text (a canvas's start, a pinned piece): no template, no special tokens."""
@@ -200,12 +211,30 @@ def free_device_bytes(device: torch.device, memory_budget: int | None = None) ->
 
 
 def sampler_reserve_bytes(config) -> int:
-    """The eager sampler step's calibrated transient for RESERVED_REQUESTS requests, measured on
-    meta tensors at this checkpoint's canvas and vocabulary (no memory touched)."""
+    """The eager sampler step's transient for RESERVED_REQUESTS requests in one tile (the ledger's tile
+    term), calibrated on meta tensors at this checkpoint's canvas and vocabulary (no memory touched)."""
     text = config.text_config
-    embed = torch.empty(text.vocab_size, text.hidden_size, device="meta")
-    sampler = build_sampler(SamplerConfig(1, int(config.canvas_length), int(text.vocab_size), embed, 1.0))
-    return int(sampler.calibration().tile_bytes(RESERVED_REQUESTS))
+    facts = ModelFacts(0, int(config.canvas_length), int(text.vocab_size), int(text.hidden_size), "bfloat16", 0,
+                       RESERVED_REQUESTS, "cuda", getattr(text, "final_logit_softcapping", None))
+    return calibration_for(facts).tile_bytes(RESERVED_REQUESTS)
+
+
+def kv_bytes_per_token(config, dtype) -> int:
+    """A token's keys and values over every decoder layer (full-attention layers may have heads of their own)."""
+    text = getattr(config, "text_config", config)
+    spec = vars(text).get("_heterogeneity_spec")
+    if spec is not None and spec.per_layer_attributes:  # transformers' per-layer config: each layer's own heads
+        return sum(2 * layer.num_key_value_heads * layer.head_dim for layer in text.per_layer_config) * dtype.itemsize
+    head = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kinds = getattr(text, "layer_types", None) or ["sliding_attention"] * text.num_hidden_layers
+    total = 0
+    for kind in kinds:
+        dim, heads = head, text.num_key_value_heads
+        if kind == "full_attention":
+            dim = getattr(text, "global_head_dim", None) or dim
+            heads = getattr(text, "num_global_key_value_heads", None) or heads
+        total += 2 * heads * dim
+    return total * dtype.itemsize
 
 
 def placement(device: torch.device, config, memory_budget: int | None) -> tuple[dict, int]:

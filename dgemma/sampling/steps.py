@@ -65,3 +65,4 @@ def step_for(config: SamplerConfig, free_bytes: int) -> TileFn:
     if config.impl not in STEPS:
         raise ValueError(f"unknown sampler {config.impl!r}: choose from {', '.join(SAMPLER_STEPS)}")
     return STEPS[config.impl](config, free_bytes)
+

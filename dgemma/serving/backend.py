@@ -1,6 +1,6 @@
 """The serving contract (no torch): `Backend.request` makes a call's `RunRequest` (dgemma/settings.py's
 `make_request`, under the backend's `Limits` and against its model); `Backend.start` submits it and returns
-a `Run` to poll for events, cancel, or read to its end (`results`)."""
+a `Run` to poll for events, cancel, or read to its end (`read_run`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dgemma.errors import sentence
-from dgemma.examples import LESSON_PROMPTS
+from dgemma.examples import lesson_prompts
 from dgemma.events import FINAL, Event, RequestEvent, TilePlan
-from dgemma.memory.lesson import LessonModel, lesson_model, lesson_vocab
+from dgemma.gpus import RELEASED_VOCAB
+from dgemma.memory.ledger import Ledger, budget_text, refusal
 from dgemma.recording import Recording
 from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.settings import CanvasModel, Limits, RunRequest, Settings, make_request
@@ -53,8 +54,7 @@ class Backend(Protocol):
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
-        """The lesson's budget: one tile of its `requests` runs out of memory, tiles of a few fit
-        (`suggest_budget` below)."""
+        """The lesson's budget: one tile of its `requests` runs out of memory, tiles of a few fit."""
 
     def info(self) -> dict[str, Any]: ...
 
@@ -99,13 +99,12 @@ class Progress:
                        e.extra.get("metrics")) for e in self.last.values()]
 
 
-def results(run: Run, recording: Recording | None = None) -> tuple[list[Output], list[TilePlan]]:
-    """Read `run` until every request has ended (into `recording` too): outputs in submission order,
-    each from its final event, and the run's tile plans."""
+def read_run(run: Run, recording: Recording | None = None) -> Progress:
+    """Read `run` until every request has ended (into `recording` too): `outputs()` in submission order, `plans`."""
     progress = Progress(run.size, recording)
     while not progress.over:
         progress.add(run.poll(0.1))
-    return progress.outputs(), progress.plans
+    return progress
 
 
 def backend_state(backend: Backend) -> LoadState:
@@ -115,20 +114,21 @@ def backend_state(backend: Backend) -> LoadState:
 
 
 class ModelBackend:
-    """What every backend over a loaded model shares: its limits, defaults, facts and the lesson's budget."""
+    """What every backend over a loaded model shares: limits, defaults, facts, and a run's memory ledger."""
 
     def __init__(self, loaded: Any, config: Any, limits: Limits, budget_text: str | None,
                  device: str | None = None):
         self.loaded, self.config, self.limits, self.budget_text = loaded, config, limits, budget_text
         self.max_num_seqs = config.max_num_seqs
         # Plain values read now: on ZeroGPU spaces moves the main process's weights to disk after launch.
-        self.lesson_model = lesson_model(loaded, config.max_num_seqs, LESSON_PROMPTS, device)
+        self.ledger_facts = loaded.ledger_facts(config.max_num_seqs, device)
         p = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         # Two canvases by default: enough to watch a commit, short enough for a laptop (the CLI's too).
         self.defaults = Settings(params=replace(p, seed=0, greedy=False), options=RunOptions(sampler=config.sampler),
                                  max_new_tokens=min(limits.max_new_tokens, 64))
         self._facts = loaded.facts()
         self.encode_text = loaded.encode_text  # text to token ids, for a first canvas
+        self.encode_prompt = loaded.encode  # a prompt's ids as the engine takes them, for the ledger
 
     def info(self) -> dict:
         return {**self._facts, "max_num_seqs": self.max_num_seqs, "memory_budget": self.budget_text or "none",
@@ -143,36 +143,25 @@ class ModelBackend:
     def canvas_model(self) -> CanvasModel:
         return CanvasModel(self.loaded.canvas_length, self.encode_text)
 
+    def ledger(self, prompts: list[str], params: SamplingParams, max_new_tokens: int,
+               options: RunOptions) -> tuple[Ledger, int]:
+        """What a run of `prompts` with `options` holds with one request a tile, and the budget suggested for it."""
+        from dgemma.sampling import call_ledger  # torch (meta tensors): only once a model, and so torch, has loaded
+
+        default = RunOptions(tiling=self.config.tiling, sampler=self.config.sampler)  # the engine's own sampler's
+        tokens = [len(self.encode_prompt(p)) for p in prompts]
+        return call_ledger(self.ledger_facts, tokens, params, max_new_tokens, options, default, self.config.memory_budget)
+
+    def check_budget(self, request: RunRequest, options: RunOptions) -> None:
+        """ValueError, one sentence, when the run's budget cannot hold it even one request a tile: nothing runs."""
+        if problem := refusal(*self.ledger(request.prompts, request.settings.params, request.settings.max_new_tokens, options)):
+            raise ValueError(problem)
+
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
-        return suggest_budget(self.lesson_model, requests, real_scale)
+        """The lesson's budget for its batch of `requests` (one canvas each) at this scale (docs/tiling.md, section 5)."""
+        options = RunOptions(tiling="off", fail_on_oom=True, pad_vocab=RELEASED_VOCAB if real_scale else None)
+        params, canvas = self.defaults.params, self.ledger_facts.canvas_length
+        return budget_text(self.ledger(lesson_prompts(requests), params, canvas, options)[1])
 
     def close(self) -> None:
         pass
-
-
-def suggest_budget(model: LessonModel, requests: int, real_scale: bool) -> str:
-    """The lesson's budget (docs/tiling.md, section 5): what the engine holds during the run (weights, its
-    default sampler, the lesson sampler's state, the requests' KV caches) plus 3/4 of one untiled tile's
-    need, so the untiled step runs out of memory and tiles of about 3/8 of the batch fit."""
-    # Imported here, not at the top: this module is the torch-free contract the views import, and the
-    # budget is asked for only once a model (and so torch) has loaded.
-    import torch
-
-    from dgemma.engine.resident import tensor_bytes
-    from dgemma.sampling import LMHead, SamplerConfig, TiledSampler, calibrate_tile, reference_tile
-
-    vocab = lesson_vocab(model, real_scale)
-    dtype = getattr(torch, model.embed_dtype)
-
-    def state(vocab_size: int) -> int:  # a sampler's per-slot state, the embedding it reads included
-        embed = torch.empty(vocab_size, model.hidden_size, dtype=dtype, device="meta")
-        return tensor_bytes(TiledSampler(SamplerConfig(model.max_num_seqs, model.canvas_length, vocab_size, embed, model.embed_scale)))
-
-    head = LMHead(torch.empty(model.vocab_size, model.hidden_size, dtype=dtype, device="meta"), model.softcap, vocab)
-    embed = torch.empty(vocab, model.hidden_size, dtype=dtype, device="meta")
-    calibration = calibrate_tile(reference_tile, model.canvas_length, vocab, embed, head, device=torch.device(model.device))
-    tokens = sum(model.prompt_tokens[i % len(model.prompt_tokens)] for i in range(requests))
-    held = model.weight_bytes + state(model.vocab_size) + state(vocab) + tokens * model.kv_bytes_per_token
-    free = max(int(0.75 * calibration.tile_bytes(requests)), 2 * calibration.tile_bytes(1) + calibration.bytes_per_request)
-    mib = -(-(held + free) // 2**20)  # whole MiB when that is close enough (readable); KiB for a tiny model
-    return f"{mib}MiB" if mib >= 64 else f"{-(-(held + free) // 1024)}KiB"

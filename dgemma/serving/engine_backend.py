@@ -68,14 +68,12 @@ class EngineBackend(ModelBackend):
             self.engine = Engine(loaded, config).start()
         except EngineError as err:
             raise ValueError(sentence(str(err))) from None
-        self.encode_text = self.engine.tokenize_text  # under the engine's lock: safe beside its thread
+        self.encode_text, self.encode_prompt = self.engine.tokenize_text, self.engine.tokenize  # under its lock
 
     def start(self, request: RunRequest, stream: bool = True) -> EngineRun:
         options = run_options(request.settings, self.config.memory_budget)
+        self.check_budget(request, options)  # a budget too small: one sentence, nothing queued
         engine = self.engine
-        problem = engine.check_options(options)
-        if problem:
-            raise ValueError(sentence(problem))
         notice = ""
         if not engine.alive:
             # The engine thread gave up after repeated deaths: report it, start a fresh one, serve on.

@@ -22,7 +22,7 @@ from dgemma.metrics import run_summary
 from dgemma.recording import Recording, RecordingError, load_file, recording_bound, run_header
 from dgemma.serving import held_runs, runfiles
 from dgemma.serving.acks import Pace, paces_by_acks
-from dgemma.serving.backend import Backend, Output, Progress, Run, results
+from dgemma.serving.backend import Backend, Output, Progress, Run, read_run
 from dgemma.serving.held_runs import HeldRuns, Holder
 from dgemma.serving.runfiles import RunFiles
 from dgemma.settings import RunRequest
@@ -329,7 +329,8 @@ class RunService:
             recording = Recording(run_header(facts, settings, batch)) if record else None
             started = time.monotonic()
             try:
-                outputs, plans = results(run, recording)
+                progress = read_run(run, recording)
+                outputs, plans = progress.outputs(), progress.plans
             finally:
                 run.close()
                 self._disown(tab, owned)

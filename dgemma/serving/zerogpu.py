@@ -129,10 +129,7 @@ def _core():
 
 def _generate(job: Job) -> Iterator[Snapshot]:
     pid, core = os.getpid(), _core()
-    options = run_options(job.request.settings, _config.memory_budget)
-    problem = core.check_options(options)
-    if problem:
-        raise ValueError(problem)
+    options = run_options(job.request.settings, _config.memory_budget)  # checked in the main process
     subscriber = f"gpu-{next(_keys)}"
     mailbox = core.subscribe(subscriber, coalesce=False)  # every frame: the page records the run
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
@@ -258,6 +255,7 @@ class ZeroGpuBackend(ModelBackend):
         return Job(request, stream, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs)
 
     def start(self, request: RunRequest, stream: bool = True) -> GpuRun:
+        self.check_budget(request, run_options(request.settings, self.config.memory_budget))  # before a GPU is asked for
         return GpuRun(self._job(request, stream), self._call)
 
     def info(self) -> dict:

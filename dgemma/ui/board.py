@@ -120,8 +120,8 @@ def apply(board: Board, event: Event) -> Board:
             view.status = event.status
         if event.status == "done":
             view.last_step = None
-        if event.error:
-            view.error = event.error
+        if event.error:  # an out-of-memory run's sentence is its notice's, said once: its cards keep their canvases
+            view.error = "out of memory" if "oom" in event.extra else event.error
         if "metrics" in event.extra:
             view.metrics = event.extra["metrics"]
     return board

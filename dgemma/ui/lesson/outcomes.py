@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from dgemma.errors import sentence
 from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.memory.ledger import Ledger
 from dgemma.units import format_bytes
 
 UNTILED, TILED, CHUNKED = "Untiled (one tile)", "Tiled (auto)", "Chunked sampler, untiled (one tile)"
@@ -32,10 +33,19 @@ class LessonOutcome:
     # The requests (0-based) of every sampler call in order, the one that ran out of memory last
     # (it has no plan): tile j of call k held calls[k][sum(tiles[:j]) : sum(tiles[:j + 1])].
     calls: list[tuple[int, ...]] = field(default_factory=list)
+    budget: int | None = None  # the run's memory budget (None: none)
+    held: dict[str, int] = field(default_factory=dict)  # what the engine held when the tile ran out, by ledger term
+
+    def ledgers(self) -> list[Ledger]:
+        """Each call's memory ledger in order; the one that ran out of memory last, its tile what it tried to allocate."""
+        calls = [Ledger.of_call(p.budget_bytes, p.held, p.peak_transient_bytes, max(p.tiles, default=0), p.num_decode)
+                 for p in self.plans]
+        n = len(self.calls[-1]) if self.calls else 0
+        return calls + ([Ledger.of_call(self.budget, self.held, self.needed_bytes, n, n)] if self.needed_bytes else [])
 
 
-def summarize(events: Iterable[Event], seconds: float, where: str) -> LessonOutcome:
-    """A run's outcome from its events in order (`where`: its memory, for the sentence). A call's
+def summarize(events: Iterable[Event], seconds: float, budget: int | None) -> LessonOutcome:
+    """A run's outcome from its events in order, under `budget` (None: none). A call's
     step frames follow its plan, in the call's row order; the requests a tile left out of memory end
     with an error whose `extra["oom"]` holds the tile's figures."""
     index: dict[int, int] = {}
@@ -62,13 +72,14 @@ def summarize(events: Iterable[Event], seconds: float, where: str) -> LessonOutc
                     oom = e.extra["oom"] or {}
                     calls.append([])
                 calls[-1].append(i)
-    common = dict(plans=plans, tokens=tokens, seconds=seconds, calls=[tuple(c) for c in calls])
+    common = dict(plans=plans, tokens=tokens, seconds=seconds, calls=[tuple(c) for c in calls], budget=budget)
     if errors:
         oom = oom or {}
         return LessonOutcome(False, sentence(errors[0]),
                              needed_bytes=oom.get("needed_bytes", 0), free_bytes=oom.get("free_bytes", 0),
-                             detail=oom.get("detail", ""), **common)
+                             detail=oom.get("detail", ""), held=oom.get("held", {}), **common)
     vocab = f", vocab {plans[0].vocab_size:,}" if plans else ""
+    where = f"budget {format_bytes(budget)}" if budget else "no budget"
     return LessonOutcome(True, f"{len(tokens)} requests denoised one canvas each ({where}{vocab}).", **common)
 
 def box(kind: str, outcome: str, head: str, body: str = "") -> str:
@@ -88,8 +99,9 @@ def render_outcome(outcome: LessonOutcome | None, title: str) -> str:
         return box("ok", "ok", f"<b>{name}: completed.</b> ", f"{html.escape(outcome.message)} {len(outcome.plans)} "
                    f"sampler calls, up to {max((len(p.tiles) for p in outcome.plans), default=0)} tiles per call, "
                    f"peak transient {format_bytes(peak)}, {outcome.seconds:.1f} s.")
-    numbers = (f" Needed {format_bytes(outcome.needed_bytes)} (the measured peak of one tile of all requests), "
-               f"free {format_bytes(outcome.free_bytes)}." if outcome.needed_bytes or outcome.free_bytes else "")
+    numbers = (f" Needed {format_bytes(outcome.needed_bytes)} for one tile of all requests, free {format_bytes(outcome.free_bytes)}. "
+               "Tiling runs them a few at a time, each tile within half of what is free: the same tokens, a lower peak."
+               if outcome.needed_bytes or outcome.free_bytes else "")
     detail = f"<br><small>allocator: {html.escape(outcome.detail)}</small>" if outcome.detail else ""
     return box("oom", "oom", f"<b>{name}: out of memory.</b> ", f"{html.escape(outcome.message)}{numbers}{detail}")
 

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 import gradio as gr
 
 from dgemma.ui.charts import mark_step, plot, tile_figure
+from dgemma.ui.ledger_chart import ledger_figure
 from dgemma.ui.lesson.outcomes import TILED, UNTILED, LessonOutcome
 from dgemma.units import format_bytes
 
 RUNS = ((UNTILED, "untiled"), (TILED, "tiled"), ("Chunked, untiled", "chunked"))  # (label, the outcome's name)
+LABELS = {name: label for label, name in RUNS}
 PACE_S = 1.0  # seconds per call while playing
 
 
@@ -28,6 +30,7 @@ class Stepper:
     pause: gr.Button
     forward: gr.Button
     view: gr.HTML
+    memory: gr.Plot  # the run's memory ledger, a stacked bar per call (ui/ledger_chart.py)
 
 
 def render_call(outcome: LessonOutcome | None, k: int) -> str:
@@ -81,8 +84,10 @@ def build() -> Stepper:
                 play = gr.Button("▶ play", size="sm", min_width=60, elem_id="lesson-play")
                 pause = gr.Button("❚❚ pause", size="sm", min_width=60, elem_id="lesson-pause")
                 forward = gr.Button("forward ▶", size="sm", min_width=60, elem_id="lesson-forward")
-    view = gr.HTML(render_call(None, 1), elem_id="lesson-call")
-    return Stepper(state, run, slider, back, play, pause, forward, view)
+    with gr.Row(equal_height=False):
+        view = gr.HTML(render_call(None, 1), elem_id="lesson-call")
+        memory = gr.Plot(plot(ledger_figure([], "Memory per sampler call")), label="memory", elem_id="lesson-memory")
+    return Stepper(state, run, slider, back, play, pause, forward, view, memory)
 
 
 def wire(stepper: Stepper, chart: gr.Plot) -> list:
@@ -95,6 +100,8 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
         n = len(outcome.calls) if outcome is not None else 1
         k = max(1, min(int(k or 1), n))
         shown = {s.view: render_call(outcome, k), s.slider: gr.Slider(maximum=max(2, n), value=k)}
+        if outcome is not None:  # its memory ledger, call by call: the untiled call's bar crosses the budget
+            shown[s.memory] = plot(ledger_figure(outcome.ledgers(), f"{LABELS[name]}: memory per call", k, not outcome.ok))
         if name == "tiled" and outcome is not None and outcome.plans:  # the chart is the tiled run's
             shown[chart] = plot(mark_step(tile_figure(outcome.plans), k, (1, max(2, len(outcome.plans))), f"call {k}"))
         return shown
@@ -107,7 +114,7 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
                 time.sleep(PACE_S)
             yield show(runs, name, call)
 
-    inputs, outputs = [s.state, s.run, s.slider], [s.view, s.slider, chart]
+    inputs, outputs = [s.state, s.run, s.slider], [s.view, s.slider, chart, s.memory]
     quiet = dict(show_progress="hidden", api_visibility="private", concurrency_limit=None)
     playing = s.play.click(play, inputs, outputs, **quiet)
     stops = dict(cancels=[playing], **quiet)

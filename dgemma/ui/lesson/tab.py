@@ -26,7 +26,6 @@ from dgemma.ui.lesson import explorer
 from dgemma.ui.lesson import steps as lesson_steps
 from dgemma.ui.lesson.outcomes import CHUNKED, COMPARING, PENDING, TILED, UNTILED, LessonOutcome, summarize
 from dgemma.ui.lesson.outcomes import render_chunked, render_failure, render_not_compared, render_outcome, render_verdict
-from dgemma.units import format_bytes
 
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
@@ -159,9 +158,7 @@ def watch(service: RunService, request: object, call: RunRequest,
                 heading = None
             if tick.failure:  # then the tab's card of this run says why
                 raise ValueError(tick.failure)
-    budget = call.settings.options.memory_budget
-    return summarize(recording.events(), time.monotonic() - started,
-                     f"budget {format_bytes(budget)}" if budget else "no budget")
+    return summarize(recording.events(), time.monotonic() - started, call.settings.options.memory_budget)
 
 
 def run_lesson(service: RunService, request: object, n: float, budget: str, real: bool, steps: float,
@@ -207,9 +204,7 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         reference = untiled if untiled.ok else (yield from watched(None, None, "off"))
         cards[3] = render_verdict(tiled, reference, chunked)
     except (ValueError, TypeError, gr.Error) as err:  # bad input, a run refused, or the GPU call failed
-        sentence = err.message if isinstance(err, gr.Error) else str(err)
-        if budget_bytes and "memory budget" in sentence:
-            sentence += f" The suggested budget for {n} requests is {backend.suggest_budget(int(n), bool(real))}."
+        sentence = err.message if isinstance(err, gr.Error) else str(err)  # a budget too small names the one to type
         if stage < 3:
             cards[stage] = render_failure((UNTILED, TILED, CHUNKED)[stage], sentence)
         else:

@@ -1,0 +1,92 @@
+"""The memory ledger on the page, in a real chromium on a real server: a lesson budget too small for the run
+is one sentence within two seconds and starts nothing; the step-through draws each call's ledger, the untiled
+call's bar over the budget and labelled, the tiled calls' under it; an out-of-memory is said once."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from app_server import ROOT
+from browser_page import chromium_page
+from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
+from test_lesson_overview import set_number
+
+# The whole page's count of the out-of-memory sentence and the cards saying "out of memory", every 100 ms.
+COUNT = """() => {
+  window.__said = [];
+  setInterval(() => window.__said.push([document.body.innerText.split('torch.OutOfMemoryError').length - 1,
+    [...document.querySelectorAll('#lesson-board .card .status')].filter(s => s.innerText.includes('out of memory')).length]), 100);
+}"""
+# Each bar's stack in the step-through's chart: [call, held + tile (what the call needed), budget, annotations].
+BARS = """() => { const p = document.querySelector('#lesson-memory .js-plotly-plot'); if (!p?.data?.length) return null;
+  const bars = p.data.filter(t => t.type === 'bar' && t.name !== 'free'), line = p.data.find(t => t.name.startsWith('budget'));
+  return [bars[0].x.map((x, i) => [x, bars.reduce((s, t) => s + t.y[i], 0)]), line?.y[0],
+          (p.layout.annotations || []).map(a => a.text)]; }"""
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_server):
+    with chromium_page(browser, app_server.url, width=1366, height=768, idle=True) as page:
+        page.server = app_server
+        page.get_by_role("tab", name="Tiling vs OOM").click()
+        yield page
+
+
+def refusal_after_run(page, budget: str) -> tuple[str, float]:
+    """Type `budget`, press Run; the untiled card's sentence and the seconds it took."""
+    box = page.locator("#lesson-budget textarea")
+    box.fill(budget)
+    page.evaluate("() => document.querySelector('#lesson-untiled [data-outcome]')?.remove()")  # the last answer gone
+    started = time.monotonic()
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-untiled [data-outcome]", timeout=30_000)
+    return page.inner_text("#lesson-untiled"), time.monotonic() - started
+
+
+def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothing_runs(page):
+    """Just above what the idle engine holds (weights and its sampler's state, 4.5 MiB), then half of what
+    the run needs: each is refused within 2 s, naming the shortfall and the budget to type, and no run starts."""
+    page.check("#lesson-real-scale input")
+    set_number(page, "lesson-requests", 16)
+    set_number(page, "lesson-denoising-steps", 2)
+    suggested = page.locator("#lesson-budget textarea").input_value()
+    first, seconds = refusal_after_run(page, "4700KiB")
+    needed = float(re.search(r"it needs ([\d.]+) MiB", first).group(1))
+    second, seconds_2 = refusal_after_run(page, f"{int(needed / 2)}MiB")
+    for card, took in ((first, seconds), (second, seconds_2)):
+        assert took < 2, (took, card)
+        assert "cannot hold this run" in card and f"the suggested budget for 16 requests is {suggested}." in card, card
+        assert "this run's sampler state" in card and "one request's sampler step" in card, card
+        assert "not run yet" in page.inner_text("#lesson-tiled") and "not run yet" in page.inner_text("#lesson-chunked")
+        assert page.locator("#lesson-board .card").count() == 0  # no run started: no canvas was drawn
+    assert "\n" not in first.split("not run.")[1].strip()
+    page.uncheck("#lesson-real-scale input")
+    assert not page.errors, page.errors
+
+
+def test_the_step_through_draws_each_calls_ledger_and_an_out_of_memory_is_said_once(page, shots):  # noqa: F811
+    page.evaluate(COUNT)
+    set_number(page, "lesson-requests", 16)
+    set_number(page, "lesson-denoising-steps", 3)
+    page.locator("#lesson-budget textarea").fill(page.locator("#lesson-budget textarea").input_value())  # the suggestion
+    page.wait_for_timeout(500)  # the suggestion for 16 at the model's scale has arrived
+    page.click("#lesson-run")
+    page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=240_000)
+    said = page.evaluate("() => window.__said")
+    assert max(n for n, _ in said) == 1, said  # the untiled run's card, not one per request
+    assert max(cards for _, cards in said) == 16, said  # every card of the untiled run said it ran out, in two words
+    page.wait_for_function(f"() => ({BARS})()?.[2]?.length", timeout=30_000)  # the untiled run's chart, after Run
+    bars, budget, labels = page.evaluate(BARS)
+    assert len(bars) == 1 and bars[0][1] > budget, (bars, budget)  # the untiled call's one tile crosses the budget
+    assert any(label.startswith("Tried to allocate") and "is free" in label for label in labels), labels
+    page.locator("#lesson-memory").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "lesson-ledger.png"))  # what a projector at 1366 x 768 shows
+    page.get_by_label("Tiled (auto)", exact=True).check()
+    page.wait_for_function(f"() => ({BARS})()?.[0]?.length > 1", timeout=30_000)
+    bars, budget, labels = page.evaluate(BARS)
+    assert all(total <= budget for _, total in bars), (bars, budget)  # every tiled call fits under the line
+    assert not labels
+    assert not page.errors, page.errors
