@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dgemma.serving.backend import results
+from dgemma.serving.backend import read_run
 
 import argparse
 import threading
@@ -48,7 +48,8 @@ def test_generate_with_every_layout_and_the_lesson_run_on_one_engine_thread(back
     for tiling in ("auto", "off"):
         for sampler in ("reference", "chunked"):
             run = backend.start(RunRequest(tuple(prompts), Settings(SamplingParams(seed=3), RunOptions(tiling=tiling, sampler=sampler), max_new_tokens=16)))
-            outputs, plans = results(run)
+            progress = read_run(run)
+            outputs, plans = progress.outputs(), progress.plans
             run.close()
             assert not any(o.error for o in outputs) and plans
             assert {p.impl for p in plans} == {sampler}
@@ -66,7 +67,8 @@ def test_a_run_with_its_own_memory_budget_plans_against_it(backend):
     from dgemma.settings import RunRequest, Settings
 
     run = backend.start(RunRequest(("add 1+2", "add 3+4", "add 5+6"), Settings(options=RunOptions(memory_budget=64 * 2**20), max_new_tokens=16)))
-    outputs, plans = results(run)
+    progress = read_run(run)
+    outputs, plans = progress.outputs(), progress.plans
     run.close()
     assert not any(o.error for o in outputs)
     assert plans and all(p.budget_bytes == 64 * 2**20 for p in plans)

@@ -281,6 +281,35 @@ def test_nothing_outside_the_engine_reaches_past_its_door():
     assert not found, f"reads of an engine's .core outside dgemma/engine/ (use Engine's methods): {found}"
 
 
+def core_drivers(path: Path) -> list[int]:
+    """The lines of `path` that build an `EngineCore` or step a core (`<...core...>.step()`)."""
+    found = []
+    for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        stepped = isinstance(func, ast.Attribute) and func.attr == "step" and "core" in ast.unparse(func.value).lower()
+        if name == "EngineCore" or stepped:
+            found.append(node.lineno)
+    return found
+
+
+def test_only_the_engine_builds_or_steps_an_engine_core():
+    """Issue #56: one loop, many clients. The Engine's thread and ZeroGPU's GPU call both step a core through
+    dgemma/engine/driver.py's `drive`; nothing outside dgemma/engine/ builds one or steps it."""
+    files = {**modules(), "app": ROOT / "app.py"}
+    found = {name: lines for name, path in files.items()
+             if not name.startswith("dgemma.engine") and (lines := core_drivers(path))}
+    assert not found, f"an EngineCore built or stepped outside dgemma/engine/ (use Engine or CallDriver): {found}"
+
+
+def test_the_one_loop_rule_catches_a_loop_of_its_own(tmp_path):
+    stray = tmp_path / "stray.py"
+    stray.write_text("from dgemma.engine import EngineCore\ncore = EngineCore(m, c)\nwhile core.has_unfinished():\n    core.step()\n")
+    assert core_drivers(stray) == [2, 4]
+
+
 # ------------------------------------------------------------------ every import runs downward
 def package_of(module: str) -> str:
     return ".".join(module.split(".")[:2])

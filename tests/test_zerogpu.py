@@ -16,7 +16,7 @@ wrappers fork the worker, pickle every argument and yield, and relay errors as o
 
 from __future__ import annotations
 
-from dgemma.serving.backend import results
+from dgemma.serving.backend import read_run
 from dgemma.settings import RunRequest
 
 import dataclasses
@@ -264,7 +264,7 @@ def test_stop_closes_the_gpu_call_and_every_card_ends(gpu_backend):
     assert run._stream.gi_frame is None  # the generator is closed: its loop has ended
     assert board.finished and len(board.requests) == run.size
     assert {v.status for v in board.requests.values()} <= {"done", "cancelled"}
-    assert not gpu_worker._core().has_unfinished()  # the warm worker's engine is left empty
+    assert not gpu_worker._driver().has_unfinished()  # the warm worker's engine is left empty
 
 
 def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, monkeypatch):
@@ -272,7 +272,7 @@ def test_the_deadline_stops_each_unfinished_card_with_one_sentence(gpu_backend, 
 
     monkeypatch.setattr(gpu_worker, "duration", lambda job: 0)  # the GPU time is used up at once
     run = gpu_backend.start(RunRequest(tuple(PROMPTS), dataclasses.replace(gpu_backend.defaults, max_new_tokens=256)), stream=False)
-    outputs, _ = results(run)
+    outputs = read_run(run).outputs()
     assert len(outputs) == len(PROMPTS)
     assert {o.error for o in outputs} == {gpu_worker.TIME_UP}
 
@@ -297,14 +297,21 @@ def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
     assert gpu_worker.duration(huge) == gpu_worker.MAX_DURATION_S
 
 
-def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend):
+def test_a_budget_below_the_weights_is_refused_in_the_main_process_before_a_gpu_is_asked_for(gpu_backend):
+    settings = dataclasses.replace(  # 1 KiB: less than the weights
+        gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))
+    with pytest.raises(ValueError, match="cannot even hold the model weights") as err:
+        gpu_backend.start(RunRequest(("add 1+2",), settings))
+    assert "\n" not in str(err.value)
+
+
+def test_a_failure_inside_the_gpu_call_is_one_sentence(gpu_backend, monkeypatch):
     from gradio.exceptions import Error
 
     from dgemma.serving import zerogpu as gpu_worker
 
-    settings = dataclasses.replace(  # 1 KiB: less than the weights
-        gpu_backend.defaults, options=dataclasses.replace(gpu_backend.defaults.options, memory_budget=1024))
-    job = gpu_backend._job(RunRequest(("add 1+2",), settings))
+    job = gpu_backend._job(RunRequest(("add 1+2",), gpu_backend.defaults))
+    monkeypatch.setattr(gpu_worker, "_config", None)  # a worker whose engine settings never arrived
     with pytest.raises(Error) as err:
         list(gpu_worker.run_on_gpu(job))
     message = err.value.message

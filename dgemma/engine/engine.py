@@ -11,6 +11,7 @@ import logging
 import threading
 
 from dgemma.engine.core import EngineConfig, EngineCore
+from dgemma.engine.driver import drive
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import RequestHandle
 from dgemma.errors import first_line
@@ -139,8 +140,10 @@ class Engine:
                         core.intake.wait()
                     if self._stopping:
                         return
-                core.step()
-                self._deaths_in_a_row = 0
+                for _ in drive(core):  # the one loop over a core (engine/driver.py), until nothing is left
+                    self._deaths_in_a_row = 0
+                    if self._stopping:
+                        return
         except BaseException as err:  # noqa: BLE001 - the thread must report any death
             self._die(err)
 

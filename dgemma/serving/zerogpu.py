@@ -4,7 +4,7 @@ generator `run_on_gpu`, in spaces' forked worker, the only process with the GPU.
 The mode is chosen by the variable ZeroGPU Spaces set (`SPACES_ZERO_GPU`), read as `spaces` reads it,
 never by whether `spaces` imports (it is installed everywhere the tests run). Each decorated function
 gets its own worker with its own copy of the weights, so there is exactly one, made by `install()`
-before launch. The worker drives a threadless `EngineCore` and sends back `Snapshot`s of plain values
+before launch. The worker runs each call on the engine's `CallDriver` and sends back `Snapshot`s of plain values
 at most SNAPSHOT_HZ a second, because every yield is pickled. The main process (`ZeroGpuBackend`)
 never runs the engine: spaces emulates CUDA there only on its main thread. Off ZeroGPU `run_on_gpu`
 is the plain generator, which the tests drive directly.
@@ -13,7 +13,6 @@ is the plain generator, which the tests drive directly.
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import math
 import os
@@ -82,10 +81,9 @@ def duration(job: Job) -> int:
 
 _model = None  # the LoadedModel installed by the main process before launch (on "cuda")
 _config = None  # the main EngineConfig
-_engine_core = None  # the EngineCore, created in the worker on its first call
+_engine_driver = None  # the engine (dgemma/engine/driver.py's CallDriver), created in the worker on its first call
 _gpu_call = None  # on ZeroGPU: `_run` wrapped by spaces.GPU, made by install()
 workload_size: str | None = None  # on ZeroGPU: the size install() asked for
-_keys = itertools.count(1)
 
 
 def install(loaded, config) -> None:
@@ -115,47 +113,29 @@ def size_for(loaded) -> str:
     return size
 
 
-def _core():
-    """This worker's engine, created on its first call: free memory is measured here, on the GPU. The
-    model's device is where its parameters are (not "cuda")."""
-    from dgemma.engine import EngineCore
+def _driver():
+    """This worker's threadless engine, created on its first call: free memory is measured here, on the GPU.
+    The model's device is where its parameters are (not "cuda")."""
+    from dgemma.engine import CallDriver
 
-    global _engine_core
-    if _engine_core is None:
+    global _engine_driver
+    if _engine_driver is None:
         device = next(_model.model.parameters()).device
-        _engine_core = EngineCore(_model if device == _model.device else replace(_model, device=device), _config)
-    return _engine_core
+        _engine_driver = CallDriver(_model if device == _model.device else replace(_model, device=device), _config)
+    return _engine_driver
 
 
 def _generate(job: Job) -> Iterator[Snapshot]:
-    pid, core = os.getpid(), _core()
-    options = run_options(job.request.settings, _config.memory_budget)  # checked in the main process
-    subscriber = f"gpu-{next(_keys)}"
-    mailbox = core.subscribe(subscriber, coalesce=False)  # every frame: the page records the run
+    """The call stepped to its end by the engine's one loop, its events sent back at most SNAPSHOT_HZ a second."""
+    pid, options = os.getpid(), run_options(job.request.settings, _config.memory_budget)  # checked in the main process
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
-    finished = timed_out = False
+    done = False
     try:
-        core.submit_run(job.request, options, subscriber, job.stream)
-        yield Snapshot(pid, tuple(mailbox.poll(0.0)))  # the queued cards at once
-        last = time.monotonic()
-        while core.has_unfinished():
-            if not timed_out and time.monotonic() >= deadline:
-                timed_out = True  # what runs now stops; nothing new starts
-                core.cancel_subscriber(subscriber, reason=TIME_UP)
-            core.step()
-            if time.monotonic() - last >= 1.0 / SNAPSHOT_HZ:
-                last = time.monotonic()
-                yield Snapshot(pid, tuple(mailbox.poll(0.0)))
-        finished = True
-        yield Snapshot(pid, tuple(mailbox.poll(0.0)), done=True)
-    finally:
-        # Closed early (Stop, a closed page): leave this warm worker's engine empty for the next call.
-        if not finished:
+        for events, done in _driver().run(job.request, options, job.stream, deadline, TIME_UP, 1.0 / SNAPSHOT_HZ):
+            yield Snapshot(pid, events, done=done)
+    finally:  # closed early (Stop, a closed page): the driver left this warm worker's engine empty
+        if not done:
             log.info("GPU call closed early: cancelled its unfinished requests")
-        core.cancel_subscriber(subscriber, reason="stopped")
-        while core.has_unfinished():
-            core.step()
-        core.unsubscribe(mailbox)
 
 
 def _run(job: Job) -> Iterator[Snapshot]:
