@@ -24,7 +24,7 @@ const overview = root.querySelector(".dgv-overview");
 const canvas = overview.querySelector("canvas");
 const tip = overview.querySelector(".dgv-tip");
 const focusBox = root.querySelector(".dgv-focus");
-const cardsBox = root.querySelector(".dgv-cards");
+const cardsBox = root.querySelector(".dgv-cards"), IDLE = cardsBox.innerHTML;  // the template's: which button to press
 const view = {frame: null, pieces: new Map(), drawn: new Map(), expanded: new Set(), focus: null, cursor: [0, 0], geometry: null};
 
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
@@ -131,7 +131,7 @@ function card(row, full) {
 function drawCards() {
   const list = rows();
   if (!list.length) {
-    cardsBox.innerHTML = '<div class="empty-board">Press <b>Run</b> to watch the canvases denoise.</div>';
+    cardsBox.innerHTML = IDLE;
     view.drawn.clear();
     return;
   }

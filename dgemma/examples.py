@@ -19,7 +19,9 @@ CHAT_PROMPTS = [
     "Give three tips for learning to cook.", "Explain recursion to a ten-year-old.",
     "Name five animals that live in the Arctic.", "What is the capital of Australia?", "Suggest a name for a cat.",
 ]  # fmt: skip
-LESSON_PROMPTS = ("add 12+34", "reverse hello", "count 5 to 12", "story: big cat, park")  # the lesson's batch, cycled
+# The lesson's batch, cycled: one canvas a request (its memory is the point), so each answer fits one canvas of
+# the embedded model (16 tokens, its end of text included): a class reads whole, right answers.
+LESSON_PROMPTS = ("add 12+34", "reverse hello", "count 5 to 9", "sort 3 1 4 1 5")
 PLAIN_PROMPTS = [
     "The sky is blue because", "Once upon a time, in a small village,", "The three primary colours are",
     "A recipe for pancakes:", "The first law of thermodynamics states", "Here is a short poem about the sea:",

@@ -62,6 +62,12 @@ def click_and_wait(page, selector: str) -> None:
                            " && document.querySelector('#status').innerText.includes('Run summary'); }", timeout=120_000)
 
 
+def open_first_canvas(page) -> None:
+    """Open the "First canvas" section (closed until opened: the board starts on the first screen)."""
+    if not page.locator("#pins textarea").is_visible():
+        page.get_by_text("First canvas: start from text").click()
+
+
 def card_text(page) -> str:
     return page.locator("#cards .card .committed").first.inner_text()
 
@@ -70,8 +76,8 @@ def test_clicking_a_token_pins_it_and_a_template_adds_pins_that_hold(page, app_s
     run_one(page, "add 12+34", seed=3)
     first = page.locator("#cards .card .ctok[data-pos='0']")
     piece = first.get_attribute("data-piece")
-    first.click()
-    assert page.input_value("#pins textarea") == f"0={piece}"
+    first.click()  # the First canvas section, closed, opens with the pin in it
+    page.wait_for_function("piece => document.querySelector('#pins textarea')?.value === `0=${piece}`", arg=piece)
     page.fill("#template input, #template textarea", "_|9")
     run_one(page, "add 12+34", seed=3)
     text = card_text(page)
@@ -108,6 +114,7 @@ def test_refine_runs_the_card_again_from_its_text(page, app_server, shots):
 
 def test_a_pin_outside_the_canvas_is_one_sentence_on_the_status_line(page):
     page.get_by_label("Prompts, one per line").fill("add 1+2")
+    open_first_canvas(page)
     page.fill("#pins textarea", "99=a")
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.includes('outside the canvas')",
@@ -123,7 +130,7 @@ def test_compare_shows_both_runs_side_by_side_with_their_difference(page, app_se
     concurrent = page.locator("input[type=number]").first
     concurrent.fill("2")
     concurrent.press("Enter")
-    page.get_by_text("Compare two settings side by side").click()
+    page.click("#compare-button")  # the Compare tab: A and B take the Generate tab's prompts and settings
     page.fill("#compare-a textarea, #compare-a input", "greedy=true")
     page.fill("#compare-b textarea, #compare-b input", "greedy=true, sampler=chunked, tiling=off")
     page.click("#compare-run")
@@ -159,8 +166,11 @@ def test_a_compare_cards_refine_runs_it_again_in_the_generate_view(page, app_ser
     seed = int(re.search(r"seed (\d+)", card.locator(".card-head").inner_text())[1])
     start = card.locator(".ctok").evaluate_all("els => els.map(e => e.dataset.piece).join('')").replace("▁", " ")
     assert start  # its first canvas's tokens, which Refine starts from
+    page.click("#generate-button")
     page.get_by_label("Prompts, one per line").fill("")  # Refine runs the card's prompt, not the box's
+    page.click("#compare-button")
     click_and_wait(page, "#compare-cards-b .card button.refine >> nth=0")
+    assert page.locator("#cards").is_visible()  # the Generate tab shows the run the card's Refine started
     assert page.inner_text("#cards .card .prompt") == prompt
     assert f"seed {seed}" in page.inner_text("#cards .card .card-head")
     api = Client(app_server.url, verbose=False).predict([prompt], {"seed": seed, "greedy": True, "start": start},
@@ -181,8 +191,7 @@ def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, app_
     concurrent = page.locator("input[type=number]").first
     concurrent.fill("4")
     concurrent.press("Enter")
-    if not page.locator("#compare-run").is_visible():  # run alone: the accordion is still closed
-        page.get_by_text("Compare two settings side by side").click()
+    page.click("#compare-button")  # the Compare tab
     page.fill("#compare-a textarea, #compare-a input", f"scheduler=entropy_bound, greedy=true, max_new_tokens={COMPARE_LENGTH}")
     page.fill("#compare-b textarea, #compare-b input", f"scheduler=block_refinement, max_new_tokens={COMPARE_LENGTH}")
     page.click("#compare-run")

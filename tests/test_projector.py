@@ -1,6 +1,6 @@
-"""The page on a classroom projector (1366 x 768): during a run, with the board's overview scrolled
-into view, both charts (confidence, and tiles against free memory) are on screen too (a real
-server, a real chromium)."""
+"""The page on a classroom projector (1366 x 768): once Run is pressed, the board's overview is on the
+first screen; during a run, with the overview scrolled into view, both charts (confidence, and tiles
+against free memory) are on screen too (a real server, a real chromium)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,18 @@ def page(browser, app_server):
     with chromium_page(browser, app_server.url, WIDTH, HEIGHT) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=60_000)
         yield page
+
+
+def test_once_run_is_pressed_the_overview_is_on_the_first_screen(page):
+    page.click("#run")  # the example prompts at the model's defaults, as a visitor's first press
+    page.wait_for_function("() => Number(document.querySelector('#cards .dgv-overview canvas').dataset.rows) > 0",
+                           timeout=120_000)
+    try:
+        assert page.evaluate("() => window.scrollY") == 0  # nothing scrolled
+        box = page.locator(BOXES["overview"]).bounding_box()
+        assert not off_screen(box), box
+    finally:
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('Run summary')", timeout=120_000)
 
 
 def test_with_the_overview_scrolled_into_view_during_a_run_both_charts_are_on_screen(page):

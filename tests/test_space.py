@@ -1,5 +1,5 @@
 """The Space this repository is: the README's front matter, checked against what the repository
-pins and runs, and the README's ready Space for the released checkpoint against the plan.
+pins and runs, and docs/deploy.md's ready Space for the released checkpoint against the plan.
 
 - `python_version` is declared, and is a Python the suite runs on (scripts/test.sh on `python`,
   scripts/test_other_pythons.sh on the others);
@@ -109,9 +109,9 @@ def test_every_pin_installs_on_the_declared_python(space, tmp_path):
 
 
 def ready_space_block() -> dict:
-    """The front-matter keys the README's Spaces section tells a deployer to add."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### On Hugging Face Spaces", 1)[1]
+    """The front-matter keys docs/deploy.md's Spaces section tells a deployer to add."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text.split("## On Hugging Face Spaces", 1)[1]
     match = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert match, "the Spaces section has no yaml block of front-matter keys"
     return yaml.safe_load(match.group(1))

@@ -144,7 +144,7 @@ def test_a_quota_error_inside_compare_is_one_sentence_above_its_cards(server, br
     from browser_page import chromium_page
 
     with chromium_page(browser, server.url, idle=True) as page:
-        page.get_by_text("Compare two settings side by side").click()
+        page.click("#compare-button")  # the Compare tab
         (sim_dir / "quota").touch()
         try:
             page.click("#compare-run")

@@ -37,16 +37,17 @@ TEMPLATE = (
     '<div class="dgv-overview"><canvas tabindex="0" role="img" '
     'aria-label="Overview of every request\'s canvas: arrow keys move, Enter shows a request in full"></canvas>'
     f'<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>{LEGEND}'
-    '<div class="dgv-focus"></div><div class="board dgv-cards"></div></div>'
+    '<div class="dgv-focus"></div><div class="board dgv-cards"><div class="empty-board">Press <b>{action}</b> to watch '
+    'the canvases denoise.</div></div></div>'
 )
 
 
-def build(elem_id: str = "cards", clicks_js: str = "") -> gr.HTML:
-    """The view, empty until the first frame (call inside a Blocks); `clicks_js`: a script that
-    listens on the view's element for clicks on what the cards draw (first_canvas.CARD_CLICKS_JS,
-    which triggers `refine`)."""
-    return gr.HTML(frame(Board()), html_template=TEMPLATE, js_on_load=SCRIPT + "\n" + clicks_js, apply_default_css=False,
-                   elem_id=elem_id)
+def build(elem_id: str = "cards", clicks_js: str = "", action: str = "Run") -> gr.HTML:
+    """The view, empty until the first frame, saying which button to press (`action`) (call inside a Blocks);
+    `clicks_js`: a script that listens on the view's element for clicks on what the cards draw
+    (first_canvas.CARD_CLICKS_JS, which triggers `refine`)."""
+    return gr.HTML(frame(Board()), html_template=TEMPLATE.format(action=action), js_on_load=SCRIPT + "\n" + clicks_js,
+                   apply_default_css=False, elem_id=elem_id)
 
 
 def frames(ticks: Iterator[Tick], board: Board, refine: bool = True,

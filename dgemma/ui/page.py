@@ -1,4 +1,4 @@
-"""The page, top to bottom: the title, the Generate tab, the Tiling-vs-OOM tab, and the API. It only
+"""The page, top to bottom: the title, the Generate tab, the Compare tab, the Tiling-vs-OOM tab, and the API. It only
 composes: each tab builds and wires its own components, and all work goes through the Backend."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dgemma.examples import example_prompts, example_sets
 from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.serving.runs import Keeping, RunService, tab_of
-from dgemma.ui.generate_tab import tab as generate_tab
+from dgemma.ui.generate_tab import compare, tab as generate_tab
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui import loading_tick
 from dgemma.ui.loading_tick import header_markdown
@@ -26,14 +26,16 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
 
     with gr.Blocks(title="dgemma: watch diffusion canvases denoise", delete_cache=keeping.files.delete_cache()) as demo:
         header = gr.Markdown(header_markdown(facts, backend.max_num_seqs))
-        with gr.Tab("Generate"):
+        with gr.Tab("Generate", elem_id="generate"):
             gen = generate_tab.build(backend, examples, loading.ready, loading.message)
+        with gr.Tab("Compare", elem_id="compare"):
+            side_by_side = compare.build()
         with gr.Tab("Tiling vs OOM"):
             lesson_parts = lesson.build(backend)
 
         # ---------------------------------------------------------------- events
         embedded = bool(facts.get("embedded"))  # the teaching model: prompts outside its families get a note
-        generate_tab.wire(service, gen, embedded)
+        generate_tab.wire(service, gen, side_by_side, embedded)
         lesson.wire(service, lesson_parts)
         api.register(service, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it

@@ -48,28 +48,25 @@ class Compare:
     downloads: tuple[gr.DownloadButton, gr.DownloadButton]
     state: gr.State  # one Playback per side
 
-    def outputs(self) -> list:
-        return [self.table, *self.cards, *self.curves, *self.downloads]
-
 
 def build() -> Compare:
-    with gr.Accordion("Compare two settings side by side", open=False, elem_id="compare"):
-        with gr.Row():
-            changes = tuple(gr.Textbox(label=f"{side}: settings changed from the panel", elem_id=f"compare-{side.lower()}",
-                                       placeholder=example, info=CHANGES_HELP)
-                            for side, example in zip(SIDES, ("scheduler=entropy_bound",
-                                                             "scheduler=block_refinement")))  # fmt: skip
-            run = gr.Button("Compare", variant="primary", elem_id="compare-run", scale=0, min_width=140)
-        table = gr.HTML(elem_id="compare-table")
-        with gr.Row():
-            columns = []
-            for side in SIDES:
-                with gr.Column():
-                    columns.append((board_view.build(f"compare-cards-{side.lower()}", first_canvas.CARD_CLICKS_JS),
-                                    gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side}",
-                                            elem_id=f"compare-entropy-{side.lower()}"),
-                                    gr.DownloadButton(f"Download run {side}", elem_id=f"compare-download-{side.lower()}",
-                                                      interactive=False)))  # fmt: skip
+    gr.Markdown("**Two settings side by side**: the Generate tab's prompts and settings, run as A, then as B, with these changes.")
+    with gr.Row():
+        changes = tuple(gr.Textbox(label=f"{side}: settings changed from the panel", elem_id=f"compare-{side.lower()}",
+                                   placeholder=example, info=CHANGES_HELP)
+                        for side, example in zip(SIDES, ("scheduler=entropy_bound",
+                                                         "scheduler=block_refinement")))  # fmt: skip
+        run = gr.Button("Compare", variant="primary", elem_id="compare-run", scale=0, min_width=140)
+    table = gr.HTML(elem_id="compare-table")
+    with gr.Row():
+        columns = []
+        for side in SIDES:
+            with gr.Column():
+                columns.append((board_view.build(f"compare-cards-{side.lower()}", first_canvas.CARD_CLICKS_JS, "Compare"),
+                                gr.Plot(plot(entropy_figure(Board())), label=f"confidence, {side}",
+                                        elem_id=f"compare-entropy-{side.lower()}"),
+                                gr.DownloadButton(f"Download run {side}", elem_id=f"compare-download-{side.lower()}",
+                                                  interactive=False)))  # fmt: skip
     cards, curves, downloads = zip(*columns)
     return Compare(changes, run, table, cards, curves, downloads, gr.State(lambda: [playback.Playback(), playback.Playback()],
                                                                                     delete_callback=lambda sides: [s.evict("") for s in sides]))
@@ -141,5 +138,6 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
                     yield {compare.table: f"<div class='compare-status'>{SIDES[i]} running…</div>", **shown}
         yield {compare.table: table(boards, summaries), **shown}
 
-    compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields, outputs=compare.outputs(),
+    compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields,
+                      outputs=[compare.table, *compare.cards, *compare.curves, *compare.downloads],
                       api_visibility="private", concurrency_limit=None, show_progress="minimal")

@@ -25,21 +25,26 @@ REFINE_NEEDS_A_CARD = "Refine needs a finished card of this tab's run: press Ref
 # Runs once when the cards' HTML mounts (after assets/board_view.js, whose `trigger` it uses); listens
 # on it for clicks on what every redraw puts there.
 CARD_CLICKS_JS = """
-element.addEventListener('click', (e) => {
-  const refine = e.target.closest('button.refine');
-  if (refine) {  // the card names its row; the server holds the run of this view
-    trigger('refine', {request: Number(refine.dataset.request)});
-    return;
-  }
-  const tok = e.target.closest('.ctok[data-pos]');
-  if (!tok) return;
+const pin = (tok, tries = 40) => {  // the First canvas section draws its boxes when first opened: open it, then pin
   const box = document.querySelector('#pins textarea');
+  if (!box && tries === 40) document.querySelector('#first-canvas > .label-wrap')?.click();
+  if (!box) return tries && setTimeout(() => pin(tok, tries - 1), 50);
   const key = tok.dataset.pos + '=';
   const lines = box.value.split('\\n').filter((l) => l.trim() && !l.startsWith(key));
   lines.push(key + tok.dataset.piece);
   box.value = lines.join('\\n');
   box.dispatchEvent(new Event('input', {bubbles: true}));
   tok.classList.add('pinned');
+};
+element.addEventListener('click', (e) => {
+  const refine = e.target.closest('button.refine');
+  if (refine) {  // the card names its row; the server holds the run of this view; its run shows on Generate
+    if (element.closest('#compare')) document.querySelector('#generate-button')?.click();
+    trigger('refine', {request: Number(refine.dataset.request)});
+    return;
+  }
+  const tok = e.target.closest('.ctok[data-pos]');
+  if (tok) pin(tok);
 });
 """
 
@@ -47,7 +52,7 @@ element.addEventListener('click', (e) => {
 def build() -> dict[str, gr.Textbox]:
     """The first canvas's inputs by name: the table's `start` and `pins`, and the page's template."""
     start, pins = BY_NAME["start"], BY_NAME["pins"]
-    with gr.Accordion("First canvas: start from text (edit), pin tokens (infill)", open=True):
+    with gr.Accordion("First canvas: start from text (edit), pin tokens (infill)", open=False, elem_id="first-canvas"):
         with gr.Row():
             fields = {
                 "start": gr.Textbox(label=start.label, elem_id="start", scale=2, placeholder="e.g. 12 13",

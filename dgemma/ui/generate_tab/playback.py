@@ -20,6 +20,7 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, mark_step, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate_tab import upload as loader
 from dgemma.ui.seek import Seeker
+from dgemma.ui.slider import Slider
 
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
@@ -110,9 +111,9 @@ def build() -> Player:
     """The controls (call inside the Generate tab, under the charts)."""
     state = gr.State(Playback, delete_callback=lambda p: p.evict(""))
     with gr.Row(elem_id="playback"):
-        slider = gr.Slider(0, 1, value=0, step=1, label="step shown (after sampler call k)", scale=4, elem_id="step-slider",
+        slider = Slider(0, 1, value=0, step=1, label="step shown (after sampler call k)", scale=4, elem_id="step-slider",
                            info="0: every canvas's random start; the last: the final texts. Drag it to step through.")
-        pace = gr.Slider(*PACE_S, value=DEFAULT_PACE_S, step=0.25, label="seconds per step", scale=1, min_width=150,
+        pace = Slider(*PACE_S, value=DEFAULT_PACE_S, step=0.25, label="seconds per step", scale=1, min_width=150,
                          elem_id="pace")
         with gr.Column(scale=2, min_width=380):
             with gr.Row():

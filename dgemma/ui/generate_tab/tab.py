@@ -26,6 +26,7 @@ from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate_tab import compare, first_canvas, playback
 from dgemma.ui.generate_tab.controls import FIELDS, Panel, read_panel, settings_panel
 from dgemma.ui.generate_tab.first_canvas import refine_request
+from dgemma.ui.slider import Slider
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,6 @@ class GenerateTab:
     """The tab's components that its events (and the page's loading tick) refer to."""
 
     panel: Panel
-    compare: compare.Compare
     run: gr.Button
     stop: gr.Button
     examples: gr.Examples
@@ -62,18 +62,18 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
     with gr.Row():
         prompts = gr.Textbox(label="Prompts, one per line", lines=5, scale=3, value=examples[0][0], elem_id="prompts")
         with gr.Column(scale=1, min_width=220):
-            concurrent = gr.Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
+            concurrent = Slider(1, backend.max_num_seqs, value=min(8, backend.max_num_seqs), step=1,
                                    label="Concurrent requests", elem_id="concurrent",
                                    info="Fills the batch by cycling the prompts (seed S + i each).")
-            run = gr.Button("Run", variant="primary", elem_id="run", interactive=ready)
-            stop = gr.Button("Stop", variant="stop", elem_id="stop")
+            with gr.Row():  # side by side: the board starts on the first screen of a projector (1366 x 768)
+                run = gr.Button("Run", variant="primary", elem_id="run", interactive=ready, min_width=80)
+                stop = gr.Button("Stop", variant="stop", elem_id="stop", min_width=80)
     example_list = gr.Examples(examples, inputs=[prompts], label="Example prompts")
-    canvas = first_canvas.build()
-    settings = settings_panel(backend)
+    with gr.Row(equal_height=False):  # closed, side by side: one click away, one line high
+        canvas, settings = first_canvas.build(), settings_panel(backend)
     found = {"prompts": prompts, "concurrent": concurrent, **settings, **canvas}
     panel = Panel({name: found[name] for name in FIELDS})
     status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
-    player = playback.build()  # step slider, play / pause, download and load a run
     # On a projector (1366 x 768) the overview and both charts are on screen at once: the charts
     # beside the board, level with its overview; the cards below the overview.
     with gr.Row(equal_height=False, elem_id="live-views"):
@@ -82,27 +82,27 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
         with gr.Column(scale=2, min_width=380):
             entropy_plot = gr.Plot(plot(entropy_figure(Board())), label="confidence", elem_id="entropy-plot")
             tile_plot = gr.Plot(plot(board_tile_figure(Board())), label="tiles", elem_id="tile-plot")
+    player = playback.build()  # step slider, play / pause, download and load a run: under the views it moves
     with gr.Row():  # how to read the charts, under them: the column beside the board holds only what is live
         gr.Markdown(ENTROPY_TEXT, elem_classes="explain")
         gr.Markdown(TILE_TEXT, elem_classes="explain")
-    side_by_side = compare.build()
-    return GenerateTab(panel, side_by_side, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
+    return GenerateTab(panel, run, stop, example_list, status, player, cards, entropy_plot, tile_plot)
 
 
-def wire(service: RunService, tab: GenerateTab, embedded: bool) -> None:
-    """Run, each view's Refine and Stop; playback of the last (or a loaded) run in the same views; Compare.
-    The handlers take the panel by name."""
+def wire(service: RunService, tab: GenerateTab, side_by_side: compare.Compare, embedded: bool) -> None:
+    """Run, each view's Refine (`side_by_side`'s too: the Compare tab's) and Stop; playback of the last (or a
+    loaded) run in the same views; Compare. The handlers take the panel by name."""
     views = [tab.cards, tab.entropy_plot, tab.tile_plot]
     streamed = dict(outputs=[*views, tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel.fields,
                     concurrency_limit=None, show_progress="minimal")  # tabs share the engine; the engine batches
     tab.run.click(run_handler(service, embedded, tab), inputs=[tab.player.state], api_name="generate_stream",
                   api_visibility="undocumented", **streamed)
-    for side, cards in [(None, tab.cards), *enumerate(tab.compare.cards)]:
-        cards.refine(refine_handler(service, embedded, tab, side), inputs=[tab.player.state, tab.compare.state],
+    for side, cards in [(None, tab.cards), *enumerate(side_by_side.cards)]:
+        cards.refine(refine_handler(service, embedded, tab, side), inputs=[tab.player.state, side_by_side.state],
                      api_visibility="private", **streamed)
     tab.stop.click(stop_handler(service), None, None, api_visibility="private", concurrency_limit=None)
     playback.wire(service, tab.player, views, tab.status)
-    compare.wire(service, tab.compare, tab.panel, embedded)
+    compare.wire(service, side_by_side, tab.panel, embedded)
 
 
 def run_status(board: Board, started: float) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import gradio as gr
 
@@ -29,17 +28,6 @@ INTRO = (
     "*ZeroGPU large / xlarge*: the two workload sizes a ZeroGPU Space can ask for, half and all of an RTX Pro 6000 "
     "(the bytes the `spaces` package states); the app asks for the smaller one that holds the model."
 )
-
-
-@dataclass
-class ExplorerParts:
-    gpu: gr.Dropdown
-    model: gr.Radio
-    canvas: gr.Dropdown
-    scheduler: gr.Dropdown
-    sentence: gr.Markdown
-    chart: gr.Plot
-    table: gr.HTML
 
 
 def plan_table(rows: Sequence[dict]) -> str:
@@ -79,7 +67,7 @@ def explore(backend, gpu_key: str, which: str, canvas_length: int, row: str = "s
     return {"sentence": plan.plan_sentence(rows, name), "chart": plot(plan_figure(rows)), "table": plan_table(rows)}
 
 
-def section(backend) -> ExplorerParts:
+def section(backend) -> None:
     """The explorer's components and events (call inside the lesson's tab)."""
     from dgemma.gpus import GPUS, RELEASED_ID
 
@@ -101,4 +89,3 @@ def section(backend) -> ExplorerParts:
     shown = dict(sentence=sentence, chart=chart, table=table)
     gr.on(None, lambda g, m, c, r: {shown[k]: v for k, v in explore(backend, g, m, c, r).items()},
           [gpu, model, canvas, scheduler], list(shown.values()), api_visibility="private")  # fmt: skip
-    return ExplorerParts(gpu, model, canvas, scheduler, sentence, chart, table)

@@ -13,6 +13,7 @@ import gradio as gr
 from dgemma.ui.charts import mark_step, plot, tile_figure
 from dgemma.ui.ledger_chart import ledger_figure
 from dgemma.ui.lesson.outcomes import TILED, UNTILED, LessonOutcome
+from dgemma.ui.slider import Slider
 from dgemma.units import format_bytes
 
 RUNS = ((UNTILED, "untiled"), (TILED, "tiled"), ("Chunked, untiled", "chunked"))  # (label, the outcome's name)
@@ -77,7 +78,7 @@ def build() -> Stepper:
     state = gr.State(dict)  # the tab's last lesson: its outcomes by run (the names of RUNS)
     with gr.Row(elem_id="lesson-steps"):
         run = gr.Radio(list(RUNS), value="untiled", label="step through", scale=2, elem_id="lesson-step-run")
-        slider = gr.Slider(1, 2, value=1, step=1, label="sampler call", scale=3, elem_id="lesson-call-slider")
+        slider = Slider(1, 2, value=1, step=1, label="sampler call", scale=3, elem_id="lesson-call-slider")
         with gr.Column(scale=2, min_width=300):
             with gr.Row():
                 back = gr.Button("◀ back", size="sm", min_width=60, elem_id="lesson-back")

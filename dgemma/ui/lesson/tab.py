@@ -26,6 +26,7 @@ from dgemma.ui.lesson import explorer
 from dgemma.ui.lesson import steps as lesson_steps
 from dgemma.ui.lesson.outcomes import CHUNKED, COMPARING, PENDING, TILED, UNTILED, LessonOutcome, summarize
 from dgemma.ui.lesson.outcomes import render_chunked, render_failure, render_not_compared, render_outcome, render_verdict
+from dgemma.ui.slider import Slider
 
 INTRO = (
     "### Why many canvases run out of memory, and how tiling fixes it\n"
@@ -66,12 +67,12 @@ def build(backend: Backend) -> LessonParts:
     """The tab's components (call inside `with gr.Tab(...)`)."""
     gr.Markdown(INTRO)
     with gr.Row():
-        requests = gr.Slider(2, max(2, backend.max_num_seqs), value=min(16, backend.max_num_seqs), step=1,
-                             label="requests in the batch", elem_id="lesson-requests")
+        requests = Slider(2, max(2, backend.max_num_seqs), value=min(16, backend.max_num_seqs), step=1,
+                          label="requests in the batch", elem_id="lesson-requests")
         budget = gr.Textbox(backend.info().get("lesson_budget", "256MiB"), label="memory budget",
                             info="weights + cache + the sampler's transient must fit (e.g. 256MiB, 2GiB)",
                             elem_id="lesson-budget")
-        steps = gr.Number(8, label="denoising steps per canvas", precision=0, minimum=1, maximum=48,
+        steps = gr.Number(8, label="denoising steps per canvas", precision=0,  # a bad value: one sentence (`_checked`)
                           elem_id="lesson-denoising-steps")
         # Each scheduler holds its own transient per request (at its defaults, the entropy bound's);
         # the budget's suggestion is for that one row.
@@ -110,18 +111,13 @@ def budget_for_scale(backend: Backend, requests: int, budget: str, real_scale: b
     return budget
 
 
-def _batch(backend: Backend, n: float) -> int:
-    n = int(n)
-    if not 1 <= n <= backend.max_num_seqs:
-        raise SettingsError(f"The batch must hold between 1 and {backend.max_num_seqs} requests.")
-    return n
-
-
 def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None,
              budget: str | None = None) -> tuple[int, RunRequest]:
     """The batch size and the call every run of the lesson shares: its prompts, one canvas per request, the
     `scheduler` at its defaults (None: the server's), the `budget` (None: none of its own)."""
-    n = _batch(backend, n)
+    n = int(n)  # within the slider's range (its box's value beyond an end is taken at that end)
+    if steps is not None and not 1 <= steps <= 48:  # the tab's own cap: a lesson run stays short
+        raise SettingsError(f"The lesson takes 1 to 48 denoising steps per canvas, got {steps:g}.")
     length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
     raw = {"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler,
            "memory_budget": (budget or "").strip() or None}
@@ -180,7 +176,7 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         return (yield from watch(service, request, _run_call(call, budget, tiling, impl, real), title))
 
     try:
-        ran = budget_for_scale(backend, _batch(backend, n), budget, real)
+        ran = budget_for_scale(backend, int(n), budget, real)
         shown_budget = ran if ran != budget else None
         n, call = _checked(backend, n, steps, scheduler, ran)
         budget_bytes = call.settings.options.memory_budget
