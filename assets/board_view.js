@@ -11,7 +11,7 @@ const CARD_TOKENS = 48, GUTTER = 34;
 const STATE = {};
 for (const [state, chars] of Object.entries(CELLS)) [...chars].forEach((c, i) => { STATE[c] = [state, (i + 0.5) / LEVELS]; });
 const RGB = {accepted: [46, 125, 50], noise: [120, 120, 120], committed: [21, 101, 192]};
-const ALPHA = {accepted: [0.08, 0.62], noise: [0.05, 0.25], committed: [0.15, 0.7]};
+const ALPHA = {accepted: [0.08, 0.62], noise: [0.2, 0.3], committed: [0.15, 0.7]};  // noise: a random start shows, as the legend's grey
 const WORD = {accepted: "accepted", noise: "re-noised", committed: "committed"};
 const COLOR = {};  // the fill of each cell character, made once
 for (const [c, [state, level]] of Object.entries(STATE)) {
@@ -34,13 +34,6 @@ function piecesOf(row) {  // a row's pieces, split once per row string
   let hit = view.pieces.get(row.request);
   if (!hit || hit[0] !== row.pieces) { hit = [row.pieces, row.pieces ? row.pieces.split(SEP) : []]; view.pieces.set(row.request, hit); }
   return hit[1];
-}
-
-function cellText(row, i) {
-  const [state, c] = STATE[row.cells[i]] || ["empty", 0];
-  const piece = piecesOf(row)[i];
-  return `#${row.index} · position ${i + 1} · ${WORD[state] || "empty"} · confidence ≈ ${c.toFixed(2)}` +
-         (piece !== undefined ? ` · ${JSON.stringify(piece)}` : "");
 }
 
 function drawOverview() {
@@ -96,14 +89,10 @@ function tokens(row, limit) {
   return out.join("");
 }
 
-function firstText(row) {  // the first canvas's text (the pieces, as the text spells them)
-  return row.first.split(SEP).join("").replace(/\u2581/g, " ");
-}
-
 function pinnable(row) {  // a finished card's text, its first canvas's tokens clickable to pin (first_canvas.py)
   const spans = row.first.split(SEP).map((piece, i) => piece === "" ? "" :
     `<span class="ctok" data-pos="${i}" data-piece="${esc(piece)}" title="${esc(JSON.stringify(piece))} · click to pin">${esc(piece.replace(/\u2581/g, " "))}</span>`);
-  const first = firstText(row), text = row.text || "";
+  const first = row.first.split(SEP).join("").replace(/\u2581/g, " "), text = row.text || "";  // the first canvas's text
   // The rest of the text: what follows the first canvas (the frame's text is its end, when long).
   const rest = text.startsWith(first) ? text.slice(first.length) : " " + text;
   return spans.join("") + esc(rest);
@@ -168,7 +157,9 @@ function at(event) {
 function showTip(y, x, left, top) {
   const row = rows()[y];
   if (!row) { tip.hidden = true; return; }
-  tip.textContent = cellText(row, x);
+  const [state, c] = STATE[row.cells[x]] || ["empty", 0], piece = piecesOf(row)[x];
+  tip.textContent = `#${row.index} · position ${x + 1} · ${WORD[state] || "empty"} · confidence ≈ ${c.toFixed(2)}` +
+    (piece !== undefined ? ` · ${JSON.stringify(piece)}` : "");
   tip.hidden = false;
   tip.style.left = `${left}px`; tip.style.top = `${top}px`;
 }

@@ -11,8 +11,9 @@ inflate) for the whole step (cards, overview, status line and both Plotly charts
 view alone drawn anew (the overview and every card: what a live frame costs), and the bytes of the
 same step's full board as JSON (`dgemma.bench.frames.full_board`, the baseline of the compact frame).
 Then, per link (Mbit/s down, half that up, 40 ms latency; `local`: no emulation), plays the run at
-0.25 s a step and prints how long after its due time the last step was shown, and the bytes per
-second the replay cost. Bytes per second of a live run are a frame's wire bytes x 6 frames/s.
+0.25 s a step and prints how long after its due time the last step was shown, the bytes per
+second the replay cost, and the longest task of the page's main thread from play to the end (the
+charts redrawn at the last step among them: Chrome's long tasks, over 50 ms; wall time). Bytes per second of a live run are a frame's wire bytes x 6 frames/s.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ PLAY = """() => {
     window.__lastStepAt ??= performance.now(); }).observe(document.querySelector('#status'),
     {subtree: true, childList: true, characterData: true});
   window.__lastStepAt = undefined;
+  window.__tasks = [];  // the main thread's long tasks (over 50 ms) from here on: the charts redrawn at the end among them
+  if (!window.__watching) new PerformanceObserver((list) => window.__tasks.push(...list.getEntries().map((e) => e.duration)))
+    .observe({type: "longtask"});
+  window.__watching = true;
   const started = performance.now();
   document.querySelector('#play').click();
   return started;
@@ -123,7 +128,8 @@ def measure_run(browser, url: str, path: str, links: list[str]) -> dict:
         started = page.evaluate(PLAY.replace("LAST", str(steps)))  # timed in the page, click to last step shown
         wait_step(page, steps, steps)
         late = (page.evaluate("() => window.__lastStepAt") - started) / 1e3 - steps * PACE
-        time.sleep(0.5)
+        time.sleep(2.0)  # the last step's charts follow its frame
+        result[f"replay_longest_task_ms_{name}"] = round(page.evaluate("() => Math.max(0, ...window.__tasks)"))
         result[f"replay_late_s_{name}"] = round(late, 2)
         result[f"replay_wire_bytes_per_s_{name}"] = round(sum(c[0] for c in chunks[before:]) / (steps * PACE + max(0.0, late)))
         cdp.send("Network.emulateNetworkConditions", link("local"))

@@ -1,10 +1,13 @@
 """The page's first loading tick never overwrites what a visitor typed, even when they type while it
-is in flight (a real server, a real chromium).
+is in flight (a real Gradio server, a real chromium).
 
-Every fresh page gets one tick 0.5 s after it opens (the page was built before the model loaded);
-it fills in the model's defaults, the lesson's budget and the example prompts. Here the tick's
-request is held back by the browser until the visitor has typed, as a slow link or a busy server
-would hold it: the tick read the fields before the visitor typed, and its answer arrives after.
+A page opened while the model loads gets a tick every 0.5 s; the first after the model is ready
+fills in the model's defaults, the lesson's budget and the example prompts. Here the page opens
+before the model has loaded (the app's own page-first backend, loaded by the test when it chooses),
+and the ticks' requests are held back by the browser until the visitor has typed, as a slow link or
+a busy server would hold them: the tick read the fields before the visitor typed, and its answer
+arrives after. (A page opened once the model is ready is built ready and gets no tick:
+tests/test_startup.py.)
 """
 
 from __future__ import annotations
@@ -29,8 +32,27 @@ def tick_fn_index(url: str) -> int:
 
 
 @pytest.fixture
-def page(browser, app_server):
-    url = app_server.url
+def loading_app(tiny_model):
+    """The page built before the model has loaded, served by Gradio in this process; `load()` loads it."""
+    from dgemma.app_process import free_port
+    from dgemma.engine import EngineConfig
+    from dgemma.serving.engine_backend import EngineBackend
+    from dgemma.serving.loading import LoadingBackend
+    from dgemma.settings import Limits
+    from dgemma.ui.page import build_demo
+
+    backend = LoadingBackend(Limits(), 8, None)
+    demo = build_demo(backend)
+    demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    demo.load_model = lambda: backend.load(lambda stage: EngineBackend(tiny_model, EngineConfig(max_num_seqs=8), Limits(), None))
+    yield demo
+    demo.close()
+    backend.close()
+
+
+@pytest.fixture
+def page(browser, loading_app):
+    url = loading_app.local_url.rstrip("/")
     tick, held = tick_fn_index(url), []
     page = browser.new_page(viewport={"width": 1360, "height": 1000})
     page.errors = []
@@ -46,6 +68,7 @@ def page(browser, app_server):
     while not held and time.monotonic() < deadline:
         page.wait_for_timeout(100)  # the route handler runs while playwright waits
     assert held, "the page sent no loading tick"
+    loading_app.load_model()  # the ticks held in flight will find the model ready
     page.held = held
     yield page
     page.close()

@@ -57,6 +57,39 @@ def go_to(page, step: int) -> None:
     wait_for_step(page, step)
 
 
+# At step 0 of the replay: the share of the overview's cell area drawn visibly (darker than 240 of 255),
+# and where the confidence chart's y labels, axis title and threshold (label and line) are drawn.
+STEP_0 = """() => {
+  const c = document.querySelector('#cards .dgv canvas'), dpr = window.devicePixelRatio || 1, gutter = Math.ceil(34 * dpr);
+  const px = c.getContext('2d').getImageData(gutter, 0, c.width - gutter, c.height).data;
+  let seen = 0;
+  for (let i = 0; i < px.length; i += 4) seen += (px[i] + px[i + 1] + px[i + 2]) / 3 < 240;
+  const plot = document.querySelector('#entropy-plot .js-plotly-plot'), box = (e) => e.getBoundingClientRect();
+  const label = [...plot.querySelectorAll('.annotation')].find((a) => a.textContent.includes('confidence threshold'));
+  return {drawn: seen / (px.length / 4), plot: box(plot), title: box(plot.querySelector('.ytitle')),
+          ticks: [...plot.querySelectorAll('.ytick text')].map(box), label: label && box(label),
+          line: box(plot.querySelector('.shapelayer path'))};
+}"""
+
+
+def test_step_0_shows_the_random_start_with_every_chart_label_in_its_place(page, shots):  # noqa: F811
+    """The overview shows step 0's random canvases as the cards do (not a blank board), and the
+    confidence chart's y labels stay inside the chart, clear of its axis title, with the threshold's
+    label on its line (docs/benchmarks.md shows this screenshot)."""
+    go_to(page, 0)
+    page.wait_for_timeout(1500)  # the charts draw after the status line
+    seen = page.evaluate(STEP_0)
+    assert seen["drawn"] > 0.5, seen["drawn"]
+    assert seen["ticks"] and all(seen["plot"]["left"] <= t["left"] and seen["title"]["right"] <= t["left"] + 1
+                                 for t in seen["ticks"]), seen
+    assert seen["label"], "the threshold's label is not drawn"
+    line_y = seen["line"]["top"] + seen["line"]["height"] / 2
+    assert abs(seen["label"]["bottom"] - line_y) < 8 and seen["label"]["top"] >= seen["plot"]["top"], seen
+    box = page.locator("#live-views").bounding_box()
+    page.screenshot(path=str(shots / "replay-step-0.png"), full_page=True,
+                    clip={"x": box["x"], "y": box["y"], "width": box["width"], "height": 720})
+
+
 def test_the_overview_shows_every_request_and_every_position(page, shots):  # noqa: F811
     rows = page.evaluate("() => document.querySelector('#cards .dgv canvas').height / (window.devicePixelRatio || 1)")
     assert page.locator("#cards .dgv-cards .card").count() == REQUESTS and rows >= REQUESTS * 3

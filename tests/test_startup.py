@@ -1,6 +1,7 @@
 """Page first: `python app.py` serves its page before torch and the model have loaded.
 
 - the page answers at once, with Run disabled and "Loading model … (n s)" in the status line;
+- once the model is ready every page is served ready: the model's line, Run enabled, no timer;
 - until the model is ready the API answers "the model is still loading" as one sentence; then it serves;
 - a checkpoint that fails to load is one sentence on the page's API and on stderr, and the exit is non-zero;
 - nothing before the page imports torch (it takes seconds: the model's thread imports it after).
@@ -37,10 +38,11 @@ def _component(config: dict, elem_id: str) -> dict:
 def test_the_page_comes_before_the_model(tmp_path):
     server = launch(MODEL_ARGS, tmp_path / "app.log", timeout=120, ready_line=PAGE_LINE)
     try:
-        config = json.loads(urllib.request.urlopen(f"{server.url}/config", timeout=30).read())
         model_was_ready = READY_LINE in server.log()
-        if not model_was_ready:  # the page was built before the model: Run waits for it
-            assert _component(config, "run")["props"]["interactive"] is False
+        config = json.loads(urllib.request.urlopen(f"{server.url}/config", timeout=30).read())
+        if model_was_ready or _component(config, "run")["props"]["interactive"]:  # settled (just now, or before)
+            assert_served_ready(config)
+        else:  # the page was built before the model: Run waits for it
             assert _component(config, "status")["props"]["value"].startswith("Loading model … (")
         client = Client(server.url, verbose=False)
         try:
@@ -54,8 +56,20 @@ def test_the_page_comes_before_the_model(tmp_path):
         log = server.log()
         assert log.index(PAGE_LINE) < log.index(READY_LINE)
         assert client.predict(["add 12+34"], {"seed": 1}, api_name="/generate")["outputs"][0]["text"]
+        assert_served_ready(json.loads(urllib.request.urlopen(f"{server.url}/config", timeout=30).read()))
     finally:
         server.stop()
+
+
+def assert_served_ready(config: dict) -> None:
+    """A page served once the model is ready is ready in its first paint: the model's line, Run
+    enabled, "Idle.", the model's values in the fields, and no loading timer (so no tick is sent)."""
+    assert _component(config, "run")["props"]["interactive"] is True
+    assert _component(config, "status")["props"]["value"] == "Idle."
+    header = next(c for c in config["components"] if c["type"] == "markdown")["props"]["value"]
+    assert "parameters" in header and "loading" not in header, header
+    assert not [c for c in config["components"] if c["type"] == "timer" and c["props"].get("active")]
+    assert _component(config, "lesson-budget")["props"]["value"] != "256MiB"  # the model's own suggestion
 
 
 # app.main's own path up to the server's launch, which reports whether torch was imported by then.

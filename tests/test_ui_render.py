@@ -162,13 +162,14 @@ def test_a_card_shows_its_note_and_only_its_own():
 # ---------------------------------------------------------------- real events from the real engine
 
 import dataclasses  # noqa: E402
+import math  # noqa: E402
 
 import plotly.graph_objects as go  # noqa: E402
 
 from dgemma.events import RequestEvent, StepEvent, TilePlan  # noqa: E402
-from dgemma.ui.board import fold  # noqa: E402
+from dgemma.ui.board import Board, RequestView, fold  # noqa: E402
 from dgemma.ui.compact import CELLS, MAX_CELL, frame, row, shown_piece, status_text  # noqa: E402
-from dgemma.ui.charts import ENTROPY_FLOOR, board_tile_figure, entropy_figure, plot, tile_figure  # noqa: E402
+from dgemma.ui.charts import COLORS, ENTROPY_FLOOR, board_tile_figure, entropy_figure, mark_step, plot, tile_figure  # noqa: E402
 
 PROMPTS = ["The cat <b>sat</b> & ran", "Once upon a time", "The sky is", "Two plus two is", "A", "B"]
 MAX_STEPS = 3
@@ -252,6 +253,43 @@ def test_entropy_figure_has_a_line_per_request_and_the_threshold(engine_events):
     (line,) = spec["layout"]["shapes"]
     assert line["y0"] == pytest.approx(board.confidence_threshold)
     assert plot(spec).plot.startswith('{"data"')
+
+
+@pytest.mark.parametrize("threshold", [1e-9, 0.005, 0.0])
+def test_the_confidence_axis_fits_its_labels_and_the_thresholds_label_sits_on_its_line(engine_events, threshold):
+    """At step 0 of a replay nothing but the threshold is drawn: an axis left to Plotly spanned that one
+    value, with one long label ("0.000000001") over the axis title, and the threshold's label apart from
+    its line. The axis spans two decades at least, its labels are powers of ten kept inside the chart, and
+    the label sits on the line with half a decade above it for its text; so too once every curve is drawn."""
+    events, _, _ = engine_events
+    for board in (Board(confidence_threshold=threshold), fold(events)):
+        board.confidence_threshold = threshold
+        spec = entropy_figure(board)
+        go.Figure(spec)
+        axis = spec["layout"]["yaxis"]
+        low, high = axis["range"]
+        assert high - low >= 2 and axis["exponentformat"] == "power" and axis["automargin"] is True
+        (line,), (label,) = spec["layout"]["shapes"], spec["layout"]["annotations"]
+        assert label["y"] == pytest.approx(math.log10(line["y0"]))  # a log axis places an annotation in decades
+        assert line["y0"] == (threshold or ENTROPY_FLOOR) and low < label["y"] <= high - 0.5
+        assert all(low < math.log10(y) < high for trace in spec["data"] for y in trace["y"])
+
+
+def test_past_twelve_requests_the_confidence_chart_draws_a_trace_a_colour_and_marks_every_lines_end():
+    """32 requests redraw as 10 traces (a replay's last step redraws the chart while the page waits):
+    each line kept whole, None between two requests', and the step's marker at every line's end."""
+    board = Board(confidence_threshold=0.005)
+    for i in range(32):
+        board.requests[i] = RequestView(i, index=i + 1, entropy_curve=[(1, 2.0 + i), (2, 1.0 + i)])
+    spec = mark_step(entropy_figure(board), 2, (0, 2), "step 2", now=True)
+    go.Figure(spec)
+    lines = [t for t in spec["data"] if t["mode"] == "lines"]
+    assert len(lines) == len(COLORS) and not any(t["showlegend"] for t in lines)
+    first = lines[0]  # requests 1, 11, 21 and 31, one colour
+    assert first["x"] == [1, 2, None] * 3 + [1, 2] and first["text"][:2] == ["#1", "#1"] and first["text"][3] == "#11"
+    assert first["y"][3:5] == [12.0, 11.0]  # request 11's line, after the gap
+    (ends,) = [t for t in spec["data"] if t["mode"] == "markers"]
+    assert sorted(ends["y"]) == [1.0 + i for i in range(32)] and set(ends["x"]) == {2}
 
 
 def test_tile_figure_shows_every_call(engine_events):

@@ -1,4 +1,4 @@
-"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames|lesson|decoder`: measured claims, each side by side with a baseline."""
+"""`python -m dgemma.bench sampler|engine|load|soak|recording|hostile|frames|lesson|decoder|page`: measured claims, each side by side with a baseline."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ BENCHES = {
     "frames": "dgemma.bench.frames",  # one live-view frame: cards as HTML vs compact data; seeking a run
     "lesson": "dgemma.bench.lesson",  # the lesson's run tiled under its budget vs untiled with room
     "decoder": "dgemma.bench.decoder",  # the decoder's step: experts per canvas vs whole batch vs the eager loop
+    "page": "dgemma.bench.page",  # a loaded server's fresh page until Run is enabled vs a bare Gradio app's
 }
 
 

@@ -31,11 +31,11 @@ class LoadingBackend:
         self._stage = "starting"
         self.download = DownloadProgress()  # the loader passes it to load_model for a hub checkpoint
         self._started = time.monotonic()
-
-    # ------------------------------------------------------------ the loader thread
+        self.on_ready: Callable[[], None] = lambda: None  # run once the real backend answers (the page settles)
 
     def load(self, build: Callable[[Callable[[str], None]], Backend]) -> None:
-        """Run `build(report_stage)`; keep its backend, or its error's first line as the failure."""
+        """On the loader thread: run `build(report_stage)`; keep its backend (then `on_ready()`), or its error's first
+        line as the failure."""
         try:
             real = build(lambda stage: setattr(self, "_stage", stage))
         except Exception as err:  # noqa: BLE001 - any failure is shown as one sentence, never a traceback
@@ -43,10 +43,9 @@ class LoadingBackend:
         else:
             self._real = real
             self.defaults = real.defaults
+            self.on_ready()
         finally:
             self.loaded.set()
-
-    # ------------------------------------------------------------ what the page and the API see
 
     def state(self) -> LoadState:
         if self._real is not None:

@@ -45,30 +45,36 @@ def _layout(title: str, **extra: Any) -> dict:
 
 
 def entropy_figure(board: Board) -> Spec:
-    """Mean entropy per request per denoising step, log y, with the confidence threshold."""
-    data = []
-    show_legend = len(board.requests) <= 12
+    """Mean entropy per request per denoising step, log y, with the confidence threshold. A colour's
+    lines are one trace (None between them; a legend up to one request a colour): 32 requests redraw as 10 lines."""
+    traces: dict[int, dict] = {}
     for i, view in enumerate(board.requests.values()):
-        if not view.entropy_curve:
-            continue
-        data.append(dict(
-            type="scatter", mode="lines", name=f"#{view.index}", showlegend=show_legend,
-            x=[x for x, _ in view.entropy_curve],
-            y=[max(ENTROPY_FLOOR, y) for _, y in view.entropy_curve],
-            line=dict(width=1.2, color=COLORS[i % len(COLORS)]),
-        ))
+        trace = traces.setdefault(i % len(COLORS), dict(
+            type="scatter", mode="lines", name=f"#{view.index}", showlegend=len(board.requests) <= len(COLORS), x=[], y=[], text=[],
+            hovertemplate="%{text}: %{y:.3g} after step %{x}<extra></extra>", line=dict(width=1.2, color=COLORS[i % len(COLORS)])))
+        points = ([(None, None)] if trace["x"] and view.entropy_curve else []) + [  # None: a gap between two lines
+            (x, max(ENTROPY_FLOOR, y)) for x, y in view.entropy_curve]
+        trace["x"] += [x for x, _ in points]
+        trace["y"] += [y for _, y in points]
+        trace["text"] += [f"#{view.index}"] * len(points)
+    data = [trace for trace in traces.values() if trace["x"]]
     shapes, annotations = [], []
+    logs = [math.log10(y) for trace in data for y in trace["y"] if y is not None]  # the axis's range, in decades
     if board.confidence_threshold is not None:
-        y = max(ENTROPY_FLOOR, board.confidence_threshold)
+        y = board.confidence_threshold if board.confidence_threshold > 0 else ENTROPY_FLOOR
+        logs.append(math.log10(y))
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
                            line=dict(color="crimson", dash="dash", width=1.5)))
         annotations.append(dict(xref="paper", x=1, yref="y", y=math.log10(y), yanchor="bottom",
                                 xanchor="right", showarrow=False, font=dict(color="crimson", size=11),
                                 text=f"confidence threshold {board.confidence_threshold:g}"))
+    # Not Plotly's: at step 0 only the threshold is drawn, one value, one long label. 2+ decades, room above for the label.
+    low, high = (min(logs), max(logs)) if logs else (0.0, 0.0)
     layout = _layout(
         "Mean entropy per request per step",
         xaxis=dict(title=dict(text="denoising steps taken (all canvases)"), **_AXIS),
-        yaxis=dict(title=dict(text="mean entropy (nats)"), type="log", **_AXIS),
+        yaxis=dict(title=dict(text="mean entropy (nats)"), type="log", range=[low - 0.25, max(high, low + 2) + 0.5],
+                   exponentformat="power", automargin=True, **_AXIS),
         shapes=shapes,
         annotations=annotations,
     )
@@ -103,6 +109,9 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         data.append(dict(type="scatter", mode="lines", x=calls, y=[_mib(p.budget_bytes or 0) for p in plans],
                          yaxis="y2", name="budget (MiB)", line=dict(color="black", dash="dash")))
     splits = [(c, len(p.splits)) for c, p in zip(calls, plans, strict=True) if p.splits]
+    # Memory on a log axis when free memory and transients are decades apart (a small model on a big host).
+    positive = [v for p in plans for v in (p.free_bytes, p.peak_transient_bytes) if v > 0]
+    log = bool(positive) and max(positive) / min(positive) > 100
     if splits:
         data.append(dict(type="scatter", mode="markers", x=[c for c, _ in splits], y=[n for _, n in splits],
                          name="OOM split and retried", marker=dict(symbol="x", color="black", size=10)))
@@ -110,19 +119,10 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
         "How each sampler call was tiled against free memory",
         xaxis=dict(title=dict(text="sampler call"), **_AXIS),
         yaxis=dict(title=dict(text="requests"), rangemode="tozero", **_AXIS),
-        yaxis2=_memory_axis([p.free_bytes for p in plans] + [p.peak_transient_bytes for p in plans]),
+        yaxis2=dict(title=dict(text="MiB (log)" if log else "MiB"), overlaying="y", side="right", showgrid=False,
+                    **(dict(type="log") if log else dict(rangemode="tozero"))),
     )
     return {"data": data, "layout": layout}
-
-
-def _memory_axis(values: list[int]) -> dict:
-    """Log when free memory and transients are decades apart (a small model on a big host), else linear."""
-    positive = [v for v in values if v > 0]
-    spread = max(positive) / min(positive) if positive else 1.0
-    axis = dict(overlaying="y", side="right", showgrid=False)
-    if spread > 100:
-        return dict(title=dict(text="MiB (log)"), type="log", **axis)
-    return dict(title=dict(text="MiB"), rangemode="tozero", **axis)
 
 
 def _mib(nbytes: int) -> float:
@@ -144,7 +144,8 @@ def mark_step(spec: Spec, x: float, x_range: tuple[float, float], text: str, now
         xref="x", x=x, yref="paper", y=1, yanchor="bottom", showarrow=False, text=text, font=dict(size=11, color="#555"))]
     layout["xaxis"] = {**layout["xaxis"], "range": list(x_range), "autorange": False}
     if now:
-        ends = [(t["x"][-1], t["y"][-1]) for t in spec["data"] if t.get("mode") == "lines" and t["x"]]
+        ends = [(t["x"][i], t["y"][i]) for t in spec["data"] if t.get("mode") == "lines"  # each line's, None after it
+                for i in range(len(t["x"])) if t["x"][i] is not None and t["x"][i + 1:i + 2] in ([], [None])]
         spec["data"].append(dict(type="scatter", mode="markers", name="at this step", showlegend=False,
                                  x=[e[0] for e in ends], y=[e[1] for e in ends],
                                  marker=dict(color="#333", size=6)))

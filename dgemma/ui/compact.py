@@ -94,10 +94,6 @@ def _cells(entropies: tuple[float, ...], accepted: tuple[bool, ...], committed: 
                    for e, a in zip(entropies, accepted, strict=False))
 
 
-def _clip_end(text: str, limit: int) -> str:
-    return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
-
-
 def _live(view: RequestView) -> dict:
     """The canvas being denoised: accepted or re-noised (committed when it has converged)."""
     step = view.last_step
@@ -145,9 +141,10 @@ def row(view: RequestView, canvas_length: int, note: str = "", pinnable: bool = 
     needs, when `refine`)."""
     prompt = view.prompt[:PROMPT_CHARS] + ("…" if len(view.prompt) > PROMPT_CHARS else "")
     canvas = _live(view) if view.last_step is not None else _committed(view, canvas_length)
+    text = view.committed_text if len(view.committed_text) <= TEXT_CHARS else "…" + view.committed_text[1 - TEXT_CHARS:]
     return {
         "index": view.index, "request": view.request_id, "seed": view.seed, "status": view.status,
-        "label": status_text(view), "prompt": prompt, "note": note, "text": _clip_end(view.committed_text, TEXT_CHARS),
+        "label": status_text(view), "prompt": prompt, "note": note, "text": text,
         **canvas,
         **(_finished(view, canvas_length, pinnable) if refine else {}),
     }  # fmt: skip

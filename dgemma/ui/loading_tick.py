@@ -1,11 +1,10 @@
 """The page's title block, and page first: until the model has loaded, a timer refreshes the status
 line; at ready it redraws the title block, enables Run and sends the model's defaults and example
-prompts as one `fill`.
-
-Every fresh page gets one tick even when the model was ready long before, and the visitor may be
-typing by then: so the tick writes no field itself, and the browser, as the fill arrives, writes
-each value only into a field the visitor has not touched (by its elem_id, kept in a page-wide set:
-Gradio may redraw the input element) and that still shows what the page was built with."""
+prompts as one `fill`; and every page served from then on is built ready (`settle`: no timer, no tick).
+A page opened while loading may be typed in as its tick brings the values: so the tick writes no field
+itself, and the browser, as the fill arrives, writes each value only into a field the visitor has not
+touched (by its elem_id, kept in a page-wide set: Gradio may redraw the input element) and that still
+shows what the page was built with."""
 
 from __future__ import annotations
 
@@ -105,3 +104,13 @@ def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, ta
                [tab.player.state], list(outputs.values()), show_progress="hidden", api_visibility="private",
                concurrency_limit=None,
                ).then(None, [fill, *fields], list(fields), js=FILL_JS, show_progress="hidden", api_visibility="private")
+
+    def settle() -> None:  # the components take the ready tick's values; Gradio makes anew the config every page gets
+        tick = loading_tick(backend, built=built)
+        for component, value in ((header, tick["header"]), (tab.status, tick["status"]), *zip(fields, tick["fill"]["values"])):
+            component.value = component.postprocess(value)
+        tab.run.interactive, timer.active = True, False
+        tab.examples.dataset.samples = tab.examples.dataset.raw_samples = tick["examples"].raw_samples  # text as shown
+        demo.config = demo.get_config_file()
+    if not ready:  # a page-first backend (serving/loading.py): it calls this when the model answers
+        backend.on_ready = settle

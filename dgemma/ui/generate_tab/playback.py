@@ -1,10 +1,9 @@
 """Playback on the Generate tab: every run is recorded (dgemma/recording.py); a step slider with back /
 play / pause / forward and a pace sets every card to its state at step k (the fold up to it, drawn as
 the live view) and marks step k on both charts. The view follows a live run until the user takes
-the slider. "Download run" saves it; "Load a run" replays a file with no model. Play is one stream from
-the server, paced by its clock (`PlayClock`), not a browser timer asking for each step: a late tick
-would push every later step back, while here a step shown late is followed by the one due by then
-and play ends on time."""
+the slider. "Download run" saves it; "Load a run" replays a file with no model. Play is one stream from the
+server, paced by its clock (`PlayClock`), not a browser timer asking for each step: a late tick would push
+every later step back, while here a step shown late is followed by the one due by then, ending on time."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from dgemma.ui.slider import Slider
 PACE_S = (0.25, 2.0)  # seconds per step a viewer can choose
 DEFAULT_PACE_S = 1.0
 CHART_PERIOD_S = 1.0  # while playing, the charts redraw at most this often (and at the last step)
+CHART_GAP_S = 0.05  # between a frame and each chart after it: the page draws each in a task of its own
 # A step is sent this long before it is due: about what a real-scale frame (40 KB) takes to cross a
 # 4 Mbit/s link with 40 ms latency and be drawn, so that it is on screen when due, not after.
 SEND_AHEAD_S = 0.1
@@ -218,15 +218,16 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
             if at_end:
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
-            charts = clock.charts_due(CHART_PERIOD_S, at_end)
-            shown_now = show(playback, nxt, not at_end, clock.pace, charts and not at_end)
+            shown_now = show(playback, nxt, not at_end, clock.pace, charts=False)
             if not (playback.playing or at_end) or playback.clock is not clock:
                 break  # paused while this step was drawn: the pause's view stays
             yield {**shown_now, cards: pace.stamp(shown_now[cards])}
-            if at_end:  # the last step's charts follow its frame, which they would hold up
-                if (recording := playback.recording) is not None:
-                    _, entropy_now, tiles_now = view(recording, nxt, playback.kept)
-                    yield {entropy: entropy_now, tiles: tiles_now}
+            # The charts follow the frame, which they would hold up, a message each: short tasks on the page.
+            if clock.charts_due(CHART_PERIOD_S, at_end) and (recording := playback.recording) is not None:
+                for chart, spec in zip((entropy, tiles), view(recording, nxt, playback.kept)[1:]):
+                    time.sleep(CHART_GAP_S)
+                    yield {chart: spec}
+            if at_end:
                 return
         yield gr.skip()  # stopped: an ended stream's last values are sent again, and "playing…" must not come back
 

@@ -1,0 +1,138 @@
+"""`python -m dgemma.bench page`: how soon a fresh page of a loaded server can be used, beside a bare
+Gradio app's.
+
+It launches `python app.py` (the embedded model unless --model) and waits until the model is loaded,
+and a bare Gradio Blocks app with one button, then opens fresh pages of each in chromium, alternately
+(`--rounds` each, after one unmeasured visit each that fills the browser's cache): the milliseconds
+from navigation to the page's Run enabled with the model's line shown ("Idle." on the status line)
+against the bare app's button enabled, timed in the page (`performance.now()`, whose origin is the
+navigation) by an observer installed before the page's own scripts. Idle, then again while another
+tab of the app runs `--requests` requests (pressing Run again whenever its run has ended). Printed:
+the medians and their ratio, idle and loaded.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from dgemma.app_process import ROOT, free_port, launch
+from dgemma.bench import bench_prompts, print_row
+from dgemma.cli import ArgumentParser, positive_int
+
+CHROMIUM = "/usr/bin/chromium"
+# A bare Gradio Blocks app with one button: the floor for a page's first use.
+BARE_BLOCKS = """
+import os, sys
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+import gradio as gr
+with gr.Blocks() as demo:
+    gr.Button("Run", elem_id="run")
+demo.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]), quiet=True)
+"""
+# Installed before the page's scripts: the time its Run is first enabled (and, on ours, the model's line shown).
+WATCH = """(ours) => {
+  const seen = () => {
+    const run = document.querySelector('#run'), status = document.querySelector('#status');
+    if (window.usableAt === undefined && run && !run.disabled && (!ours || status?.textContent.includes('Idle.')))
+      window.usableAt = performance.now();
+  };
+  new MutationObserver(seen).observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+}"""
+
+
+def bare_app(port: int) -> subprocess.Popen:
+    """The bare app, answering on `port`."""
+    proc = subprocess.Popen([sys.executable, "-c", BARE_BLOCKS, str(port)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the bare Gradio app did not answer within 120 s")
+
+
+def usable_ms(context, url: str, ours: bool) -> float:
+    """Milliseconds from navigating a fresh page to `url` until its Run is enabled (ours: and "Idle.")."""
+    page = context.new_page()
+    try:
+        page.add_init_script(f"({WATCH})({'true' if ours else 'false'})")
+        page.goto(url, wait_until="commit")
+        page.wait_for_function("() => window.usableAt !== undefined", timeout=120_000, polling=50)
+        return page.evaluate("() => window.usableAt")
+    finally:
+        page.close()
+
+
+def keep_running(loader, requests: int) -> None:
+    """The loading tab's run goes on: Run again once the last has ended (its status line no longer counts calls)."""
+    if "sampler calls" not in (loader.text_content("#status") or ""):
+        loader.click("#run")
+        loader.wait_for_function("() => document.querySelector('#status').textContent.includes('sampler calls')",
+                                 timeout=120_000)
+
+
+def loading_tab(context, url: str, requests: int):
+    """A tab of the app running `requests` requests (up to the prompts box's and the batch's limits)."""
+    loader = context.new_page()
+    loader.goto(url)
+    loader.wait_for_selector("#run:not([disabled])", timeout=120_000)
+    loader.locator("#prompts textarea").fill("\n".join(bench_prompts(requests)))
+    box = loader.locator("#concurrent input[type=number]")
+    box.fill(str(requests))
+    box.press("Enter")
+    keep_running(loader, requests)
+    return loader
+
+
+def measure(context, app: str, bare: str, rounds: int, loader=None, requests: int = 0) -> dict:
+    ours, floor = [], []
+    usable_ms(context, app, True), usable_ms(context, bare, False)  # the browser's cache filled, as a visitor's is
+    for _ in range(rounds):
+        for times, url, is_ours in ((ours, app, True), (floor, bare, False)):
+            if loader is not None:
+                keep_running(loader, requests)
+            times.append(usable_ms(context, url, is_ours))
+    o, b = statistics.median(ours), statistics.median(floor)
+    return {"app_ms": round(o), "bare_ms": round(b), "ratio": round(o / b, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="python -m dgemma.bench page", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=positive_int, default=7, help="fresh pages of each app, alternately (default 7)")
+    p.add_argument("--requests", type=positive_int, default=32, help="requests the other tab runs (default 32)")
+    p.add_argument("--model", default=None, help="app.py's --model (default: the embedded model)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = launch(["--model", args.model] if args.model else [], Path(tmp) / "app.log", timeout=300)
+        port = free_port()
+        bare = bare_app(port)
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM,
+                                             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                context = browser.new_context(viewport={"width": 1366, "height": 768})
+                bare_url = f"http://127.0.0.1:{port}"
+                idle = measure(context, server.url, bare_url, args.rounds)
+                loader = loading_tab(context, server.url, args.requests)
+                loaded = measure(context, server.url, bare_url, args.rounds, loader, args.requests)
+                browser.close()
+        finally:
+            bare.terminate()
+            server.stop()
+    row = {**{f"idle_{k}": v for k, v in idle.items()}, **{f"loaded_{k}": v for k, v in loaded.items()},
+           "rounds": args.rounds, "other_tab_requests": args.requests}
+    print_row(row, args.json, 20)
+    return 0
