@@ -4,6 +4,7 @@ engine and the sampler really hold, and a budget that cannot hold a run refused 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -133,3 +134,20 @@ def test_the_one_place_rule_catches_a_budget_added_up_beside_the_ledger():
     stray = "held = model.weight_bytes + state(vocab) + tokens * model.kv_bytes_per_token\nfree = calibration.tile_bytes(1) + 2\n"
     assert [line for line, _ in sums_of_terms(stray)] == [1]
     assert sums_of_terms(LEDGER.read_text())  # the ledger itself does add them
+
+
+def test_a_budgeted_runs_tiles_chart_stacks_each_calls_ledger_up_to_its_budget():
+    """The Generate tab's tiles chart, under a budget: what the engine held, the call's peak and what was left,
+    stacked as the memory visualizer stacks them, reach the budget at every call; without one, the lines stay."""
+    from dgemma.ui.charts import tile_figure
+    from dgemma.units import MiB
+
+    held = dict(weights=40 * MiB, engine_state=2 * MiB, run_state=8 * MiB, kv_caches=6 * MiB)
+    plans = [TilePlan(float(i), "reference", 8, 16, 45, free_bytes=200 * MiB, budget_bytes=256 * MiB, bytes_per_request=MiB,
+                      group=4, tiles=(4, 4), peak_transient_bytes=(30 + i) * MiB, held=held) for i in range(3)]
+    stacked = [t for t in tile_figure(plans)["data"] if t.get("stackgroup") == "ledger"]
+    assert [t["name"] for t in stacked] == ["the model weights", "the engine's sampler state", "this run's sampler state",
+                                            "the KV caches", "peak transient (MiB)", "free memory (MiB)"]
+    assert [round(sum(t["y"][i] for t in stacked), 3) for i in range(3)] == [256.0] * 3
+    unbudgeted = [dataclasses.replace(p, budget_bytes=None) for p in plans]
+    assert not any(t.get("stackgroup") for t in tile_figure(unbudgeted)["data"])

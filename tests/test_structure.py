@@ -212,7 +212,7 @@ APP_FILES = ("dgemma/serving/*.py", "dgemma/ui/*.py", "dgemma/ui/*/*.py", "asset
 # Issue #54 granted the memory ledger's stacked view its own lines on top (the budget arithmetic it moved out
 # of serving paid for the rest): the view's file, counted in app_lines, is added to the cap at its size.
 STACKED_VIEW = ROOT / "dgemma" / "ui" / "ledger_chart.py"
-STACKED_VIEW_MAX = 48
+STACKED_VIEW_MAX = 46
 
 
 def app_lines() -> int:

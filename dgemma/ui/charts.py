@@ -13,6 +13,7 @@ from typing import Any
 from gradio.data_classes import GradioModel
 
 from dgemma.events import TilePlan
+from dgemma.memory.ledger import TERMS, Ledger
 from dgemma.ui.board import Board
 from dgemma.units import GiB, MiB
 
@@ -27,6 +28,8 @@ _AXIS = dict(gridcolor="#ececec", zerolinecolor="#d0d0d0", linecolor="#bbb", sho
 Spec = dict[str, Any]
 
 
+# The ledger's terms bottom to top (TERMS): the reserve and the weights greys, the samplers' state blues, the caches purple.
+LEDGER_COLORS = ("#616161", "#9e9e9e", "#90caf9", "#1e88e5", "#ab47bc")
 CHART_HEIGHT = 330  # px: two charts stacked beside the board fit a 768 px high projector screen
 
 
@@ -99,19 +102,25 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
              name="tile size (largest tile run)", line=dict(color="#1f77b4", width=2.5, **step)),
         dict(type="scatter", mode="lines", x=calls, y=[len(p.tiles) for p in plans], name="tiles per call",
              line=dict(color="#ff7f0e", width=2, dash="dot", **step)),
-        dict(type="scatter", mode="lines", x=calls, y=[_mib(p.free_bytes) for p in plans], yaxis="y2",
-             name="free memory (MiB)", line=dict(color="#2ca02c")),
-        dict(type="scatter", mode="lines", x=calls, y=[_mib(p.peak_transient_bytes) for p in plans],
-             yaxis="y2", name=f"peak transient (MiB{'' if measured else ', calibrated estimate'})",
-             line=dict(color="#d62728")),
     ]
+    # Under a budget, each call's whole memory ledger (dgemma/memory/ledger.py) stacked up to it, as PyTorch's
+    # memory visualizer stacks categories: what the engine held, the call's peak, then what was left free.
+    ledgers = [Ledger.of_call(p.budget_bytes, p.held, p.peak_transient_bytes, 1, p.num_decode) for p in plans]
+    stacked = bool(plans) and all(p.budget_bytes and p.held for p in plans)
+    memory = [(name, [getattr(c, key) for c in ledgers], color) for (key, name), color in zip(TERMS, LEDGER_COLORS)
+              if stacked and any(getattr(c, key) for c in ledgers)]
+    memory += [(f"peak transient (MiB{'' if measured else ', calibrated estimate'})", [p.peak_transient_bytes for p in plans],
+                "#d62728"), ("free memory (MiB)", [c.left for c in ledgers] if stacked else [p.free_bytes for p in plans], "#2ca02c")]
+    data += [dict(type="scatter", mode="lines", x=calls, y=[_mib(v) for v in values], yaxis="y2", name=name,
+                  **(dict(stackgroup="ledger", line=dict(color=color, width=0.5, **step)) if stacked else dict(line=dict(color=color))))
+             for name, values, color in memory]  # fmt: skip
     if any(p.budget_bytes for p in plans):
         data.append(dict(type="scatter", mode="lines", x=calls, y=[_mib(p.budget_bytes or 0) for p in plans],
                          yaxis="y2", name="budget (MiB)", line=dict(color="black", dash="dash")))
     splits = [(c, len(p.splits)) for c, p in zip(calls, plans, strict=True) if p.splits]
     # Memory on a log axis when free memory and transients are decades apart (a small model on a big host).
     positive = [v for p in plans for v in (p.free_bytes, p.peak_transient_bytes) if v > 0]
-    log = bool(positive) and max(positive) / min(positive) > 100
+    log = not stacked and bool(positive) and max(positive) / min(positive) > 100
     if splits:
         data.append(dict(type="scatter", mode="markers", x=[c for c, _ in splits], y=[n for _, n in splits],
                          name="OOM split and retried", marker=dict(symbol="x", color="black", size=10)))

@@ -8,12 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dgemma.memory.ledger import TERMS, Ledger
-from dgemma.ui.charts import _AXIS, Spec, _layout
+from dgemma.ui.charts import _AXIS, LEDGER_COLORS, Spec, _layout
 from dgemma.units import GiB, MiB, format_bytes
 
-# Bottom to top: the weights grey, the samplers' state blues, the caches purple, the tile orange (red
-# when it did not fit), free a pale green.
-COLORS = ("#616161", "#9e9e9e", "#90caf9", "#1e88e5", "#ab47bc")
+# The tile orange (red when it did not fit), free a pale green, above the ledger's terms (LEDGER_COLORS).
 TILE, OVER, FREE = "#ff9800", "#d62728", "rgba(46,125,50,0.25)"
 
 
@@ -23,7 +21,7 @@ def ledger_figure(calls: Sequence[Ledger], title: str, mark: int | None = None, 
     unit, name = (GiB, "GiB") if max((c.needed for c in calls), default=0) >= 4 * GiB else (MiB, "MiB")
     x = list(range(1, len(calls) + 1))
     data = [dict(type="bar", x=x, y=[getattr(c, key) / unit for c in calls], name=label, marker=dict(color=color), width=0.6)
-            for (key, label), color in zip(TERMS, COLORS) if any(getattr(c, key) for c in calls)]
+            for (key, label), color in zip(TERMS, LEDGER_COLORS) if any(getattr(c, key) for c in calls)]
     tile_colors = [OVER if oom_last and i == len(calls) - 1 else TILE for i in range(len(calls))]
     data.append(dict(type="bar", x=x, y=[c.tile / unit for c in calls], name="this call's tile peak", width=0.6,
                      marker=dict(color=tile_colors, line=dict(color=["#000" if k == mark else tile_colors[i]

@@ -38,7 +38,8 @@ ENTROPY_TEXT = (
 TILE_TEXT = (
     "**Tiles against free memory.** Each sampler call sees how much memory is free and groups the "
     "denoising requests into tiles that fit half of it. Grey area: requests denoising; blue: the "
-    "largest tile; dotted orange: tiles per call; right axis: free memory, the measured peak transient, the budget."
+    "largest tile; dotted orange: tiles per call; right axis: free memory, the peak transient, the budget; under a "
+    "budget, each call's memory ledger stacked up to it: weights, samplers' state, KV caches, the peak, what was free."
 )
 
 
