@@ -49,9 +49,12 @@ def refusal_after_run(page, budget: str) -> tuple[str, float]:
 def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothing_runs(page):
     """Just above what the idle engine holds (weights and its sampler's state, 4.5 MiB), then half of what
     the run needs: each is refused within 2 s, naming the shortfall and the budget to type, and no run starts."""
-    page.check("#lesson-real-scale input")
     set_number(page, "lesson-requests", 16)
     set_number(page, "lesson-denoising-steps", 2)
+    page.wait_for_timeout(500)  # the suggestion for 16 requests at the model's own scale
+    small = page.locator("#lesson-budget textarea").input_value()
+    page.check("#lesson-real-scale input")
+    page.wait_for_function(f"() => document.querySelector('#lesson-budget textarea').value !== {small!r}", timeout=30_000)
     suggested = page.locator("#lesson-budget textarea").input_value()
     first, seconds = refusal_after_run(page, "4700KiB")
     needed = float(re.search(r"it needs ([\d.]+) MiB", first).group(1))

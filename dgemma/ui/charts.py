@@ -28,8 +28,9 @@ _AXIS = dict(gridcolor="#ececec", zerolinecolor="#d0d0d0", linecolor="#bbb", sho
 Spec = dict[str, Any]
 
 
-# The ledger's terms bottom to top (TERMS): the reserve and the weights greys, the samplers' state blues, the caches purple.
-LEDGER_COLORS = ("#616161", "#9e9e9e", "#90caf9", "#1e88e5", "#ab47bc")
+# The ledger's terms bottom to top (TERMS): the reserve and the weights browns, the samplers' state blues, the caches purple.
+LEDGER_COLORS = ("rgba(121,85,72,0.6)", "rgba(188,170,164,0.6)", "rgba(144,202,249,0.6)", "rgba(30,136,229,0.6)",
+                 "rgba(171,71,188,0.6)")
 CHART_HEIGHT = 330  # px: two charts stacked beside the board fit a 768 px high projector screen
 
 
@@ -112,7 +113,8 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
     memory += [(f"peak transient (MiB{'' if measured else ', calibrated estimate'})", [p.peak_transient_bytes for p in plans],
                 "#d62728"), ("free memory (MiB)", [c.left for c in ledgers] if stacked else [p.free_bytes for p in plans], "#2ca02c")]
     data += [dict(type="scatter", mode="lines", x=calls, y=[_mib(v) for v in values], yaxis="y2", name=name,
-                  **(dict(stackgroup="ledger", line=dict(color=color, width=0.5, **step)) if stacked else dict(line=dict(color=color))))
+                  **(dict(stackgroup="ledger", fillcolor=color, line=dict(color=color, width=0.5, **step)) if stacked
+                     else dict(line=dict(color=color))))
              for name, values, color in memory]  # fmt: skip
     if any(p.budget_bytes for p in plans):
         data.append(dict(type="scatter", mode="lines", x=calls, y=[_mib(p.budget_bytes or 0) for p in plans],
