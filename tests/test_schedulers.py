@@ -8,10 +8,12 @@ import torch
 
 from dgemma.memory import VirtualDevice
 from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, SamplerConfig, SamplingParams, build_sampler
-from dgemma.sampling.primitives import Phase
-from dgemma.sampling.schedulers import SCHEDULER_TABLE, DenoisingScheduler, budget, phase
+from dgemma.sampling.schedulers import SCHEDULER_TABLE, DenoisingScheduler, Phase, budget, phase
+from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
+from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
 from dgemma.sampling.steps import STEPS as STEP_TABLE
 from dgemma.sampling.start import CanvasStart
+from dgemma.settings import Settings, parse_settings
 
 HIDDEN, CL, V, STEPS = 8, 6, 700, 5  # three vocab blocks; the chunked step's chunks cut them
 
@@ -20,17 +22,17 @@ HIDDEN, CL, V, STEPS = 8, 6, 700, 5  # three vocab blocks; the chunked step's ch
 PARAMS = [
     SamplingParams(seed=1, entropy_bound=0.3, max_denoising_steps=STEPS),
     SamplingParams(seed=2, greedy=True, entropy_bound=0.3, max_denoising_steps=STEPS),
-    SamplingParams(seed=3, scheduler="block_refinement", max_denoising_steps=STEPS),
-    SamplingParams(seed=4, scheduler="block_refinement", temperature=0.8, editing_threshold=0.0, commit_threshold=0.5,
+    SamplingParams(seed=3, scheduler=BlockRefinementParams(), max_denoising_steps=STEPS),
+    SamplingParams(seed=4, scheduler=BlockRefinementParams(temperature=0.8, editing_threshold=0.0, commit_threshold=0.5),
                    max_denoising_steps=STEPS),
-    SamplingParams(seed=5, scheduler="discrete_ddim", max_denoising_steps=STEPS),
-    SamplingParams(seed=6, scheduler="discrete_ddim", temperature=1.2, max_denoising_steps=STEPS),
-    SamplingParams(seed=7, scheduler="discrete_ddim", corrector_steps=1, corrector_k=2, max_denoising_steps=STEPS),
-    SamplingParams(seed=8, scheduler="discrete_ddim", corrector_steps=1, corrector_selection="random",
+    SamplingParams(seed=5, scheduler=DiscreteDDIMParams(), max_denoising_steps=STEPS),
+    SamplingParams(seed=6, scheduler=DiscreteDDIMParams(temperature=1.2), max_denoising_steps=STEPS),
+    SamplingParams(seed=7, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_k=2), max_denoising_steps=STEPS),
+    SamplingParams(seed=8, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_selection="random"),
                    max_denoising_steps=STEPS),
-    SamplingParams(seed=9, scheduler="discrete_ddim", corrector_steps=1, corrector_selection="lowest_maxprob",
-                   corrector_selection_tau=0.5, max_denoising_steps=STEPS),
-    SamplingParams(seed=10, scheduler="discrete_ddim", corrector_steps=1, corrector_selection="lowest_current_prob",
+    SamplingParams(seed=9, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_selection="lowest_maxprob",
+                   corrector_selection_tau=0.5), max_denoising_steps=STEPS),
+    SamplingParams(seed=10, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_selection="lowest_current_prob"),
                    max_denoising_steps=STEPS),
 ]  # fmt: skip
 SPLITTING_BUDGET = 200_000  # bytes: a tile of every row runs out of memory, one of a few fits
@@ -76,12 +78,13 @@ def test_each_scheduler_is_a_class_of_its_own_in_the_table_the_settings_name():
 
 
 def test_the_plan_folds_corrector_sweeps_into_the_forwards_as_diffusers_does():
-    params = SamplingParams(scheduler="discrete_ddim", max_denoising_steps=32, corrector_steps=1)
+    params = SamplingParams(scheduler=DiscreteDDIMParams(corrector_steps=1), max_denoising_steps=32)
     assert budget(params) == (17, 15)  # corrected = (32 - 1) // 2, predictor = 32 - 15
     phases = [phase(params, f) for f in range(32)]
     assert phases[:3] == [Phase(0, 17), Phase(0, 17, 1), Phase(1, 17)]
     assert sum(p.sweep == 0 for p in phases) == 17 and phases[-1] == Phase(16, 17) and phases[-1].last
-    assert budget(SamplingParams(scheduler="block_refinement", corrector_steps=3)) == (48, 0)  # only DDIM sweeps
+    given = parse_settings({"scheduler": "block_refinement", "corrector_steps": 3}, Settings()).params
+    assert budget(given) == (48, 0)  # only DDIM sweeps
 
 
 def test_a_row_gives_the_same_tokens_alone_and_in_a_crowd_of_every_scheduler():
@@ -106,7 +109,7 @@ def test_a_tile_that_runs_out_of_memory_is_split_without_a_trace():
 
 
 def test_block_refinement_commits_an_even_share_each_step_and_the_whole_canvas_at_the_last():
-    params = [SamplingParams(seed=3, scheduler="block_refinement", commit_threshold=1.0, max_denoising_steps=STEPS)]
+    params = [SamplingParams(seed=3, scheduler=BlockRefinementParams(commit_threshold=1.0), max_denoising_steps=STEPS)]
     steps = run(params)
     committed = [int(s["committed"].sum()) for s in steps]
     assert committed == [-(-(k + 1) * CL // STEPS) for k in range(STEPS)]  # the cumulative quota, nothing above 1.0
@@ -115,7 +118,7 @@ def test_block_refinement_commits_an_even_share_each_step_and_the_whole_canvas_a
 
 def test_a_pinned_position_holds_its_token_and_counts_as_committed():
     pins = CanvasStart(pins=((1, 42), (4, 7)))
-    params = [p for p in PARAMS if p.scheduler != "entropy_bound"]
+    params = [p for p in PARAMS if p.scheduler.name != "entropy_bound"]
     steps = run(params, starts={slot: pins for slot in range(len(params))})
     for state in steps:
         assert (state["canvas"][:, 1] == 42).all() and (state["canvas"][:, 4] == 7).all()
@@ -124,7 +127,7 @@ def test_a_pinned_position_holds_its_token_and_counts_as_committed():
 
 
 def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
-    params = [SamplingParams(seed=3, scheduler="block_refinement", max_denoising_steps=STEPS)]
+    params = [SamplingParams(seed=3, scheduler=BlockRefinementParams(), max_denoising_steps=STEPS)]
     sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params[0], 0)
     for step in range(STEPS):
@@ -136,7 +139,7 @@ def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
 
 
 def test_a_corrector_sweep_resamples_k_positions_and_keeps_its_predictors_draft_entropy_and_self_conditioning():
-    params = SamplingParams(seed=7, scheduler="discrete_ddim", corrector_steps=1, corrector_k=2, max_denoising_steps=STEPS)
+    params = SamplingParams(seed=7, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_k=2), max_denoising_steps=STEPS)
     sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params, 0)
     sampler.step(logits_for([params], 0), [0])  # the predictor step

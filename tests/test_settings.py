@@ -68,10 +68,13 @@ def test_null_means_the_default_and_the_defaults_are_kept():
 
 
 def test_the_table_names_every_sampling_param_and_each_name_is_a_field_of_a_call():
+    from dgemma.sampling.schedulers import SCHEDULER_TABLE
     from dgemma.settings import BY_NAME, NAMES, SETTINGS
 
-    assert {f for f in SamplingParams.__dataclass_fields__} <= set(NAMES)
-    call_fields = {*SamplingParams.__dataclass_fields__, *RunOptions.__dataclass_fields__, *Settings.__dataclass_fields__}
+    options = {option for scheduler in SCHEDULER_TABLE.values() for option in scheduler.Params.options()}
+    assert {f for f in SamplingParams.__dataclass_fields__} | options <= set(NAMES)
+    call_fields = {*SamplingParams.__dataclass_fields__, *options, *RunOptions.__dataclass_fields__,
+                   *Settings.__dataclass_fields__}
     assert set(NAMES) <= call_fields and len(NAMES) == len(BY_NAME) == len(SETTINGS)
 
 

@@ -328,8 +328,8 @@ def long_tuple_returns(source: str) -> list[str]:
 
 def scheduler_name_comparisons(source: str) -> list[int]:
     """Comparisons (==, !=, in, ...) against a scheduler's name: a branch on which scheduler a row
-    has, where the scheduler's class (sampling/schedulers.py) should decide."""
-    from dgemma.sampling.params import SCHEDULERS
+    has, where the scheduler's class (sampling/schedulers/) should decide."""
+    from dgemma.sampling.schedulers import SCHEDULERS
 
     def names(node: ast.AST) -> bool:
         if isinstance(node, ast.Constant):
