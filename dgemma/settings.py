@@ -34,7 +34,7 @@ from typing import Any
 from dgemma.errors import SettingsError
 from dgemma.sampling import MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling
 from dgemma.sampling.bounds import check_choice, describe
-from dgemma.sampling.params import BOUNDS
+from dgemma.sampling.params import BOUNDS, parse_budget
 from dgemma.sampling.schedulers import SCHEDULER_TABLE, SCHEDULERS, SchedulerParams
 from dgemma.sampling.schedulers.discrete_ddim import CORRECTOR_SELECTIONS
 from dgemma.sampling.start import CanvasStart, pin_position, resolve_start
@@ -329,6 +329,8 @@ def parse_settings(
             length = check_number(name, value, replace(BOUNDS[name], high=max_new_tokens or math.inf))
         elif name == "tiling":
             options[name] = parse_tiling(value, max_tile)
+        elif name == "memory_budget":
+            options[name] = parse_budget(value)
         elif name in OPTION_NAMES:
             options[name] = value
         elif name in CANVAS_NAMES:
@@ -339,7 +341,7 @@ def parse_settings(
             params[name] = value
     canvas = {name: values if any(values) else () for name, values in canvas.items()}  # nothing asked: as not given
     scheduler = params.pop("scheduler", None)
-    sampling = replace(defaults.params, **params)
+    sampling = replace(defaults.params, **SamplingParams.parse(params))
     sampling = replace(sampling, scheduler=_scheduler(scheduler, chosen, sampling.scheduler))
     settings = Settings(sampling, replace(defaults.options, **options), int(length), **canvas)
     last = settings.params.seed + prompts - 1
@@ -357,8 +359,8 @@ def _scheduler(name: Any, given: Mapping[str, Any], default: SchedulerParams) ->
     own = SCHEDULER_TABLE[name].Params.options()
     for option, value in given.items():
         if option not in own:
-            SCHEDULER_OPTIONS[option][0](**{option: value})
-    mine = {option: value for option, value in given.items() if option in own}
+            SCHEDULER_OPTIONS[option][0].parse({option: value})
+    mine = SCHEDULER_TABLE[name].Params.parse(given)
     return replace(default, **mine) if default.name == name else SCHEDULER_TABLE[name].Params(**mine)
 
 

@@ -36,8 +36,10 @@ def test_a_scheduler_and_its_options_parse_from_text_as_a_cli_gives_them():
 
 @pytest.mark.parametrize("off", ["off", "", "none"])
 def test_editing_off_is_none(off):
-    assert BlockRefinementParams(editing_threshold=off).editing_threshold is None
-    assert BlockRefinementParams(editing_threshold="0").editing_threshold == 0.0  # 0 edits, as diffusers does
+    assert BlockRefinementParams.parse({"editing_threshold": off}) == {"editing_threshold": None}
+    assert BlockRefinementParams.parse({"editing_threshold": "0"}) == {"editing_threshold": 0.0}  # 0 edits, as diffusers does
+    with pytest.raises(TypeError):
+        BlockRefinementParams(editing_threshold=off)  # text is the settings' to parse
 
 
 def test_the_pages_editing_threshold_is_a_text_field_empty_for_off():

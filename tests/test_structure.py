@@ -227,7 +227,7 @@ CALL_CHECKS = {
     "pin_position": {"dgemma.settings"},
     # RunOptions' own field checks, which parse_settings reaches by building one (and the sampler's tiling)
     "parse_tiling": {"dgemma.settings", "dgemma.sampling", "dgemma.sampling.tiled"},
-    "parse_budget": {"dgemma.sampling"},
+    "parse_budget": {"dgemma.sampling", "dgemma.settings"},
     # a size: the setting's check, a command line's size flags (cli.size_arg), and the memory room's devices
     "parse_size": {"dgemma.sampling.params", "dgemma.cli", "dgemma.memory", "dgemma.memory.probes",
                    "dgemma.memory.virtual"},

@@ -98,3 +98,14 @@ def check_value(name: str, value: Any, default: Any, bound: Bound | None, choice
     if default is None and (value is None or str(value).strip().lower() in ("", "off", "none")):
         return None
     return check_number(name, value, bound)
+
+
+def check_typed(name: str, value: Any, default: Any, bound: Bound | None, choices: tuple[str, ...] = ()) -> None:
+    """A typed field's value: refused with `check_value`'s sentence where that refuses it, and with a
+    TypeError where it is not already what the field holds (text first: the edge parses it,
+    dgemma/settings.py), so a type's fields are what their hints say."""
+    checked = check_value(name, value, default, bound, choices)
+    kind = bool if isinstance(default, bool) else str if choices else bound.kind
+    typed = isinstance(value, (int, float) if kind is float else kind) and isinstance(value, bool) == (kind is bool)
+    if checked != value or not (typed or (value is None and default is None)):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {shown(value)} (text is parsed by dgemma/settings.py)")

@@ -2,9 +2,10 @@
 
 `SamplingParams` are per request and decide its tokens; `RunOptions` (tiling, the step
 implementation, a memory budget) decide only how the work is laid out in memory, never the
-tokens. Both check and normalise their fields on construction against ONE table of bounds
-(`BOUNDS`, and each scheduler's own: sampling/bounds.py), so a value from the command line ("16"),
-JSON (16.0) or code (16) is accepted or refused the same way, with the same sentence (a
+tokens. Both hold typed values, checked on construction against ONE table of bounds (`BOUNDS`,
+and each scheduler's own); text is parsed at the edge (dgemma/settings.py, with `parse`,
+`parse_tiling`, `parse_budget`: sampling/bounds.py), so a value from the command line ("16"), JSON
+(16.0) or code (16) is accepted or refused the same way, with the same sentence (a
 `SettingsError`, which is a ValueError).
 """
 
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
 from typing import Any
 
 from dgemma.errors import SettingsError
-from dgemma.sampling.bounds import Bound, check_number, check_value, shown
+from dgemma.sampling.bounds import Bound, check_typed, check_value, shown
 from dgemma.sampling.schedulers.base import SchedulerParams
 from dgemma.sampling.schedulers.entropy_bound import EntropyBoundParams
 from dgemma.units import parse_size
@@ -65,14 +67,22 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        """Normalise each field ("16" -> 16) and check it against BOUNDS; a SettingsError on the first bad one."""
+        """Check each field against BOUNDS: a SettingsError on the first bad one, a TypeError on text
+        (`parse` reads it)."""
         for f in fields(self):
             if f.name != "scheduler":
-                object.__setattr__(self, f.name, check_value(f.name, getattr(self, f.name), f.default, BOUNDS.get(f.name)))
+                check_typed(f.name, getattr(self, f.name), f.default, BOUNDS.get(f.name))
         if not isinstance(self.scheduler, SchedulerParams):
             raise TypeError(f"scheduler must be a scheduler's parameters, got {type(self.scheduler).__name__}")
         if self.t_max < self.t_min:
             raise SettingsError(f"Setting 't_max' ({self.t_max:g}) must not be below 't_min' ({self.t_min:g}).")
+
+    @staticmethod
+    def parse(values: Mapping[str, Any]) -> dict[str, Any]:
+        """Its fields among `values` (text, JSON numbers or values; not `scheduler`) as it holds them:
+        "16" -> 16, "yes" -> True; a SettingsError (one sentence) on a bad one."""
+        defaults = {f.name: f.default for f in fields(SamplingParams)}
+        return {name: check_value(name, value, defaults[name], BOUNDS.get(name)) for name, value in values.items()}
 
     def for_prompt(self, index: int) -> SamplingParams:
         """The `index`-th prompt's params of a call seeded S: seed S + index, all else the same."""
@@ -140,14 +150,15 @@ class RunOptions:
     pad_vocab: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tiling", parse_tiling(self.tiling))
         if self.sampler not in SAMPLER_STEPS:
             raise SettingsError(f"Setting 'sampler' must be {' or '.join(SAMPLER_STEPS)}, got {shown(self.sampler)}.")
-        object.__setattr__(self, "memory_budget", parse_budget(self.memory_budget))
         if not isinstance(self.fail_on_oom, bool):
             raise SettingsError(f"Option 'fail_on_oom' must be true or false, got {shown(self.fail_on_oom)}.")
         if self.pad_vocab is not None:
-            object.__setattr__(self, "pad_vocab", int(check_number("pad_vocab", self.pad_vocab, PAD_VOCAB)))
+            check_typed("pad_vocab", self.pad_vocab, 0, PAD_VOCAB)
+        for name, parse in (("tiling", parse_tiling), ("memory_budget", parse_budget)):
+            if parse(getattr(self, name)) != getattr(self, name):
+                raise TypeError(f"{name} must be parsed first, got {shown(getattr(self, name))} (dgemma/settings.py parses text)")
 
 
 PAD_VOCAB = Bound(int, 2, 2**20)  # a padded vocabulary: the released model's 262,144 fits with room

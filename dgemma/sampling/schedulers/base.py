@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from dgemma.sampling.bounds import Bound, check_value
+from dgemma.sampling.bounds import Bound, check_typed, check_value
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,13 @@ class SchedulerParams:
     def __post_init__(self) -> None:
         for f in fields(self):
             if f.init:
-                value = check_value(f.name, getattr(self, f.name), f.default, self.BOUNDS.get(f.name),
-                                    self.CHOICES.get(f.name, ()))
-                object.__setattr__(self, f.name, value)
+                check_typed(f.name, getattr(self, f.name), f.default, self.BOUNDS.get(f.name), self.CHOICES.get(f.name, ()))
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Its options among `values` (text, JSON numbers or values) as its fields hold them."""
+        return {f.name: check_value(f.name, values[f.name], f.default, cls.BOUNDS.get(f.name), cls.CHOICES.get(f.name, ()))
+                for f in fields(cls) if f.init and f.name in values}
 
 
 @dataclass(frozen=True)
