@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,13 +33,17 @@ IDLE = "() => document.querySelector('#status')?.innerText.includes('Idle.')"
 
 
 @contextlib.contextmanager
-def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle: bool = False) -> Iterator:
-    """The app at `url` in a new page of `browser`; `page.errors` collects the page's uncaught errors.
-    `idle`: once the page's first tick has filled in the model's defaults and the status line says
-    "Idle." (so the tick cannot overwrite what a test sets)."""
+def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle: bool = False,
+                  prepare: Callable[[Any], None] | None = None) -> Iterator:
+    """The app at `url` in a new page of `browser` (the suite's one page opener: test_structure's scan
+    holds it); `page.errors` collects the page's uncaught errors. `prepare(page)` runs before the
+    page loads (a route to hold a request). `idle`: once the page's first tick has filled in the
+    model's defaults and the status line says "Idle." (so the tick cannot overwrite what a test sets)."""
     page = browser.new_page(viewport={"width": width, "height": height})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    if prepare is not None:
+        prepare(page)
     page.goto(url, wait_until="load")
     page.errors = errors
     try:

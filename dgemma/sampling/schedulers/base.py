@@ -12,8 +12,8 @@ the schedulers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from dgemma.sampling.bounds import Bound, check_typed, check_value
