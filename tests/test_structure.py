@@ -387,7 +387,7 @@ def test_the_scheduler_rule_catches_a_branch_on_a_name():
 # ------------------------------------------------------------------ the tests' one page opener
 def new_page_calls(source: str) -> list[int]:
     """The lines that call a browser's `new_page` (a page opened past tests/browser_page.py's error
-    collector; this file spells the call apart, so that `grep "new_page("` finds only the helper)."""
+    collector; this file spells the call apart, so that a grep for the call finds only the helper)."""
     return [node.lineno for node in ast.walk(parsed(source))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "new_page"]
 
@@ -399,6 +399,6 @@ def test_every_test_opens_a_page_through_chromium_page_and_its_error_collector()
     assert not found, f"pages opened outside tests/browser_page.py's chromium_page: {found}"
 
 
-def test_the_page_opener_rule_catches_a_bare_new_page():
+def test_the_page_opener_rule_catches_a_page_opened_bare():
     call = "new_page" + "("
     assert new_page_calls(f"page = browser.{call})\ntabs = [b.{call}viewport=v) for v in vs]\n") == [1, 2]
