@@ -52,3 +52,21 @@ def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle
         yield page
     finally:
         page.close()
+
+
+def go_to(page, step: int, of: int | None = None, timeout: float = 30_000) -> None:
+    """Type `step` into the replay slider's number box, as a user can, and wait until the status line
+    shows it ("step k of `of`" when given). A busy page can drop the Enter of a box it is still
+    redrawing: it types again, three times in all, then says what the page showed instead."""
+    box = page.locator("#step-slider input[type=number]")
+    shown = f"step {step} of" + ("" if of is None else f" {of}")
+    for attempt in range(3):
+        box.fill(str(step))
+        box.press("Enter")
+        try:
+            page.wait_for_function(f"() => /Replay[^]*{shown}/.test(document.querySelector('#status').innerText)",
+                                   timeout=timeout)
+            return
+        except Exception:
+            if attempt == 2:
+                raise AssertionError(f"step {step} not shown; the status line reads {page.inner_text('#status')!r}") from None

@@ -23,6 +23,7 @@ from dgemma.events import RequestEvent
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
 from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
+from compare_runs import until_eos
 diffusers = pytest.importorskip("diffusers")  # it needs Python 3.11: not installed on 3.10
 
 from diffusers_noise import PromptProcessor, keyed_pipeline  # noqa: E402
@@ -69,10 +70,6 @@ def engine_runs(engine, model, settings: dict) -> list[tuple[list[int], list[int
         totals = [e.extra["predictor_steps"] for e in commits]
         runs.append((list(final.token_ids), [b - a for a, b in zip([0, *totals], totals)]))
     return runs
-
-
-def until_eos(tokens: list[int], eos: int) -> list[int]:
-    return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
 
 @pytest.mark.parametrize("case", CASES)

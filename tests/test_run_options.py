@@ -14,11 +14,7 @@ from dgemma.examples import LESSON_PROMPTS, lesson_prompts
 from dgemma.memory.lesson import lesson_model
 from dgemma.serving.backend import suggest_budget
 from dgemma.units import parse_size
-
-
-def drive(core: EngineCore) -> None:
-    while core.has_unfinished():
-        core.step()
+from compare_runs import drive
 
 
 def test_a_tile_out_of_memory_fails_the_run_with_its_sentence_and_numbers_instead_of_preempting(embedded_model):

@@ -14,6 +14,7 @@ from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
 from dgemma.sampling.steps import STEPS as STEP_TABLE
 from dgemma.sampling.start import CanvasStart
 from dgemma.settings import Settings, parse_settings
+from compare_runs import assert_same, logits_for
 
 HIDDEN, CL, V, STEPS = 8, 6, 700, 5  # three vocab blocks; the chunked step's chunks cut them
 
@@ -43,10 +44,9 @@ def embed() -> torch.Tensor:
     return torch.randn(V, HIDDEN, generator=torch.Generator().manual_seed(11)) * HIDDEN**-0.5
 
 
-def logits_for(params: list[SamplingParams], step: int) -> torch.Tensor:
+def logits_of(params: list[SamplingParams], step: int) -> torch.Tensor:
     """Each request's logits depend on its own seed and the step only (as a model's on its own canvas)."""
-    return torch.stack([torch.randn(CL, V, generator=torch.Generator().manual_seed(p.seed * 100 + step)) * 4
-                        for p in params])  # fmt: skip
+    return torch.cat([logits_for(1, CL, V, p.seed * 100 + step, scale=4) for p in params])
 
 
 def run(params: list[SamplingParams], impl: str = "reference", tiling="off", memory=None, starts=None, chunk_size=300):
@@ -58,16 +58,9 @@ def run(params: list[SamplingParams], impl: str = "reference", tiling="off", mem
     slots, idx = list(range(len(params))), torch.arange(len(params))
     steps = []
     for step in range(STEPS):
-        plan = sampler.step(logits_for(params, step), slots).plan
+        plan = sampler.step(logits_of(params, step), slots).plan
         steps.append({name: getattr(sampler, name)[idx].clone() for name in FIELDS} | {"splits": len(plan.splits)})
     return steps
-
-
-def assert_same(a, b, rows=None):
-    for k, (one, other) in enumerate(zip(a, b)):
-        for name in FIELDS:
-            mine = one[name] if rows is None else one[name][rows]
-            assert torch.equal(mine, other[name]), (k, name)
 
 
 def test_each_scheduler_is_a_class_of_its_own_in_the_table_the_settings_name():
@@ -90,22 +83,22 @@ def test_the_plan_folds_corrector_sweeps_into_the_forwards_as_diffusers_does():
 def test_a_row_gives_the_same_tokens_alone_and_in_a_crowd_of_every_scheduler():
     crowd = run(PARAMS)
     for i, p in enumerate(PARAMS):
-        assert_same(crowd, run([p]), rows=[i])
+        assert_same(crowd, run([p]), rows=[i], keys=FIELDS)
 
 
 @pytest.mark.parametrize("tiling", [1, 3])
 def test_tiled_equals_untiled_for_every_scheduler(tiling):
-    assert_same(run(PARAMS), run(PARAMS, tiling=tiling))
+    assert_same(run(PARAMS), run(PARAMS, tiling=tiling), keys=FIELDS)
 
 
 def test_the_chunked_step_gives_the_reference_tokens_for_every_scheduler():
-    assert_same(run(PARAMS), run(PARAMS, "chunked", tiling=4))
+    assert_same(run(PARAMS), run(PARAMS, "chunked", tiling=4), keys=FIELDS)
 
 
 def test_a_tile_that_runs_out_of_memory_is_split_without_a_trace():
     split = run(PARAMS, tiling=len(PARAMS), memory=VirtualDevice(SPLITTING_BUDGET))  # one tile asked: it does not fit
     assert all(state["splits"] > 0 for state in split)
-    assert_same(run(PARAMS), split)
+    assert_same(run(PARAMS), split, keys=FIELDS)
 
 
 def test_block_refinement_commits_an_even_share_each_step_and_the_whole_canvas_at_the_last():
@@ -131,7 +124,7 @@ def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
     sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params[0], 0)
     for step in range(STEPS):
-        logits = logits_for(params, step)
+        logits = logits_of(params, step)
         sampler.step(logits, [0])
     assert bool(sampler.out_converged[0])
     want = torch.log_softmax(logits[0], dim=-1).gather(-1, sampler.draft[0][:, None]).squeeze(-1)
@@ -142,9 +135,9 @@ def test_a_corrector_sweep_resamples_k_positions_and_keeps_its_predictors_draft_
     params = SamplingParams(seed=7, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_k=2), max_denoising_steps=STEPS)
     sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params, 0)
-    sampler.step(logits_for([params], 0), [0])  # the predictor step
+    sampler.step(logits_of([params], 0), [0])  # the predictor step
     before = {name: getattr(sampler, name)[0].clone() for name in ("canvas", "draft", "soft", "out_entropy")}
-    sampler.step(logits_for([params], 1), [0])  # its sweep
+    sampler.step(logits_of([params], 1), [0])  # its sweep
     assert sampler.swept(0) and not bool(sampler.out_converged[0])
     assert int((sampler.canvas[0] != before["canvas"]).sum()) <= 2 and int(sampler.out_accepted[0].sum()) == 2
     for name in ("draft", "soft", "out_entropy"):
