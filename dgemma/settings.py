@@ -2,8 +2,8 @@
 
 `SETTINGS` is the one table of every setting a visitor can give: its name (the same on the page,
 the command line, the API and in Compare), its bound (dgemma/sampling/params.py's `BOUNDS`, or its
-scheduler's: dgemma/sampling/schedulers/), its label, widget and help. The page's panel (dgemma/ui/generate_tab/controls.py), the CLI's flags
-(dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
+scheduler's: dgemma/sampling/schedulers/), its label, widget and help. The page's panel
+(dgemma/ui/generate_tab/controls.py), the CLI's flags (dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
 new setting is a field of `SamplingParams`, `RunOptions` or a scheduler's parameters (its check
 beside it) and a row here.
 

@@ -105,7 +105,5 @@ def check_typed(name: str, value: Any, default: Any, bound: Bound | None, choice
     TypeError where it is not already what the field holds (text first: the edge parses it,
     dgemma/settings.py), so a type's fields are what their hints say."""
     checked = check_value(name, value, default, bound, choices)
-    kind = bool if isinstance(default, bool) else str if choices else bound.kind
-    typed = isinstance(value, (int, float) if kind is float else kind) and isinstance(value, bool) == (kind is bool)
-    if checked != value or not (typed or (value is None and default is None)):
-        raise TypeError(f"{name} must be a {kind.__name__}, got {shown(value)} (text is parsed by dgemma/settings.py)")
+    if checked != value or type(checked) is not type(value) and (type(checked), type(value)) != (float, int):
+        raise TypeError(f"{name} must be a {type(checked).__name__}, got {shown(value)} (text is parsed by dgemma/settings.py)")

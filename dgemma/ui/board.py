@@ -89,7 +89,7 @@ def apply(board: Board, event: Event) -> Board:
         view.steps = view.steps_before_canvas + event.step
         if event.step:  # step 0 is the random start: no model output to plot yet
             view.entropy_curve.append((view.steps, event.mean_entropy))
-        if view.status not in ("done", "cancelled", "error"):
+        if view.status not in FINAL:
             view.status = "converged" if event.converged else "running"
         board.confidence_threshold = event.confidence_threshold
         board.canvas_length = len(event.token_ids)
@@ -116,7 +116,7 @@ def apply(board: Board, event: Event) -> Board:
             # The converged canvas is now part of the text; the next canvas starts from noise.
             view.status = "running"
             view.last_step = None
-        elif event.status in ("queued", "running", "done", "cancelled", "error"):
+        elif event.status in ("queued", "running", *FINAL):
             view.status = event.status
         if event.status == "done":
             view.last_step = None
