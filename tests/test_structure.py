@@ -228,8 +228,9 @@ CALL_CHECKS = {
     # RunOptions' own field checks, which parse_settings reaches by building one (and the sampler's tiling)
     "parse_tiling": {"dgemma.settings", "dgemma.sampling", "dgemma.sampling.tiled"},
     "parse_budget": {"dgemma.sampling", "dgemma.settings"},
-    # a size: the setting's check, a command line's size flags (cli.size_arg), and the memory room's devices
-    "parse_size": {"dgemma.sampling.params", "dgemma.cli", "dgemma.memory", "dgemma.memory.probes",
+    # a size: the setting's check, a command line's size flags (cli.size_arg), the lesson bench's budget
+    # (suggest_budget's text, its RunOptions' bytes) and the memory room's devices
+    "parse_size": {"dgemma.sampling.params", "dgemma.cli", "dgemma.bench.lesson", "dgemma.memory", "dgemma.memory.probes",
                    "dgemma.memory.virtual"},
 }
 

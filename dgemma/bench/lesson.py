@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from dgemma.sampling import RunOptions
     from dgemma.memory.lesson import lesson_model, lesson_vocab
     from dgemma.serving.backend import suggest_budget
+    from dgemma.units import parse_size
 
     core = EngineCore(load_model(args.model, load_format=args.load_format), EngineConfig(max_num_seqs=args.requests))
     real_scale = not args.model_vocab
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(-1, args.repeats):  # round -1 warms up; then alternated, each mode first by turns
             for mode in ("tiled", "untiled") if round_ % 2 == 0 else ("untiled", "tiled"):
                 tiled = mode == "tiled"
-                options = RunOptions(tiling="auto" if tiled else "off", sampler=impl, memory_budget=budget if tiled else None,
+                options = RunOptions(tiling="auto" if tiled else "off", sampler=impl, memory_budget=parse_size(budget) if tiled else None,
                                      fail_on_oom=True, pad_vocab=RELEASED_VOCAB if real_scale else None)
                 ids, plans = lesson_run(core, args.requests, args.steps, options, f"the {mode} {impl} run")
                 if round_ < 0:

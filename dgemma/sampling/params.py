@@ -12,8 +12,8 @@ and each scheduler's own); text is parsed at the edge (dgemma/settings.py, with 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dgemma.errors import SettingsError
