@@ -7,6 +7,7 @@ be JSON-encoded (`dataclasses.asdict`) and be compared in tests without touching
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,23 @@ class StepEvent:
     converged: bool  # stable and confident, or max steps reached: committed next step
 
 
+class Status(StrEnum):
+    """A request's status in its events (text equal to its value: "done" == Status.DONE)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMMITTED = "committed"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
 @dataclass(frozen=True)
 class RequestEvent:
     """A change in a request's life: queued, admitted, committed a canvas, finished, failed."""
 
     request_id: int
-    status: str  # "queued" | "running" | "committed" | "done" | "cancelled" | "error"
+    status: Status
     text: str = ""  # committed text so far (the whole output when status == "done")
     token_ids: tuple[int, ...] = ()  # committed token ids so far
     canvases: int = 0  # canvases committed so far
@@ -79,4 +91,4 @@ class RequestEvent:
 
 
 Event = TilePlan | StepEvent | RequestEvent
-FINAL = ("done", "cancelled", "error")  # a request whose RequestEvent has one of these has ended
+FINAL = (Status.DONE, Status.CANCELLED, Status.ERROR)  # a request whose RequestEvent has one of these has ended

@@ -35,7 +35,7 @@ class Work:
     sampler_seconds: float
     peak_sampler_bytes: int
     predictor_steps: int  # the scheduler's steps among `steps` (fewer by DDIM's corrector sweeps)
-    scheduler: str  # sampling/params.py's SCHEDULERS; a run's: its requests' names, joined by " + "
+    scheduler: str  # sampling/schedulers/'s SCHEDULERS; a run's: its requests' names, joined by " + "
 
 
 def _ratio(a: float, b: float, digits: int = 4) -> float | None:

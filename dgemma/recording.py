@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
-from dgemma.events import Event, RequestEvent, StepEvent, TilePlan, TileSplit
+from dgemma.events import Event, RequestEvent, Status, StepEvent, TilePlan, TileSplit
 from dgemma.settings import Settings
 from dgemma.sizes import object_bytes
 
@@ -233,8 +233,8 @@ def recording_bound(requests: int, max_new_tokens: int, max_steps: int, canvas_l
     before = sample.held_bytes
     text = "x" * (canvases * canvas_length * PIECE_CHARS)
     committed = tuple(ids[i % canvas_length] for i in range(canvases * canvas_length))
-    sample.add(RequestEvent(1, "committed", token_ids=committed, extra={"logprobs": [-0.5] * len(committed)}))
-    sample.add(RequestEvent(1, "done", text=text))
+    sample.add(RequestEvent(1, Status.COMMITTED, token_ids=committed, extra={"logprobs": [-0.5] * len(committed)}))
+    sample.add(RequestEvent(1, Status.DONE, text=text))
     request = sample.held_bytes - before
     kept = (positions / canvas_length * frame + min(positions, vocab_size) * piece + requests * request
             + canvases * (max_steps + 1) * plan)
@@ -283,7 +283,7 @@ def _decode(record: dict, pieces: dict[int, str]) -> Event:
         splits = tuple(TileSplit(**s) for s in record.pop("splits"))
         return TilePlan(**{**record, "tiles": tuple(record["tiles"]), "splits": splits})
     if kind == "request":
-        return RequestEvent(**{**record, "token_ids": tuple(record["token_ids"])})
+        return RequestEvent(**{**record, "status": Status(record["status"]), "token_ids": tuple(record["token_ids"])})
     raise ValueError(f"unknown event type {kind!r:.40}")
 
 

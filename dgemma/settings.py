@@ -1,16 +1,18 @@
 """One call's settings: declared once (`SETTINGS`), parsed the same way by the CLI, the API and the UI.
 
 `SETTINGS` is the one table of every setting a visitor can give: its name (the same on the page,
-the command line, the API and in Compare), its bound (dgemma/sampling/params.py's `BOUNDS`), its
-label, widget and help. The page's panel (dgemma/ui/generate_tab/controls.py), the CLI's flags
-(dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
-new setting is a field of `SamplingParams` or `RunOptions` (its check beside it) and a row here.
+the command line, the API and in Compare), its bound (dgemma/sampling/params.py's `BOUNDS`, or its
+scheduler's: dgemma/sampling/schedulers/), its label, widget and help. The page's panel
+(dgemma/ui/generate_tab/controls.py), the CLI's flags (dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
+new setting is a field of `SamplingParams`, `RunOptions` or a scheduler's parameters (its check
+beside it) and a row here.
 
 `Settings` = `SamplingParams` (what decides the tokens) + `RunOptions` (how the run is laid out in
 memory) + `max_new_tokens`. `parse_settings` takes name: value pairs as any front end has them
 (CLI names, dashes or underscores; text, JSON numbers or None for "the default") and lets the
-two types check them against their one table of bounds (dgemma/sampling/params.py), so a
-mistake reads the same sentence everywhere. `seed` S gives the i-th prompt the seed S + i.
+types check them against their bounds (dgemma/sampling/bounds.py), so a mistake reads the same
+sentence everywhere; a scheduler's option is its scheduler's (another scheduler's is checked and
+left aside: the page sends every scheduler's). `seed` S gives the i-th prompt the seed S + i.
 
 `start` (text for the first canvas to start from) and `pins` ({position: token text} held in the
 first canvas) are one value for every prompt or a list aligned with the prompts; they are kept one
@@ -31,7 +33,10 @@ from typing import Any
 
 from dgemma.errors import SettingsError
 from dgemma.sampling import MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, Bound, RunOptions, SamplingParams, check_number, parse_tiling
-from dgemma.sampling.params import BOUNDS, CORRECTOR_SELECTIONS, SCHEDULERS, describe
+from dgemma.sampling.bounds import check_choice, describe
+from dgemma.sampling.params import BOUNDS, parse_budget
+from dgemma.sampling.schedulers import SCHEDULER_TABLE, SCHEDULERS, SchedulerParams
+from dgemma.sampling.schedulers.discrete_ddim import CORRECTOR_SELECTIONS
 from dgemma.sampling.start import CanvasStart, pin_position, resolve_start
 
 
@@ -60,7 +65,8 @@ class Setting:
 
     @property
     def bound(self) -> Bound | None:
-        return BOUNDS.get(self.name)
+        return BOUNDS.get(self.name) or next((s.Params.BOUNDS[self.name] for s in SCHEDULER_TABLE.values()
+                                              if self.name in s.Params.BOUNDS), None)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -112,6 +118,9 @@ NAMES = tuple(s.name for s in SETTINGS)
 BY_NAME = {s.name: s for s in SETTINGS}
 PARAM_NAMES = tuple(f.name for f in fields(SamplingParams) if f.name in BY_NAME)
 OPTION_NAMES = tuple(f.name for f in fields(RunOptions) if f.name in BY_NAME)  # a run's internal options are no setting
+# Each scheduler's own options (sampling/schedulers/), by name: the schedulers' parameters' classes that have it.
+SCHEDULER_OPTIONS = {option: [s.Params for s in SCHEDULER_TABLE.values() if option in s.Params.options()]
+                     for scheduler in SCHEDULER_TABLE.values() for option in scheduler.Params.options()}
 CANVAS_NAMES = ("start", "pins")
 
 PinTexts = tuple[tuple[int, str], ...]  # (position, token text), positions ascending
@@ -128,9 +137,14 @@ class Settings:
     pins: tuple[PinTexts, ...] = ()  # one per prompt (empty: none pins)
 
     def value(self, name: str) -> Any:
-        """The value of setting `name` (a name of SETTINGS)."""
+        """The value of setting `name` (a name of SETTINGS); a scheduler's option that the settings'
+        scheduler has not, at its own scheduler's default."""
+        if name == "scheduler":
+            return self.params.scheduler.name
         if name in PARAM_NAMES:
             return getattr(self.params, name)
+        if name in SCHEDULER_OPTIONS:
+            return getattr(self.params.scheduler, name, getattr(SCHEDULER_OPTIONS[name][0](), name))
         if name in OPTION_NAMES:
             return getattr(self.options, name)
         return getattr(self, name)
@@ -301,6 +315,7 @@ def parse_settings(
     if not isinstance(raw, Mapping):
         raise SettingsError(f"Settings must be an object of name: value pairs, got {type(raw).__name__}.")
     params: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}  # the schedulers' own options
     options: dict[str, Any] = {}
     canvas: dict[str, Any] = {}
     length = defaults.max_new_tokens
@@ -314,20 +329,39 @@ def parse_settings(
             length = check_number(name, value, replace(BOUNDS[name], high=max_new_tokens or math.inf))
         elif name == "tiling":
             options[name] = parse_tiling(value, max_tile)
+        elif name == "memory_budget":
+            options[name] = parse_budget(value)
         elif name in OPTION_NAMES:
             options[name] = value
         elif name in CANVAS_NAMES:
             canvas[name] = _per_prompt(name, value, prompts, _start if name == "start" else _pins)
+        elif name in SCHEDULER_OPTIONS:
+            chosen[name] = value
         else:
             params[name] = value
     canvas = {name: values if any(values) else () for name, values in canvas.items()}  # nothing asked: as not given
-    settings = Settings(replace(defaults.params, **params), replace(defaults.options, **options), int(length),
-                        **canvas)
+    scheduler = params.pop("scheduler", None)
+    sampling = replace(defaults.params, **SamplingParams.parse(params))
+    sampling = replace(sampling, scheduler=_scheduler(scheduler, chosen, sampling.scheduler))
+    settings = Settings(sampling, replace(defaults.options, **options), int(length), **canvas)
     last = settings.params.seed + prompts - 1
     if last > MAX_SEED:
         raise SettingsError(f"Setting 'seed' must be at most {MAX_SEED - prompts + 1} for {prompts} prompts "
                             f"(prompt i gets seed + i), got {settings.params.seed}.")
     return settings
+
+
+def _scheduler(name: Any, given: Mapping[str, Any], default: SchedulerParams) -> SchedulerParams:
+    """The scheduler `name` (None: `default`'s) with the options `given` that are its own, over
+    `default`'s when it is the same scheduler; another scheduler's option is checked and left aside
+    (a front end sends every scheduler's)."""
+    name = default.name if name is None else check_choice("scheduler", name, SCHEDULERS)
+    own = SCHEDULER_TABLE[name].Params.options()
+    for option, value in given.items():
+        if option not in own:
+            SCHEDULER_OPTIONS[option][0].parse({option: value})
+    mine = SCHEDULER_TABLE[name].Params.parse(given)
+    return replace(default, **mine) if default.name == name else SCHEDULER_TABLE[name].Params(**mine)
 
 
 def api_help() -> str:

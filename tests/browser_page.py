@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,13 +33,17 @@ IDLE = "() => document.querySelector('#status')?.innerText.includes('Idle.')"
 
 
 @contextlib.contextmanager
-def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle: bool = False) -> Iterator:
-    """The app at `url` in a new page of `browser`; `page.errors` collects the page's uncaught errors.
-    `idle`: once the page's first tick has filled in the model's defaults and the status line says
-    "Idle." (so the tick cannot overwrite what a test sets)."""
+def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle: bool = False,
+                  prepare: Callable[[Any], None] | None = None) -> Iterator:
+    """The app at `url` in a new page of `browser` (the suite's one page opener: test_structure's scan
+    holds it); `page.errors` collects the page's uncaught errors. `prepare(page)` runs before the
+    page loads (a route to hold a request). `idle`: once the page's first tick has filled in the
+    model's defaults and the status line says "Idle." (so the tick cannot overwrite what a test sets)."""
     page = browser.new_page(viewport={"width": width, "height": height})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    if prepare is not None:
+        prepare(page)
     page.goto(url, wait_until="load")
     page.errors = errors
     try:
@@ -47,3 +52,21 @@ def chromium_page(browser, url: str, width: int = 1360, height: int = 1000, idle
         yield page
     finally:
         page.close()
+
+
+def go_to(page, step: int, of: int | None = None, timeout: float = 30_000) -> None:
+    """Type `step` into the replay slider's number box, as a user can, and wait until the status line
+    shows it ("step k of `of`" when given). A busy page can drop the Enter of a box it is still
+    redrawing: it types again, three times in all, then says what the page showed instead."""
+    box = page.locator("#step-slider input[type=number]")
+    shown = f"step {step} of" + ("" if of is None else f" {of}")
+    for attempt in range(3):
+        box.fill(str(step))
+        box.press("Enter")
+        try:
+            page.wait_for_function(f"() => /Replay[^]*{shown}/.test(document.querySelector('#status').innerText)",
+                                   timeout=timeout)
+            return
+        except Exception:
+            if attempt == 2:
+                raise AssertionError(f"step {step} not shown; the status line reads {page.inner_text('#status')!r}") from None

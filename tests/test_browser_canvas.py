@@ -208,7 +208,7 @@ def test_compare_takes_two_schedulers_and_lists_the_texts_that_differ(page, app_
     with page.expect_download() as download:
         page.click("#compare-download-b")
     recording = load(Path(download.value.path()).read_bytes())
-    assert recording.header["settings"]["params"]["scheduler"] == "block_refinement"
+    assert recording.header["settings"]["params"]["scheduler"]["name"] == "block_refinement"
     assert recording.summary["scheduler"] == "block_refinement"
     seed = int(re.search(r"seed (\d+)", page.locator("#compare-cards-b .card .card-head").first.inner_text())[1])
     b_settings = {"scheduler": "block_refinement", "seed": seed, "max_new_tokens": COMPARE_LENGTH}

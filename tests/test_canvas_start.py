@@ -17,6 +17,7 @@ from dgemma.sampling import SamplingParams
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
 from dgemma.settings import CanvasModel, Settings, make_request
 from same_noise import keyed_generate
+from compare_runs import until_eos
 
 MAX_NEW_TOKENS = 48
 
@@ -49,10 +50,6 @@ def engine_run(engine: Engine, prompt: str, params: SamplingParams, **shape) -> 
         engine.unsubscribe(watch)
     totals = [e.steps for e in events if isinstance(e, RequestEvent) and e.status == "committed"] + [final.steps]
     return final, [b - a for a, b in zip([0, *totals], totals)], [e for e in events if isinstance(e, StepEvent)]
-
-
-def until_eos(tokens: list[int], eos: int) -> list[int]:
-    return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,9 @@ from dgemma.embedded import corpus
 from dgemma.engine import Engine, EngineConfig
 from dgemma.events import RequestEvent
 from dgemma.sampling import SamplingParams
+from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
+from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
+from compare_runs import until_eos
 diffusers = pytest.importorskip("diffusers")  # it needs Python 3.11: not installed on 3.10
 
 from diffusers_noise import PromptProcessor, keyed_pipeline  # noqa: E402
@@ -34,11 +37,11 @@ PROMPTS = [ex.prompt for family in corpus.FAMILIES for ex in corpus.heldout(fami
 CASES = {
     "entropy_bound": (dict(greedy=True), EntropyBoundScheduler(num_inference_steps=STEPS)),
     "entropy_bound-bound-0.5": (dict(greedy=True, entropy_bound=0.5), EntropyBoundScheduler(entropy_bound=0.5)),
-    "block_refinement": (dict(scheduler="block_refinement"), BlockRefinementScheduler()),
-    "block_refinement-editing-0.9": (dict(scheduler="block_refinement", editing_threshold=0.9),
+    "block_refinement": (dict(scheduler=BlockRefinementParams()), BlockRefinementScheduler()),
+    "block_refinement-editing-0.9": (dict(scheduler=BlockRefinementParams(editing_threshold=0.9)),
                                      BlockRefinementScheduler(editing_threshold=0.9)),
-    "discrete_ddim": (dict(scheduler="discrete_ddim"), DiscreteDDIMScheduler()),
-    "discrete_ddim-corrector-1": (dict(scheduler="discrete_ddim", corrector_steps=1), DiscreteDDIMScheduler(corrector_steps=1)),
+    "discrete_ddim": (dict(scheduler=DiscreteDDIMParams()), DiscreteDDIMScheduler()),
+    "discrete_ddim-corrector-1": (dict(scheduler=DiscreteDDIMParams(corrector_steps=1)), DiscreteDDIMScheduler(corrector_steps=1)),
 }  # fmt: skip
 
 
@@ -67,10 +70,6 @@ def engine_runs(engine, model, settings: dict) -> list[tuple[list[int], list[int
         totals = [e.extra["predictor_steps"] for e in commits]
         runs.append((list(final.token_ids), [b - a for a, b in zip([0, *totals], totals)]))
     return runs
-
-
-def until_eos(tokens: list[int], eos: int) -> list[int]:
-    return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
 
 @pytest.mark.parametrize("case", CASES)

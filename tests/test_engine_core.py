@@ -7,21 +7,13 @@ import threading
 from dgemma.engine import Engine, EngineConfig, EngineCore
 from dgemma.events import RequestEvent, StepEvent
 from dgemma.sampling import RunOptions, SamplingParams
+from compare_runs import drive
 
 PROMPTS = ["add 1+2", "count 1 to 5", "reverse abc", "sort 3 1 2", "add 7+8"]
 
 
 def params(seed: int, steps: int = 3) -> SamplingParams:
     return SamplingParams(max_denoising_steps=steps, seed=seed)
-
-
-def drive(core: EngineCore, max_steps: int = 10_000) -> int:
-    steps = 0
-    while core.has_unfinished():
-        core.step()
-        steps += 1
-        assert steps < max_steps, "the core did not finish"
-    return steps
 
 
 def test_core_stepped_by_the_caller_gives_the_same_tokens_and_events_as_the_engine_thread(tiny_model):

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from browser_page import IDLE
+from browser_page import IDLE, chromium_page
 from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
 
 BUILT_BUDGET = "256MiB"  # what a page built before the model loaded shows in the lesson's budget
@@ -54,24 +54,19 @@ def loading_app(tiny_model):
 def page(browser, loading_app):
     url = loading_app.local_url.rstrip("/")
     tick, held = tick_fn_index(url), []
-    page = browser.new_page(viewport={"width": 1360, "height": 1000})
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
 
     def hold_the_tick(route) -> None:
         body = json.loads(route.request.post_data or "{}")
         held.append(route) if body.get("fn_index") == tick else route.continue_()
 
-    page.route("**/queue/join*", hold_the_tick)
-    page.goto(url, wait_until="load")
-    deadline = time.monotonic() + 60
-    while not held and time.monotonic() < deadline:
-        page.wait_for_timeout(100)  # the route handler runs while playwright waits
-    assert held, "the page sent no loading tick"
-    loading_app.load_model()  # the ticks held in flight will find the model ready
-    page.held = held
-    yield page
-    page.close()
+    with chromium_page(browser, url, prepare=lambda page: page.route("**/queue/join*", hold_the_tick)) as page:
+        deadline = time.monotonic() + 60
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(100)  # the route handler runs while playwright waits
+        assert held, "the page sent no loading tick"
+        loading_app.load_model()  # the ticks held in flight will find the model ready
+        page.held = held
+        yield page
 
 
 def typed(field, text: str) -> None:

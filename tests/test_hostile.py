@@ -6,6 +6,7 @@ ordinary visitor's Run completes."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from app_server import MODEL_ARGS, launch
+from browser_page import chromium_page
 from dgemma.bench.hostile import DOWNLOAD_READY, disk_bytes, run_hostile, upload
 from dgemma.serving.held_runs import EVICTED
 from vanishing import wait_until
@@ -54,9 +56,7 @@ def watch(folder: Path, seen: set[str], done: threading.Event) -> None:
 def test_an_upload_over_the_cap_is_refused_with_one_sentence_on_the_page_and_nothing_stays_on_disk(app, browser, tmp_path):
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"x" * (9 * MiB))
-    page = browser.new_page()
-    try:
-        page.goto(app.url, wait_until="load")
+    with chromium_page(browser, app.url) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=60_000)
         with page.expect_file_chooser() as chooser:
             page.click("#load-run")
@@ -67,8 +67,6 @@ def test_an_upload_over_the_cap_is_refused_with_one_sentence_on_the_page_and_not
         # That message is the page's own check (Gradio's max_file_size): it refuses the file before
         # sending a byte, so there is no upload in flight to wait for.
         assert files_in(app.files) == []
-    finally:
-        page.close()
 
 
 def test_a_script_posting_past_the_cap_gets_one_sentence_and_nothing_is_stored(app):
@@ -87,45 +85,45 @@ def test_tabs_that_run_and_close_leave_the_disk_as_it_was_within_the_age(app, br
     done = threading.Event()
     watcher = threading.Thread(target=watch, args=(app.files, ran, done))
     watcher.start()
-    tabs = [browser.new_page() for _ in range(3)]
-    try:
-        for tab in tabs:
-            tab.goto(app.url, wait_until="load")
-            tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
-            tab.click("#run")
-        for tab in tabs:
-            tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
-    finally:
-        done.set()
-        watcher.join()
-    ran.update(files_in(app.files))
-    assert len(ran) == 3, ran  # one run file per tab, no copy
-    for tab in tabs:
-        tab.close()
-    closed = time.monotonic()
+    with contextlib.ExitStack() as open_tabs:
+        try:
+            tabs = []
+            for _ in range(3):
+                tabs.append(open_tabs.enter_context(chromium_page(browser, app.url)))
+                click_run(tabs[-1])
+            for tab in tabs:
+                tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
+        finally:
+            done.set()
+            watcher.join()
+        ran.update(files_in(app.files))
+        assert len(ran) == 3, ran  # one run file per tab, no copy
+    closed = time.monotonic()  # the tabs closed
     wait_until(lambda: disk_bytes(app.files) <= baseline, bound_s=AGE_S, period_s=0.25)
     assert disk_bytes(app.files) == baseline, files_in(app.files)
     print(f"run files gone {time.monotonic() - closed:.1f} s after their tabs closed")
 
 
 def test_when_memory_is_full_the_least_recently_used_idle_run_goes_and_its_tab_says_so_in_one_sentence(app, browser):
-    first, second = browser.new_page(), browser.new_page()
-    try:
-        for tab in (first, second):  # one after the other: the first is idle when the second runs
-            tab.goto(app.url, wait_until="load")
-            tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
-            tab.click("#run")
-            tab.wait_for_function(DOWNLOAD_READY, timeout=120_000)
-        first.click("#play")
-        toast = first.locator(".toast-body").first
-        toast.wait_for(timeout=10_000)
-        assert EVICTED in toast.inner_text()
-        second.click("#play")  # the run held last is still there
-        second.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Replay of the run')",
-                                 timeout=10_000)
-    finally:
-        first.close()
-        second.close()
+    with chromium_page(browser, app.url) as first:
+        click_run(first)
+        first.wait_for_function(DOWNLOAD_READY, timeout=120_000)
+        with chromium_page(browser, app.url) as second:  # opened once the first is idle
+            click_run(second)
+            second.wait_for_function(DOWNLOAD_READY, timeout=120_000)
+            first.click("#play")
+            toast = first.locator(".toast-body").first
+            toast.wait_for(timeout=10_000)
+            assert EVICTED in toast.inner_text()
+            second.click("#play")  # the run held last is still there
+            second.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Replay of the run')",
+                                     timeout=10_000)
+
+
+def click_run(tab) -> None:
+    """Run, once the tab's page has enabled it."""
+    tab.wait_for_selector("#run:not([disabled])", timeout=60_000)
+    tab.click("#run")
 
 
 @pytest.mark.browser  # the bench drives chromium itself

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dgemma.sampling import SamplerConfig, SamplingParams, build_sampler
 from dgemma.sampling.start import CanvasStart, resolve_start
+from compare_runs import assert_same, logits_for
 
 HIDDEN = 8
 STEPS = 3
@@ -38,16 +39,6 @@ def run(starts: list[CanvasStart], params: list[SamplingParams], slots: list[int
         frames.append({name: getattr(sampler, name)[idx].clone()
                        for name in ("canvas", "draft", "history", "out_accepted", "out_converged")})  # fmt: skip
     return frames
-
-
-def logits_for(n: int, canvas_length: int, vocab: int, seed: int) -> torch.Tensor:
-    return torch.randn(n, canvas_length, vocab, generator=torch.Generator().manual_seed(seed)) * 3
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    for frame_a, frame_b in zip(a, b, strict=True):
-        for key in frame_a:
-            assert torch.equal(frame_a[key], frame_b[key]), key
 
 
 @st.composite

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app_server import MODEL_ARGS, launch
-from browser_page import chromium_page
+from browser_page import chromium_page, go_to
 from dgemma.ui.generate_tab.playback import DEFAULT_PACE_S, SEND_AHEAD_S
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 ALL_DONE = "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))"
@@ -37,19 +37,9 @@ def shown_step(page) -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
-def go_to(page, step: int) -> None:
-    """Type `step` into the slider's number box, as a user can, and wait until the page shows it."""
-    box = page.locator("#step-slider input[type=number]")
-    for attempt in range(3):  # a busy page can drop the Enter of a box it is still redrawing: type it again
-        box.fill(str(step))
-        box.press("Enter")
-        try:
-            page.wait_for_function(f"() => /Replay[^]*step {step} of/.test(document.querySelector('#status').innerText)",
-                                   timeout=30_000)
-            break
-        except Exception:  # say what the page showed instead
-            if attempt == 2:
-                raise AssertionError(f"step {step} not shown; the status line reads {status(page)!r}") from None
+def go_to_call(page, step: int) -> None:
+    """`go_to` the step, and wait until the charts show it too."""
+    go_to(page, step)
     # Plotly draws after the status line changes: wait until the tile chart marks this call.
     page.wait_for_function("() => (document.querySelector('#tile-plot .js-plotly-plot')?.layout?.annotations || [])"
                            f".some(a => a.text === 'call {step}')", timeout=30_000)
@@ -83,7 +73,7 @@ def ran(browser, app_server):
 def test_the_slider_at_0_shows_every_random_canvas_and_at_the_end_the_final_texts(ran, shots):  # noqa: F811
     page, finals, last = ran
     assert last >= 2 and all(finals), finals
-    go_to(page, 0)
+    go_to_call(page, 0)
     cards = page.locator("#cards .card")
     assert cards.count() == 8
     for i in range(8):
@@ -91,9 +81,9 @@ def test_the_slider_at_0_shows_every_random_canvas_and_at_the_end_the_final_text
         assert card.locator(".status").inner_text().startswith("random start (step 0 of"), card.inner_text()
         assert card.locator(".canvas .tok.noise").count() > 0 and card.locator(".canvas .tok.acc").count() == 0
         assert "nothing committed yet" in card.locator(".committed").inner_text()
-    go_to(page, last // 3)
+    go_to_call(page, last // 3)
     page.screenshot(path=str(shots / "generate-paused.png"), full_page=True)
-    go_to(page, last)
+    go_to_call(page, last)
     assert [t.strip() for t in page.locator("#cards .card .committed").all_inner_texts()] == finals
     assert page.locator("#cards .card.status-done").count() == 8
     assert not page.errors, page.errors
@@ -101,7 +91,7 @@ def test_the_slider_at_0_shows_every_random_canvas_and_at_the_end_the_final_text
 
 def test_play_at_one_second_per_step_shows_each_step_in_turn_skipping_only_late_ones(ran):
     page, _, last = ran
-    go_to(page, 0)
+    go_to_call(page, 0)
     # Each step the status line shows, with its seconds since just before the click on Play.
     page.evaluate("""() => { window.__steps = []; window.__t0 = performance.now();
       new MutationObserver(() => { const m = /Replay[^]*step (\\d+) of/.exec(document.querySelector('#status').innerText);
@@ -134,7 +124,7 @@ def test_a_pause_holds_when_the_play_stream_ends_before_its_cancel_arrives(ran):
     at its next tick and ends by itself, and Gradio then sends the stream's last values once more.
     Those must leave the paused view alone: they once put the last frame, "playing…", back over it."""
     page, _, _ = ran
-    go_to(page, 0)
+    go_to_call(page, 0)
     held = []
     page.route("**/gradio_api/cancel", lambda route: held.append(route))  # the cancel waits until the stream has ended by itself
     try:
@@ -160,7 +150,7 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
     page, _, last = ran
     frames = []
     for step in range(last + 1):
-        go_to(page, step)
+        go_to_call(page, step)
         frames.append((page.evaluate(CARDS), page.evaluate(PLOTS)))
     with page.expect_download() as download:
         page.click("#download-run")
@@ -176,7 +166,7 @@ def test_a_downloaded_run_reloads_in_a_fresh_app_with_identical_frames(ran, brow
                                     timeout=30_000)
             assert shown_step(other) == (0, last)
             for step in range(last + 1):
-                go_to(other, step)
+                go_to_call(other, step)
                 assert (other.evaluate(CARDS), other.evaluate(PLOTS)) == frames[step], step
             assert not other.errors, other.errors
             bad = tmp_path / "cut.jsonl"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from browser_page import chromium_page
+from browser_page import chromium_page, go_to
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from twin import REAL_CANVAS as CANVAS
 from twin import REAL_REQUESTS as REQUESTS
@@ -50,13 +50,6 @@ def wait_for_step(page, step: int, timeout: float = 60_000) -> None:
                            timeout=timeout)
 
 
-def go_to(page, step: int) -> None:
-    box = page.locator("#step-slider input[type=number]")
-    box.fill(str(step))
-    box.press("Enter")
-    wait_for_step(page, step)
-
-
 # At step 0 of the replay: the share of the overview's cell area drawn visibly (darker than 240 of 255),
 # and where the confidence chart's y labels, axis title and threshold (label and line) are drawn.
 STEP_0 = """() => {
@@ -76,7 +69,7 @@ def test_step_0_shows_the_random_start_with_every_chart_label_in_its_place(page,
     """The overview shows step 0's random canvases as the cards do (not a blank board), and the
     confidence chart's y labels stay inside the chart, clear of its axis title, with the threshold's
     label on its line (docs/benchmarks.md shows this screenshot)."""
-    go_to(page, 0)
+    go_to(page, 0, of=STEPS, timeout=60_000)
     page.wait_for_timeout(1500)  # the charts draw after the status line
     seen = page.evaluate(STEP_0)
     assert seen["drawn"] > 0.5, seen["drawn"]
@@ -98,7 +91,7 @@ def test_the_overview_shows_every_request_and_every_position(page, shots):  # no
     page.locator("#cards .dgv-more").first.click()
     assert page.locator("#cards .dgv-cards .card .canvas").first.locator(".tok").count() == CANVAS
     page.locator("#cards .dgv-more").first.click()
-    go_to(page, 2)
+    go_to(page, 2, of=STEPS, timeout=60_000)
     page.click("#cards .dgv-overview canvas", position={"x": 200, "y": 30})  # a request in full in the focus card
     assert page.locator("#cards .dgv-focus .card .canvas .tok").count() == CANVAS
     page.locator("#cards .dgv-overview").scroll_into_view_if_needed()
@@ -113,7 +106,7 @@ def test_each_real_scale_frame_is_at_most_64_kb_on_the_wire(page):
     for step in WEIGHED:
         before = len(page.received)
         frames = int(page.evaluate("() => document.querySelector('#cards .dgv').dataset.frames"))
-        go_to(page, step)
+        go_to(page, step, of=STEPS, timeout=60_000)
         page.wait_for_function(f"() => +document.querySelector('#cards .dgv').dataset.frames > {frames}")
         # The rest of the step's messages: both charts, drawn once they have come, marking this step.
         page.wait_for_function(f"""() => [['#entropy-plot', 'step {step}'], ['#tile-plot', 'call {step}']].every(([id, text]) =>
@@ -136,7 +129,7 @@ def test_a_quarter_second_replay_plays_to_the_last_step_and_stops_there(page, li
     pace = page.locator("#pace input[type=number]")
     pace.fill("0.25")
     pace.press("Enter")
-    go_to(page, STEPS - PLAYED)  # on the local link: what is timed on the emulated one is the play
+    go_to(page, STEPS - PLAYED, of=STEPS, timeout=60_000)  # on the local link: what is timed on the emulated one is the play
     page.cdp.send("Network.emulateNetworkConditions", SLOW_LINK if link != "local" else FAST_LINK)
     try:
         page.click("#play")

@@ -12,12 +12,8 @@ from dgemma.sampling import RunOptions, SamplerConfig, SamplingParams, build_sam
 from dgemma.sampling.primitives import PAD_LOGIT
 from dgemma.examples import lesson_prompts
 from dgemma.units import parse_size
+from compare_runs import drive
 from lesson_budget import lesson_budget
-
-
-def drive(core: EngineCore) -> None:
-    while core.has_unfinished():
-        core.step()
 
 
 def test_a_tile_out_of_memory_fails_the_run_with_its_sentence_and_numbers_instead_of_preempting(embedded_model):

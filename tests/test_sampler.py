@@ -22,6 +22,7 @@ from dgemma.sampling.params import MAX_STABILITY
 from dgemma.sampling.primitives import group_bytes_for
 from dgemma.sampling.tiled import COMMITTING
 from dgemma.sampling import SamplingParams, parse_tiling
+from compare_runs import assert_same, logits_for
 
 HIDDEN = 8
 
@@ -35,10 +36,6 @@ def make_sampler(num_slots: int, canvas_length: int, vocab: int, tiling="off", *
 def reference_cost(canvas_length: int, vocab: int) -> Calibration:
     """The reference step's transient at these shapes, as the planner measures it."""
     return calibrate_tile(reference_tile, canvas_length, vocab, torch.empty(vocab, HIDDEN))
-
-
-def logits_for(n: int, canvas_length: int, vocab: int, seed: int, scale: float = 3.0) -> torch.Tensor:
-    return torch.randn(n, canvas_length, vocab, generator=torch.Generator().manual_seed(seed)) * scale
 
 
 def snapshot(sampler: TiledSampler, slots: list[int]) -> dict[str, torch.Tensor]:
@@ -64,12 +61,6 @@ def run_steps(sampler, params_list, slots, logits_seq, canvas_index=0):
         sampler.step(logits, slots)
         snaps.append(snapshot(sampler, slots))
     return snaps
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    for step_a, step_b in zip(a, b, strict=True):
-        for key in step_a:
-            assert torch.equal(step_a[key], step_b[key]), key
 
 
 # --------------------------------------------------------------------------- transformers semantics

@@ -6,6 +6,8 @@ import pytest
 
 from dgemma.errors import SettingsError
 from dgemma.sampling import SCHEDULERS, SamplingParams
+from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
+from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
 from dgemma.settings import BY_NAME, Settings, parse_settings
 
 
@@ -17,22 +19,27 @@ def test_every_scheduler_option_is_a_setting_of_the_scheduler_group():
 
 
 def test_the_defaults_are_the_entropy_bound_and_diffusers_scheduler_defaults():
-    p = SamplingParams()
-    assert (p.scheduler, p.temperature, p.commit_threshold, p.editing_threshold) == ("entropy_bound", 0.0, 0.95, None)
-    assert (p.corrector_steps, p.corrector_k, p.corrector_selection, p.corrector_selection_tau) == (0, 1, "lowest_log_margin", 1.0)
+    p, refine, ddim = SamplingParams(), BlockRefinementParams(), DiscreteDDIMParams()
+    assert (p.scheduler.name, refine.temperature, refine.commit_threshold, refine.editing_threshold) == (
+        "entropy_bound", 0.0, 0.95, None)
+    assert (ddim.temperature, ddim.corrector_steps, ddim.corrector_k, ddim.corrector_selection,
+            ddim.corrector_selection_tau) == (0.0, 0, 1, "lowest_log_margin", 1.0)
 
 
 def test_a_scheduler_and_its_options_parse_from_text_as_a_cli_gives_them():
     s = parse_settings({"scheduler": "discrete_ddim", "corrector-steps": "2", "corrector_selection": "random",
                         "temperature": "0.5"}, Settings())
-    assert (s.params.scheduler, s.params.corrector_steps, s.params.corrector_selection, s.params.temperature) == (
+    ddim = s.params.scheduler
+    assert (ddim.name, ddim.corrector_steps, ddim.corrector_selection, ddim.temperature) == (
         "discrete_ddim", 2, "random", 0.5)
 
 
 @pytest.mark.parametrize("off", ["off", "", "none"])
 def test_editing_off_is_none(off):
-    assert SamplingParams(scheduler="block_refinement", editing_threshold=off).editing_threshold is None
-    assert SamplingParams(editing_threshold="0").editing_threshold == 0.0  # 0 edits, as diffusers does
+    assert BlockRefinementParams.parse({"editing_threshold": off}) == {"editing_threshold": None}
+    assert BlockRefinementParams.parse({"editing_threshold": "0"}) == {"editing_threshold": 0.0}  # 0 edits, as diffusers does
+    with pytest.raises(TypeError):
+        BlockRefinementParams(editing_threshold=off)  # text is the settings' to parse
 
 
 def test_the_pages_editing_threshold_is_a_text_field_empty_for_off():
@@ -40,7 +47,8 @@ def test_the_pages_editing_threshold_is_a_text_field_empty_for_off():
 
     assert BY_NAME["editing_threshold"].widget == "text"  # a number field shows None as 0: editing on
     assert page_value(BY_NAME["editing_threshold"], Settings()) is None
-    assert parse_settings({"editing_threshold": "0.9"}, Settings()).params.editing_threshold == 0.9
+    chosen = parse_settings({"scheduler": "block_refinement", "editing_threshold": "0.9"}, Settings())
+    assert chosen.params.scheduler.editing_threshold == 0.9
 
 
 @pytest.mark.parametrize("raw, sentence", [

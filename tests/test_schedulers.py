@@ -8,10 +8,13 @@ import torch
 
 from dgemma.memory import VirtualDevice
 from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, SamplerConfig, SamplingParams, build_sampler
-from dgemma.sampling.primitives import Phase
-from dgemma.sampling.schedulers import SCHEDULER_TABLE, DenoisingScheduler, budget, phase
+from dgemma.sampling.schedulers import SCHEDULER_TABLE, DenoisingScheduler, Phase, budget, phase
+from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
+from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
 from dgemma.sampling.steps import STEPS as STEP_TABLE
 from dgemma.sampling.start import CanvasStart
+from dgemma.settings import Settings, parse_settings
+from compare_runs import assert_same, logits_for
 
 HIDDEN, CL, V, STEPS = 8, 6, 700, 5  # three vocab blocks; the chunked step's chunks cut them
 
@@ -20,17 +23,17 @@ HIDDEN, CL, V, STEPS = 8, 6, 700, 5  # three vocab blocks; the chunked step's ch
 PARAMS = [
     SamplingParams(seed=1, entropy_bound=0.3, max_denoising_steps=STEPS),
     SamplingParams(seed=2, greedy=True, entropy_bound=0.3, max_denoising_steps=STEPS),
-    SamplingParams(seed=3, scheduler="block_refinement", max_denoising_steps=STEPS),
-    SamplingParams(seed=4, scheduler="block_refinement", temperature=0.8, editing_threshold=0.0, commit_threshold=0.5,
+    SamplingParams(seed=3, scheduler=BlockRefinementParams(), max_denoising_steps=STEPS),
+    SamplingParams(seed=4, scheduler=BlockRefinementParams(temperature=0.8, editing_threshold=0.0, commit_threshold=0.5),
                    max_denoising_steps=STEPS),
-    SamplingParams(seed=5, scheduler="discrete_ddim", max_denoising_steps=STEPS),
-    SamplingParams(seed=6, scheduler="discrete_ddim", temperature=1.2, max_denoising_steps=STEPS),
-    SamplingParams(seed=7, scheduler="discrete_ddim", corrector_steps=1, corrector_k=2, max_denoising_steps=STEPS),
-    SamplingParams(seed=8, scheduler="discrete_ddim", corrector_steps=1, corrector_selection="random",
+    SamplingParams(seed=5, scheduler=DiscreteDDIMParams(), max_denoising_steps=STEPS),
+    SamplingParams(seed=6, scheduler=DiscreteDDIMParams(temperature=1.2), max_denoising_steps=STEPS),
+    SamplingParams(seed=7, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_k=2), max_denoising_steps=STEPS),
+    SamplingParams(seed=8, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_selection="random"),
                    max_denoising_steps=STEPS),
-    SamplingParams(seed=9, scheduler="discrete_ddim", corrector_steps=1, corrector_selection="lowest_maxprob",
-                   corrector_selection_tau=0.5, max_denoising_steps=STEPS),
-    SamplingParams(seed=10, scheduler="discrete_ddim", corrector_steps=1, corrector_selection="lowest_current_prob",
+    SamplingParams(seed=9, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_selection="lowest_maxprob",
+                   corrector_selection_tau=0.5), max_denoising_steps=STEPS),
+    SamplingParams(seed=10, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_selection="lowest_current_prob"),
                    max_denoising_steps=STEPS),
 ]  # fmt: skip
 SPLITTING_BUDGET = 200_000  # bytes: a tile of every row runs out of memory, one of a few fits
@@ -41,10 +44,9 @@ def embed() -> torch.Tensor:
     return torch.randn(V, HIDDEN, generator=torch.Generator().manual_seed(11)) * HIDDEN**-0.5
 
 
-def logits_for(params: list[SamplingParams], step: int) -> torch.Tensor:
+def logits_of(params: list[SamplingParams], step: int) -> torch.Tensor:
     """Each request's logits depend on its own seed and the step only (as a model's on its own canvas)."""
-    return torch.stack([torch.randn(CL, V, generator=torch.Generator().manual_seed(p.seed * 100 + step)) * 4
-                        for p in params])  # fmt: skip
+    return torch.cat([logits_for(1, CL, V, p.seed * 100 + step, scale=4) for p in params])
 
 
 def run(params: list[SamplingParams], impl: str = "reference", tiling="off", memory=None, starts=None, chunk_size=300):
@@ -56,16 +58,9 @@ def run(params: list[SamplingParams], impl: str = "reference", tiling="off", mem
     slots, idx = list(range(len(params))), torch.arange(len(params))
     steps = []
     for step in range(STEPS):
-        plan = sampler.step(logits_for(params, step), slots).plan
+        plan = sampler.step(logits_of(params, step), slots).plan
         steps.append({name: getattr(sampler, name)[idx].clone() for name in FIELDS} | {"splits": len(plan.splits)})
     return steps
-
-
-def assert_same(a, b, rows=None):
-    for k, (one, other) in enumerate(zip(a, b)):
-        for name in FIELDS:
-            mine = one[name] if rows is None else one[name][rows]
-            assert torch.equal(mine, other[name]), (k, name)
 
 
 def test_each_scheduler_is_a_class_of_its_own_in_the_table_the_settings_name():
@@ -76,37 +71,38 @@ def test_each_scheduler_is_a_class_of_its_own_in_the_table_the_settings_name():
 
 
 def test_the_plan_folds_corrector_sweeps_into_the_forwards_as_diffusers_does():
-    params = SamplingParams(scheduler="discrete_ddim", max_denoising_steps=32, corrector_steps=1)
+    params = SamplingParams(scheduler=DiscreteDDIMParams(corrector_steps=1), max_denoising_steps=32)
     assert budget(params) == (17, 15)  # corrected = (32 - 1) // 2, predictor = 32 - 15
     phases = [phase(params, f) for f in range(32)]
     assert phases[:3] == [Phase(0, 17), Phase(0, 17, 1), Phase(1, 17)]
     assert sum(p.sweep == 0 for p in phases) == 17 and phases[-1] == Phase(16, 17) and phases[-1].last
-    assert budget(SamplingParams(scheduler="block_refinement", corrector_steps=3)) == (48, 0)  # only DDIM sweeps
+    given = parse_settings({"scheduler": "block_refinement", "corrector_steps": 3}, Settings()).params
+    assert budget(given) == (48, 0)  # only DDIM sweeps
 
 
 def test_a_row_gives_the_same_tokens_alone_and_in_a_crowd_of_every_scheduler():
     crowd = run(PARAMS)
     for i, p in enumerate(PARAMS):
-        assert_same(crowd, run([p]), rows=[i])
+        assert_same(crowd, run([p]), rows=[i], keys=FIELDS)
 
 
 @pytest.mark.parametrize("tiling", [1, 3])
 def test_tiled_equals_untiled_for_every_scheduler(tiling):
-    assert_same(run(PARAMS), run(PARAMS, tiling=tiling))
+    assert_same(run(PARAMS), run(PARAMS, tiling=tiling), keys=FIELDS)
 
 
 def test_the_chunked_step_gives_the_reference_tokens_for_every_scheduler():
-    assert_same(run(PARAMS), run(PARAMS, "chunked", tiling=4))
+    assert_same(run(PARAMS), run(PARAMS, "chunked", tiling=4), keys=FIELDS)
 
 
 def test_a_tile_that_runs_out_of_memory_is_split_without_a_trace():
     split = run(PARAMS, tiling=len(PARAMS), memory=VirtualDevice(SPLITTING_BUDGET))  # one tile asked: it does not fit
     assert all(state["splits"] > 0 for state in split)
-    assert_same(run(PARAMS), split)
+    assert_same(run(PARAMS), split, keys=FIELDS)
 
 
 def test_block_refinement_commits_an_even_share_each_step_and_the_whole_canvas_at_the_last():
-    params = [SamplingParams(seed=3, scheduler="block_refinement", commit_threshold=1.0, max_denoising_steps=STEPS)]
+    params = [SamplingParams(seed=3, scheduler=BlockRefinementParams(commit_threshold=1.0), max_denoising_steps=STEPS)]
     steps = run(params)
     committed = [int(s["committed"].sum()) for s in steps]
     assert committed == [-(-(k + 1) * CL // STEPS) for k in range(STEPS)]  # the cumulative quota, nothing above 1.0
@@ -115,7 +111,7 @@ def test_block_refinement_commits_an_even_share_each_step_and_the_whole_canvas_a
 
 def test_a_pinned_position_holds_its_token_and_counts_as_committed():
     pins = CanvasStart(pins=((1, 42), (4, 7)))
-    params = [p for p in PARAMS if p.scheduler != "entropy_bound"]
+    params = [p for p in PARAMS if p.scheduler.name != "entropy_bound"]
     steps = run(params, starts={slot: pins for slot in range(len(params))})
     for state in steps:
         assert (state["canvas"][:, 1] == 42).all() and (state["canvas"][:, 4] == 7).all()
@@ -124,11 +120,11 @@ def test_a_pinned_position_holds_its_token_and_counts_as_committed():
 
 
 def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
-    params = [SamplingParams(seed=3, scheduler="block_refinement", max_denoising_steps=STEPS)]
+    params = [SamplingParams(seed=3, scheduler=BlockRefinementParams(), max_denoising_steps=STEPS)]
     sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params[0], 0)
     for step in range(STEPS):
-        logits = logits_for(params, step)
+        logits = logits_of(params, step)
         sampler.step(logits, [0])
     assert bool(sampler.out_converged[0])
     want = torch.log_softmax(logits[0], dim=-1).gather(-1, sampler.draft[0][:, None]).squeeze(-1)
@@ -136,12 +132,12 @@ def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
 
 
 def test_a_corrector_sweep_resamples_k_positions_and_keeps_its_predictors_draft_entropy_and_self_conditioning():
-    params = SamplingParams(seed=7, scheduler="discrete_ddim", corrector_steps=1, corrector_k=2, max_denoising_steps=STEPS)
+    params = SamplingParams(seed=7, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_k=2), max_denoising_steps=STEPS)
     sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params, 0)
-    sampler.step(logits_for([params], 0), [0])  # the predictor step
+    sampler.step(logits_of([params], 0), [0])  # the predictor step
     before = {name: getattr(sampler, name)[0].clone() for name in ("canvas", "draft", "soft", "out_entropy")}
-    sampler.step(logits_for([params], 1), [0])  # its sweep
+    sampler.step(logits_of([params], 1), [0])  # its sweep
     assert sampler.swept(0) and not bool(sampler.out_converged[0])
     assert int((sampler.canvas[0] != before["canvas"]).sum()) <= 2 and int(sampler.out_accepted[0].sum()) == 2
     for name in ("draft", "soft", "out_entropy"):

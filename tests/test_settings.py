@@ -24,11 +24,18 @@ def test_the_types_and_the_parser_refuse_with_the_same_sentence(name, value):
     assert str(direct.value).startswith(f"Setting '{name}' ") and str(direct.value).endswith(".")
 
 
-def test_text_values_are_normalised_by_the_types_themselves():
-    params = SamplingParams(seed="7", greedy="yes", max_denoising_steps="16", t_min="0.5")
+def test_text_values_are_parsed_at_the_edge_and_the_types_hold_typed_values():
+    parsed = parse_settings({"seed": "7", "greedy": "yes", "max_denoising_steps": "16", "t_min": "0.5", "tiling": " 4 ",
+                             "memory_budget": "512MiB"}, Settings())
+    params, options = parsed.params, parsed.options
     assert (params.seed, params.greedy, params.max_denoising_steps, params.t_min) == (7, True, 16, 0.5)
-    options = RunOptions(tiling=" 4 ", memory_budget="512MiB")
     assert (options.tiling, options.memory_budget) == (4, 512 * MiB)
+    for text in (dict(seed="7"), dict(greedy="yes"), dict(greedy=1), dict(max_denoising_steps=16.0)):
+        with pytest.raises(TypeError, match="parsed by dgemma/settings.py"):
+            SamplingParams(**text)
+    for text in (dict(tiling=" 4 "), dict(memory_budget="512MiB")):
+        with pytest.raises(TypeError, match="dgemma/settings.py parses text"):
+            RunOptions(**text)
 
 
 def test_a_seed_as_text_keeps_all_64_bits():
@@ -68,10 +75,13 @@ def test_null_means_the_default_and_the_defaults_are_kept():
 
 
 def test_the_table_names_every_sampling_param_and_each_name_is_a_field_of_a_call():
+    from dgemma.sampling.schedulers import SCHEDULER_TABLE
     from dgemma.settings import BY_NAME, NAMES, SETTINGS
 
-    assert {f for f in SamplingParams.__dataclass_fields__} <= set(NAMES)
-    call_fields = {*SamplingParams.__dataclass_fields__, *RunOptions.__dataclass_fields__, *Settings.__dataclass_fields__}
+    options = {option for scheduler in SCHEDULER_TABLE.values() for option in scheduler.Params.options()}
+    assert {f for f in SamplingParams.__dataclass_fields__} | options <= set(NAMES)
+    call_fields = {*SamplingParams.__dataclass_fields__, *options, *RunOptions.__dataclass_fields__,
+                   *Settings.__dataclass_fields__}
     assert set(NAMES) <= call_fields and len(NAMES) == len(BY_NAME) == len(SETTINGS)
 
 

@@ -237,8 +237,9 @@ CALL_CHECKS = {
     "pin_position": {"dgemma.settings"},
     # RunOptions' own field checks, which parse_settings reaches by building one (and the sampler's tiling)
     "parse_tiling": {"dgemma.settings", "dgemma.sampling", "dgemma.sampling.tiled"},
-    "parse_budget": {"dgemma.sampling"},
-    # a size: the setting's check, a command line's size flags (cli.size_arg), and the memory room's devices
+    "parse_budget": {"dgemma.sampling", "dgemma.settings"},
+    # a size: the setting's check, a command line's size flags (cli.size_arg), the lesson bench's budget
+    # (suggest_budget's text, its RunOptions' bytes) and the memory room's devices
     "parse_size": {"dgemma.sampling.params", "dgemma.cli", "dgemma.memory", "dgemma.memory.probes",
                    "dgemma.memory.virtual"},
 }
@@ -367,8 +368,8 @@ def long_tuple_returns(source: str) -> list[str]:
 
 def scheduler_name_comparisons(source: str) -> list[int]:
     """Comparisons (==, !=, in, ...) against a scheduler's name: a branch on which scheduler a row
-    has, where the scheduler's class (sampling/schedulers.py) should decide."""
-    from dgemma.sampling.params import SCHEDULERS
+    has, where the scheduler's class (sampling/schedulers/) should decide."""
+    from dgemma.sampling.schedulers import SCHEDULERS
 
     def names(node: ast.AST) -> bool:
         if isinstance(node, ast.Constant):
@@ -421,3 +422,23 @@ def test_no_sampling_or_engine_code_branches_on_a_schedulers_name():
 def test_the_scheduler_rule_catches_a_branch_on_a_name():
     bad = 'if kind == "block_refinement":\n    pass\nok = row.scheduler in ("entropy_bound", "x")\nfine = kind == "sweep"\n'
     assert scheduler_name_comparisons(bad) == [1, 3]
+
+
+# ------------------------------------------------------------------ the tests' one page opener
+def new_page_calls(source: str) -> list[int]:
+    """The lines that call a browser's `new_page` (a page opened past tests/browser_page.py's error
+    collector; this file spells the call apart, so that a grep for the call finds only the helper)."""
+    return [node.lineno for node in ast.walk(parsed(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "new_page"]
+
+
+def test_every_test_opens_a_page_through_chromium_page_and_its_error_collector():
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    found = {str(p.relative_to(ROOT)): lines for p in tests
+             if p.name != "browser_page.py" and (lines := new_page_calls(p.read_text(encoding="utf-8")))}
+    assert not found, f"pages opened outside tests/browser_page.py's chromium_page: {found}"
+
+
+def test_the_page_opener_rule_catches_a_page_opened_bare():
+    call = "new_page" + "("
+    assert new_page_calls(f"page = browser.{call})\ntabs = [b.{call}viewport=v) for v in vs]\n") == [1, 2]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from browser_page import chromium_page
 from dgemma.engine import Engine, EngineConfig
 from dgemma.events import TilePlan
 from dgemma.model.runner import DENSE_MAX_EXPERTS, Runner
@@ -96,14 +97,10 @@ def test_twin_loads_through_the_model_flag_and_info_describes_it_with_chat_examp
 
 def page_at_ready(browser, url: str) -> tuple[str, str]:
     """(header text, prompt box) of a page opened in chromium once Run is enabled."""
-    page = browser.new_page()
-    try:
-        page.goto(url, wait_until="load")
+    with chromium_page(browser, url) as page:
         page.wait_for_selector("#run:not([disabled])", timeout=180_000)
         page.wait_for_function("() => document.body.innerText.includes('vocab ')", timeout=60_000)
         return page.inner_text("h1 + p, .prose"), page.input_value("textarea")
-    finally:
-        page.close()
 
 
 @pytest.mark.server  # an app of its own, started with DGEMMA_MODEL

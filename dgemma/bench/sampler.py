@@ -20,7 +20,7 @@ embedding again).
 text (half its canvas) and pins every fourth position, and `time_ratio_pinned_vs_tiled` against
 the same step without them (docs/benchmarks.md: what pins and starts cost).
 
---scheduler NAME ... runs every row once per scheduler (sampling/params.py's SCHEDULERS, each at
+--scheduler NAME ... runs every row once per scheduler (sampling/schedulers/'s SCHEDULERS, each at
 its defaults; the entropy bound's rows sample unless --greedy, block refinement's and DDIM's take
 the argmax, their default temperature 0), each case with its own floor, in one run.
 
@@ -44,6 +44,7 @@ from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevi
 from dgemma.metrics import shown
 from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, build_sampler, seed_tile
 from dgemma.sampling import SamplingParams
+from dgemma.sampling.schedulers import scheduler_defaults
 from dgemma.sampling.start import CanvasStart
 
 SOFTCAP = 30.0  # Gemma's final-logit softcap, applied by the chunked sampler's projection
@@ -113,7 +114,8 @@ def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch
 def _start(sampler: TiledSampler, case: Case, pinned: bool = False) -> None:
     for slot in range(case.num_decode):
         start = _canvas_start(case, slot) if pinned else None
-        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy, scheduler=case.scheduler), 0, start)
+        sampler.start_canvas(slot, SamplingParams(seed=1000 + slot, greedy=case.greedy,
+                                                   scheduler=scheduler_defaults(case.scheduler)), 0, start)
 
 
 def _canvas_start(case: Case, slot: int) -> CanvasStart:

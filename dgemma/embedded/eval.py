@@ -5,7 +5,7 @@ Each implementation ("impl") is one function in `IMPLS` that turns a batch of pr
 rule (stable and confident) fired before `max_denoising_steps`. Adding an implementation (the
 project's engine) is adding one function there.
 
-`--scheduler NAME` runs the engine's impls with that scheduler (sampling/params.py's SCHEDULERS, at
+`--scheduler NAME` runs the engine's impls with that scheduler (sampling/schedulers/'s SCHEDULERS, at
 its defaults; `--steps N` is `--max-denoising-steps N`): the quality-against-steps curve.
 
 Figures per (impl, family): exact_match (checkable families), converged_fraction (canvases the
@@ -36,7 +36,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 
 from dgemma.embedded import corpus
 from dgemma.events import RequestEvent
-from dgemma.sampling.params import SCHEDULERS
+from dgemma.sampling.schedulers import SCHEDULERS
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "model"
 # The generation config's fields the CLI overrides and the engine's impls take by the same name
@@ -138,11 +138,11 @@ def generate_engine(
     from dgemma.engine import Engine, EngineConfig
     from dgemma.model.loading import load_model
     from dgemma.sampling import SamplingParams
-    from dgemma.sampling.schedulers import budget
+    from dgemma.sampling.schedulers import budget, scheduler_defaults
     from dgemma.settings import CanvasModel, Settings, make_request
 
     params = {key: getattr(config, key) for key in OVERRIDES}
-    params.update(scheduler=scheduler, entropy_bound=config.sampler_config.entropy_bound)
+    params.update(scheduler=scheduler_defaults(scheduler), entropy_bound=config.sampler_config.entropy_bound)
     loaded = load_model(str(model_dir), device="cpu", dtype=torch.float32)
     # The pins through the one door (dgemma/settings.py): each prompt's first canvas, resolved against the model.
     call = make_request(prompts, {"pins": pins} if pins else None, Settings(SamplingParams(**params, seed=seed)), None,

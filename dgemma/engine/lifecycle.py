@@ -150,5 +150,5 @@ def request_figures(req: Request, finished: float) -> dict:
         tokens=len(req.tokens), canvas_tokens=req.canvas_tokens, steps=req.steps, canvases=req.canvas_index,
         seconds=finished - (req.started or finished), decoder_seconds=req.decoder_seconds,
         sampler_seconds=req.sampler_seconds, peak_sampler_bytes=req.peak_sampler_bytes,
-        predictor_steps=req.predictor_steps, scheduler=req.params.scheduler,
+        predictor_steps=req.predictor_steps, scheduler=req.params.scheduler.name,
     ))  # fmt: skip

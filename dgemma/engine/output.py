@@ -15,7 +15,7 @@ import torch
 
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import Request
-from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.events import Event, RequestEvent, Status, StepEvent, TilePlan
 from dgemma.sampling import StepOutput
 
 
@@ -98,7 +98,7 @@ def request_event(req: Request, status: str, detok: Detokenizer | None = None, e
     """A RequestEvent with the request's committed text so far (none without `detok`); `steps` counts
     decoder forwards, extra's `predictor_steps` the scheduler's steps (fewer by DDIM's corrector sweeps)."""
     return RequestEvent(
-        req.id, status, text=detok.text(req.tokens) if detok is not None else "", token_ids=tuple(req.tokens),
+        req.id, Status(status), text=detok.text(req.tokens) if detok is not None else "", token_ids=tuple(req.tokens),
         canvases=req.canvas_index, steps=req.steps, error=error, seed=req.params.seed, prompt=req.prompt,
         extra={"predictor_steps": req.predictor_steps, **(extra or {})},
     )

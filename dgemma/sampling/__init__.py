@@ -3,9 +3,9 @@
 params (what a request asks, how a run is laid out), keyed (keyed randomness), primitives (the
 step's shared pieces), blocks (the softmax in vocab blocks and the sample's block race),
 reference / chunked (the step implementations, by name in steps, with the config a sampler is
-built from), schedulers (the three schedulers' classes and their phases 4-6; discrete DDIM's
-arithmetic in ddim), seed (the seed's step, a baseline), calibration (memory on meta tensors),
-tiled (the slot state and the tiling loop).
+built from), schedulers/ (one file per scheduler: its parameters, the kind of row it costs and its
+phases 4-6; discrete DDIM's arithmetic in ddim), bounds (a setting's checks), seed (the seed's
+step, a baseline), calibration (memory on meta tensors), tiled (the slot state and the tiling loop).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from dgemma import lazy_attributes
 
-from dgemma.sampling.params import (
-    MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, SCHEDULERS, Bound, RunOptions, SamplingParams, check_number, parse_tiling,
-)  # fmt: skip
+from dgemma.sampling.bounds import Bound, check_number
+from dgemma.sampling.params import MAX_SEED, MAX_STABILITY, SAMPLER_STEPS, RunOptions, SamplingParams, parse_tiling
+from dgemma.sampling.schedulers import SCHEDULERS
 
 if TYPE_CHECKING:
     from dgemma.sampling.calibration import calibrate_tile

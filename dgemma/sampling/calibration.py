@@ -12,26 +12,23 @@ from dgemma.sampling.keyed import RowKey
 from dgemma.sampling.params import SamplingParams
 from dgemma.sampling.primitives import MAX_STABILITY, LMHead, Phase, Scores, TileFn, TileInputs, group_bytes_for
 from dgemma.sampling.schedulers import scheduler_for
+from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
+from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
 
-# The rows a tile is sized for, by their costliest step: (params, forward). "sample": the entropy
-# bound's sampling row (greedy rows and block refinement's and DDIM's at temperature 0 cost no
-# more); "tempered": block refinement's or DDIM's at a temperature (a second pass over the
-# vocabulary); "sweep": a DDIM corrector sweep (its logits whole, in float64).
+# The rows a tile is sized for, by their costliest step (`DenoisingScheduler.row_kind`): (params,
+# forward). "sample": the entropy bound's sampling row (greedy rows and block refinement's and DDIM's
+# at temperature 0 cost no more); "tempered": a raw-reading row at a temperature (a second pass over
+# the vocabulary); "sweep": a corrector sweep (its logits whole, in float64).
 COSTLIEST = {
     "sample": (SamplingParams(), 0),
-    "tempered": (SamplingParams(scheduler="block_refinement", temperature=1.0), 0),
-    "sweep": (SamplingParams(scheduler="discrete_ddim", corrector_steps=1, max_denoising_steps=4), 1),
+    "tempered": (SamplingParams(scheduler=BlockRefinementParams(temperature=1.0)), 0),
+    "sweep": (SamplingParams(scheduler=DiscreteDDIMParams(corrector_steps=1), max_denoising_steps=4), 1),
 }
 
 
 def row_kind(params: SamplingParams) -> str:
     """The costliest row (a key of `COSTLIEST`) a request with `params` ever puts in a tile."""
-    scheduler = scheduler_for(params)
-    if scheduler.sweeps(params) > 0:
-        return "sweep"
-    if scheduler.reads_raw and params.temperature > 0:
-        return "tempered"
-    return "sample"
+    return scheduler_for(params).row_kind(params)
 
 
 def meta_tile_inputs(n: int, canvas_length: int, group_bytes: int | None = None, kind: str = "sample") -> TileInputs:
@@ -45,7 +42,7 @@ def meta_tile_inputs(n: int, canvas_length: int, group_bytes: int | None = None,
         canvas=torch.empty(n, canvas_length, dtype=torch.long, device=meta),
         committed=torch.empty(n, canvas_length, dtype=torch.bool, device=meta))  # fmt: skip
     return TileInputs(
-        rows=[RowKey(0, 0, forward, False, params.scheduler, sweep, scheduler_for(params).reads_raw)] * n,
+        rows=[RowKey(0, 0, forward, False, params.scheduler.name, sweep, scheduler_for(params).reads_raw)] * n,
         **scheduled,
         temperature=torch.empty(n, device=meta),
         entropy_bound=torch.empty(n, device=meta),

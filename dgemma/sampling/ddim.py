@@ -1,7 +1,7 @@
 """Discrete DDIM's arithmetic on a tile's [r, CL] figures (docs/design.md, the schedulers): the
 predictor's three routes of the uniform corruption's posterior, and the corrector sweep that
 resamples a few positions from the leave-one-out conditional, in float64 as diffusers does. The
-scheduler itself (its plan, its stopping rule) is `schedulers.DiscreteDDIM`."""
+scheduler itself (its parameters, its plan) is sampling/schedulers/discrete_ddim.py."""
 
 from __future__ import annotations
 
@@ -96,11 +96,11 @@ def _select(cond: torch.Tensor, canvas: torch.Tensor, rows: list[RowKey], params
     Gumbel-top-k at temperature tau (keyed uniforms), or the top-k of keyed scores ("random").
     A pinned position is never chosen while a free one is left."""
     r, canvas_length = canvas.shape
-    k = min(max(1, params[0].corrector_k), canvas_length)  # `sweep_rows` groups rows by it
+    k = min(max(1, params[0].scheduler.corrector_k), canvas_length)  # `sweep_rows` groups rows by it
     uniform = keyed_uniform(row_keys(rows, SELECT, canvas.device), canvas_length)
     keys = torch.empty(r, canvas_length, dtype=torch.float64, device=canvas.device)
-    for selection in {q.corrector_selection for q in params}:
-        chosen = [i for i, q in enumerate(params) if q.corrector_selection == selection]
+    for selection in {q.scheduler.corrector_selection for q in params}:
+        chosen = [i for i, q in enumerate(params) if q.scheduler.corrector_selection == selection]
         which = torch.tensor(chosen, device=canvas.device)
         if selection == "random":
             keys[which] = uniform[which].double()
@@ -113,7 +113,7 @@ def _select(cond: torch.Tensor, canvas: torch.Tensor, rows: list[RowKey], params
         else:  # lowest_log_margin
             log_current = torch.gather(c, -1, current).squeeze(-1)
             confidence = -(log_current - c.clone().scatter_(-1, current, float("-inf")).max(dim=-1).values)
-        tau = torch.tensor([params[i].corrector_selection_tau for i in chosen], dtype=torch.float64,
+        tau = torch.tensor([params[i].scheduler.corrector_selection_tau for i in chosen], dtype=torch.float64,
                            device=canvas.device)
         u = uniform[which].clamp_(1e-12, 1.0 - 1e-12)
         keys[which] = confidence / tau[:, None] + (-torch.log(-torch.log(u)))
@@ -129,8 +129,8 @@ def sweep_rows(inputs: TileInputs, full_logits) -> tuple[list[int], torch.Tensor
     if not swept:
         return [], inputs.history[:0, 0], inputs.history[:0, 0].bool()
     order, canvases, changed = [], [], []
-    for k in sorted({inputs.params[i].corrector_k for i in swept}):
-        rows = [i for i in swept if inputs.params[i].corrector_k == k]
+    for k in sorted({inputs.params[i].scheduler.corrector_k for i in swept}):
+        rows = [i for i in swept if inputs.params[i].scheduler.corrector_k == k]
         sub = inputs.select(rows)
         canvas, moved = corrector_sweep(full_logits(rows), sub.canvas, sub.rows, sub.phases, sub.params, sub.pins)
         order += rows

@@ -66,7 +66,7 @@ class RowKey:
     greedy: bool = False
     scheduler: str = "entropy_bound"
     sweep: bool = False
-    raw: bool = False  # block refinement's and DDIM's rows: temperature 1, and a plan (sampling/schedulers.py)
+    raw: bool = False  # block refinement's and DDIM's rows: temperature 1, and a plan (sampling/schedulers/)
 
     @property
     def greedy_pass(self) -> bool:

@@ -1,6 +1,6 @@
-"""What every step implementation shares: its inputs (`Scores`, `TileInputs`), its output
-(`TileResult`) and every scheduler's stopping rule (`stop_test`, phases 5-6), on [n, CL] tensors
-(docs/design.md); each scheduler's phases 4-6 are in sampling/schedulers.py."""
+"""What every step implementation shares: its inputs (`Scores`, `TileInputs`) and its output
+(`TileResult`), on [n, CL] tensors (docs/design.md); each scheduler's phases 4-6 are in
+sampling/schedulers/."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from dgemma.memory.repeats import Repeats
 from dgemma.sampling.keyed import RowKey
 from dgemma.sampling.params import MAX_STABILITY, SamplingParams
+from dgemma.sampling.schedulers.base import Phase
 
 PAD_LOGIT = -1.0e4  # exp(PAD_LOGIT - max) underflows to 0 in fp32; finite, so 0 * logp stays 0
 
@@ -172,19 +173,6 @@ def group_bytes_for(device: torch.device) -> int | None:
     return CACHE_GROUP_BYTES if device.type == "cpu" else None
 
 
-@dataclass(frozen=True)
-class Phase:
-    """Where one decoder forward falls in its request's plan for a canvas (`schedulers.phase`)."""
-
-    step: int  # the predictor step (0-based) this forward is, or follows
-    steps: int  # predictor steps per canvas (the scheduler's N)
-    sweep: int = 0  # 0: the predictor step itself; j >= 1: its j-th corrector sweep
-
-    @property
-    def last(self) -> bool:
-        return self.sweep == 0 and self.step >= self.steps - 1
-
-
 @dataclass
 class TileInputs:
     """The per-row settings and state one tile reads (rows = requests in the tile)."""
@@ -202,7 +190,7 @@ class TileInputs:
     # its tiles, chunks and steps, so a group of a size it has counted once is charged from then on.
     repeats: Repeats | None = None
     # What the rows of a scheduler that reads its plan read (block refinement's, discrete DDIM's:
-    # sampling/schedulers.py); None in a tile of entropy-bound rows only. params / phases: each row's
+    # sampling/schedulers/); None in a tile of entropy-bound rows only. params / phases: each row's
     # settings and place in its plan; canvas: the canvas the decoder read; committed: block
     # refinement's committed positions.
     params: list[SamplingParams] | None = None
@@ -281,16 +269,3 @@ def cache_group(positions: int, width: int, group_bytes: int | None) -> int:
 # A step implementation: (scores, inputs, embed_weight, normalizer) -> TileResult. Pure: it
 # writes no state, so a tile that runs out of memory can be split and retried without a trace.
 TileFn = Callable[[Scores, TileInputs, torch.Tensor, float], TileResult]
-
-
-def stop_test(draft: torch.Tensor, entropy: torch.Tensor, inputs: TileInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Phases 5-6, every scheduler's stopping rule: (new history, mean entropy, whether the row
-    stops: its draft is stable and confident)."""
-    # ---- Phase 5: stability: the draft equals each of the last `stability_threshold` drafts
-    same = (inputs.history == draft[:, None, :]).all(dim=-1) | ~inputs.history_valid
-    stable = same.all(dim=-1)
-    history = torch.cat([inputs.history[:, 1:], draft[:, None, :]], dim=1)
-
-    # ---- Phase 6: convergence: stable and confident (mean entropy under the threshold); the caller adds the last step
-    mean_entropy = entropy.mean(dim=-1)
-    return history, mean_entropy, stable & (mean_entropy < inputs.confidence_threshold)

@@ -8,7 +8,7 @@ exponentials, per request. Each row computes one softmax, the way its kind of ro
 - a greedy row draws no sample, so it takes torch's own softmax, the cheaper kernel (its
   exponential is faster than `torch.exp`, and it is one pass where blocks take four), and reads
   the draft, the entropy and the log-probability off it;
-- a block refinement or DDIM row (sampling/schedulers.py) is a greedy row at temperature 1 (they
+- a block refinement or DDIM row (sampling/schedulers/) is a greedy row at temperature 1 (they
   read the raw distribution, and block refinement ranks torch's softmax value, as diffusers does);
   with a temperature it proposes a sample of softmax(logits / T) from a second pass, the block
   race alone; a DDIM corrector sweep takes its logits whole, in float64.
@@ -30,7 +30,8 @@ from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_bl
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups
 from dgemma.sampling.ddim import sweep_rows
-from dgemma.sampling.schedulers import Offered, committed_logprobs, settle_tile
+from dgemma.sampling.schedulers import SCHEDULER_TABLE
+from dgemma.sampling.schedulers.base import Offered, Settled
 
 
 @dataclass
@@ -83,6 +84,51 @@ def settled(scores: Scores, inputs: TileInputs, figures: Figures) -> TileResult:
                       out.history, figures.soft_embeds, logprobs, out.committed)
 
 
+def settle_tile(inputs: TileInputs, offered: Offered,
+                swept: tuple[list[int], torch.Tensor, torch.Tensor] | None = None) -> Settled:
+    """Phases 4-6 of a tile whose rows may have any scheduler: each row's by its own scheduler (so a
+    row's result depends on that row alone); `swept`: the corrector sweeps' rows and results
+    (`ddim.sweep_rows`), which have no stopping test (that is their predictor step's)."""
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(inputs.rows):
+        if not row.sweep:
+            groups.setdefault(row.scheduler, []).append(i)
+    n = len(inputs.rows)
+    if len(groups) == 1 and len(next(iter(groups.values()))) == n:  # one scheduler, no sweep: the usual tile
+        return SCHEDULER_TABLE[next(iter(groups))].settle(inputs, offered)
+    draft, device = offered.draft, offered.draft.device
+    out = Settled(draft.clone(), inputs.canvas.clone(), torch.zeros_like(inputs.canvas, dtype=torch.bool),
+                  inputs.history.clone(), torch.zeros(n, dtype=torch.float32, device=device),
+                  torch.zeros(n, dtype=torch.bool, device=device), inputs.committed.clone())  # fmt: skip
+    if swept is not None and len(swept[0]):
+        where = torch.tensor(swept[0], device=device)
+        out.next_canvas[where], out.accepted[where] = swept[1], swept[2]
+    for name, rows in groups.items():
+        index = torch.tensor(rows, device=device)
+        part = SCHEDULER_TABLE[name].settle(inputs.select(rows), offered.select(index))
+        for f in fields(Settled):
+            getattr(out, f.name)[index] = getattr(part, f.name)
+    return out
+
+
+def committed_logprobs(scores, inputs: TileInputs, argmax: torch.Tensor, draft: torch.Tensor,
+                       logprobs: torch.Tensor) -> torch.Tensor:
+    """log p of what the raw-reading rows (block refinement's, DDIM's) commit [n, CL]: where that is not the
+    argmax (their canvas at the last step, a pin), log p(argmax) + x(token) - x(argmax) on the raw
+    logits (no device sync to skip it where none differs: it is a product per position)."""
+    rows = [i for i, row in enumerate(inputs.rows) if row.raw and not row.sweep]
+    if not rows:
+        return logprobs
+    index = torch.tensor(rows, device=draft.device)
+    ours, theirs = draft[index], argmax[index]
+    picked = (Scores(logits=scores.logits[index]) if scores.logits is not None
+              else Scores(hidden=scores.hidden[index], head=scores.head))
+    shift = picked.at(ours) - picked.at(theirs)
+    out = logprobs.clone()
+    out[index] = torch.where(ours == theirs, logprobs[index], logprobs[index] + shift)
+    return out
+
+
 def raw_logits(scores: Scores, inputs: TileInputs, rows: list[int]) -> torch.Tensor:
     """The rows' fp32 logits [r, CL, vocab], softcapped, untempered (their temperature is 1)."""
     logits, temper = scores.tempered_by_rows(inputs.temperature, 0, None, rows)
@@ -111,7 +157,7 @@ def tempered_race(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[
     device = inputs.temperature.device
     keys = [inputs.rows[i] for i in rows]
     race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, device), scores.vocab_size)
-    temperature = torch.tensor([inputs.params[i].temperature for i in rows], dtype=torch.float32, device=device)
+    temperature = torch.tensor([inputs.params[i].scheduler.temperature for i in rows], dtype=torch.float32, device=device)
     index = torch.tensor(rows, device=device)
     return race, replace(inputs, temperature=inputs.temperature.clone().index_copy_(0, index, temperature))
 

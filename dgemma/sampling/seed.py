@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult
-from dgemma.sampling.schedulers import EntropyBound, Offered
+from dgemma.sampling.schedulers import EntropyBound
+from dgemma.sampling.schedulers.base import Offered
 
 
 def seed_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float) -> TileResult:

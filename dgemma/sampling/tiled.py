@@ -69,7 +69,7 @@ class _HostSlot:
 
     def row(self) -> RowKey:
         p, scheduler = self.params, scheduler_for(self.params)
-        return RowKey(p.seed, self.canvas_index, self.steps, not scheduler.samples(p), p.scheduler, self.phase().sweep > 0,
+        return RowKey(p.seed, self.canvas_index, self.steps, not scheduler.samples(p), p.scheduler.name, self.phase().sweep > 0,
                       scheduler.reads_raw)  # fmt: skip
 
 

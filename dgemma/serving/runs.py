@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 import gradio as gr
@@ -67,7 +67,7 @@ class Keeper(Holder, Protocol):
     def start(self, header: dict) -> Recording: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tick:
     """What a view does next: fold `events` (those since the last tick) into its board, and draw it if
     `send`: the visitor can take a frame now (send it through `stamp`)."""
@@ -229,15 +229,15 @@ class RunService:
         pace = Pace(paces_by_acks(request))
         try:
             for tick in ticks(lambda timeout: progress.add(run.poll(timeout)), lambda: progress.over, pace):
-                tick.started = started
                 if keeper is not None:
                     self.keeping.held.hold(key, keeper)  # a live run's recording grows: idle runs make room
                 if tick.finished:
-                    tick.summary = run_summary([o.metrics for o in progress.outputs()], time.monotonic() - started)
+                    summary = run_summary([o.metrics for o in progress.outputs()], time.monotonic() - started)
                     if keeper is not None:
-                        recording.summary = tick.summary  # in its file's end line
-                        tick.file = self._save(key, keeper, recording)
-                yield tick
+                        recording.summary = summary  # in its file's end line
+                    file = self._save(key, keeper, recording) if keeper is not None else None
+                    tick = replace(tick, summary=summary, file=file)
+                yield replace(tick, started=started)
         except Exception as err:  # e.g. ZeroGPU refused the call (quota, queue, duration)
             if not isinstance(err, gr.Error):
                 log.exception("a run's stream failed")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from dgemma.errors import first_line
-from dgemma.events import FINAL, Event, RequestEvent
+from dgemma.events import FINAL, Event, RequestEvent, Status
 from dgemma.serving.backend import ModelBackend
 from dgemma.settings import RunRequest, run_options
 
@@ -203,7 +203,7 @@ class GpuRun:
         """Close the GPU call (GeneratorExit at the worker's next yield); its open requests, cancelled."""
         self._ended = True
         self._stream.close()
-        ended, self._open = [RequestEvent(rid, "cancelled", error=STOPPED) for rid in sorted(self._open)], set()
+        ended, self._open = [RequestEvent(rid, Status.CANCELLED, error=STOPPED) for rid in sorted(self._open)], set()
         return ended
 
     def cancel(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dgemma.events import FINAL, Event, RequestEvent, StepEvent, TilePlan
+from dgemma.events import FINAL, Event, RequestEvent, Status, StepEvent, TilePlan
 from dgemma.sizes import object_bytes
 
 # Keep the tile chart readable and its JSON small: only the most recent sampler calls.
@@ -89,7 +89,7 @@ def apply(board: Board, event: Event) -> Board:
         view.steps = view.steps_before_canvas + event.step
         if event.step:  # step 0 is the random start: no model output to plot yet
             view.entropy_curve.append((view.steps, event.mean_entropy))
-        if view.status not in ("done", "cancelled", "error"):
+        if view.status not in FINAL:
             view.status = "converged" if event.converged else "running"
         board.confidence_threshold = event.confidence_threshold
         board.canvas_length = len(event.token_ids)
@@ -105,7 +105,7 @@ def apply(board: Board, event: Event) -> Board:
             view.prompt = event.prompt
         if event.seed is not None:
             view.seed = event.seed
-        if event.status in ("committed", "done") or event.text:
+        if event.status in (Status.COMMITTED, Status.DONE) or event.text:
             view.committed_text = event.text
             view.canvases = event.canvases
             _commit_pieces(view, event)
@@ -116,7 +116,7 @@ def apply(board: Board, event: Event) -> Board:
             # The converged canvas is now part of the text; the next canvas starts from noise.
             view.status = "running"
             view.last_step = None
-        elif event.status in ("queued", "running", "done", "cancelled", "error"):
+        elif event.status in (Status.QUEUED, Status.RUNNING, *FINAL):
             view.status = event.status
         if event.status == "done":
             view.last_step = None
@@ -132,7 +132,7 @@ def fail_unfinished(board: Board, sentence: str) -> Board:
     board.failure = sentence
     for view in board.requests.values():
         if view.status not in FINAL:
-            apply(board, RequestEvent(view.request_id, "error", error=sentence))
+            apply(board, RequestEvent(view.request_id, Status.ERROR, error=sentence))
     return board
 
 

@@ -76,7 +76,7 @@ def build(backend: Backend) -> LessonParts:
                           elem_id="lesson-denoising-steps")
         # Each scheduler holds its own transient per request (at its defaults, the entropy bound's);
         # the budget's suggestion is for that one row.
-        scheduler = gr.Dropdown(list(BY_NAME["scheduler"].choices), value=backend.defaults.params.scheduler,
+        scheduler = gr.Dropdown(list(BY_NAME["scheduler"].choices), value=backend.defaults.value("scheduler"),
                                 label="scheduler", info="every run of the lesson denoises with it, at its defaults",
                                 elem_id="lesson-scheduler")
         real_scale = gr.Checkbox(
