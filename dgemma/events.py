@@ -7,7 +7,7 @@ be JSON-encoded (`dataclasses.asdict`) and be compared in tests without touching
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from enum import Enum
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,12 @@ class StepEvent:
     converged: bool  # stable and confident, or max steps reached: committed next step
 
 
-class Status(StrEnum):
-    """A request's status in its events (text equal to its value: "done" == Status.DONE)."""
+class Status(str, Enum):
+    """A request's status in its events (text equal to its value: "done" == Status.DONE, and str() and
+    f-strings give "done" as StrEnum's do; StrEnum is Python 3.11's, and ZeroGPU runs 3.10)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
     QUEUED = "queued"
     RUNNING = "running"

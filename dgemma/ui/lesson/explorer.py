@@ -21,7 +21,8 @@ SCHEDULER_ROWS = [("entropy bound, or any scheduler at temperature 0", "sample")
 INTRO = (
     "### What if: the sampler on real GPUs\n"
     "No GPU needed: the weights are the checkpoint's size in bf16, free memory is the GPU's capacity "
-    "minus the weights and a 2 GiB runtime reserve, and every step's peak is calibrated on meta tensors "
+    "minus a 2 GiB runtime reserve, the weights and the engine's sampler state (the memory ledger's terms), and every "
+    "step's peak is calibrated on meta tensors "
     "(`python -m dgemma.plan` prints the same rows for every GPU). *Untiled*: the seed's eager step as one "
     "tile. *Seed heuristic*: the same step in groups of `max(1, min(n, 0.5 × free // (CL × vocab × 4 × 10)))`. "
     "*Calibrated tiling*: this project's planner over its reference step. *Chunked*: the step that streams the vocabulary. "
