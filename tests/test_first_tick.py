@@ -33,7 +33,8 @@ def tick_fn_index(url: str) -> int:
 
 @pytest.fixture
 def loading_app(tiny_model):
-    """The page built before the model has loaded, served by Gradio in this process; `load()` loads it."""
+    """The page built before the model has loaded, served by Gradio in this process: (its URL, a call
+    that loads the model as app.py's loader thread does)."""
     from dgemma.app_process import free_port
     from dgemma.engine import EngineConfig
     from dgemma.serving.engine_backend import EngineBackend
@@ -44,15 +45,14 @@ def loading_app(tiny_model):
     backend = LoadingBackend(Limits(), 8, None)
     demo = build_demo(backend)
     demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
-    demo.load_model = lambda: backend.load(lambda stage: EngineBackend(tiny_model, EngineConfig(max_num_seqs=8), Limits(), None))
-    yield demo
+    yield demo.local_url.rstrip("/"), lambda: backend.load(lambda stage: EngineBackend(tiny_model, EngineConfig(max_num_seqs=8), Limits(), None))
     demo.close()
     backend.close()
 
 
 @pytest.fixture
 def page(browser, loading_app):
-    url = loading_app.local_url.rstrip("/")
+    url, load_model = loading_app
     tick, held = tick_fn_index(url), []
 
     def hold_the_tick(route) -> None:
@@ -64,7 +64,7 @@ def page(browser, loading_app):
         while not held and time.monotonic() < deadline:
             page.wait_for_timeout(100)  # the route handler runs while playwright waits
         assert held, "the page sent no loading tick"
-        loading_app.load_model()  # the ticks held in flight will find the model ready
+        load_model()  # the ticks held in flight will find the model ready
         page.held = held
         yield page
 
