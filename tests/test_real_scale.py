@@ -78,9 +78,7 @@ def test_step_0_shows_the_random_start_with_every_chart_label_in_its_place(page,
     assert seen["label"], "the threshold's label is not drawn"
     line_y = seen["line"]["top"] + seen["line"]["height"] / 2
     assert abs(seen["label"]["bottom"] - line_y) < 8 and seen["label"]["top"] >= seen["plot"]["top"], seen
-    box = page.locator("#live-views").bounding_box()
-    page.screenshot(path=str(shots / "replay-step-0.png"), full_page=True,
-                    clip={"x": box["x"], "y": box["y"], "width": box["width"], "height": 720})
+    page.locator("#live-views").screenshot(path=str(shots / "replay-step-0.png"))  # the board and both charts
 
 
 def test_the_overview_shows_every_request_and_every_position(page, shots):  # noqa: F811
