@@ -4,6 +4,7 @@ a bad file is refused with one sentence, and the record stays inside its stated 
 from __future__ import annotations
 
 import json
+import inspect
 import tracemalloc
 
 import pytest
@@ -191,13 +192,15 @@ def run_of(requests: int, steps: int, canvas_length: int) -> Recording:
 def test_what_a_recording_says_it_holds_is_within_a_fifth_of_what_it_holds(requests, steps, canvas_length):
     """held_bytes (what the memory cap counts) against tracemalloc, for a recording loaded from its
     file: every object it keeps was allocated by the load, the decoded events were freed. Only the
-    blocks allocated under `load` count: a thread an earlier test left running allocates meanwhile."""
+    blocks allocated under this test's call of `load` count: a thread an earlier test left running
+    allocates meanwhile, in recording.py too (a run's reader records its events)."""
     data = run_of(requests, steps, canvas_length).text().encode("utf-8")
-    tracemalloc.start(4)  # each block the load keeps has recording.py within 4 frames (json.loads: 3)
+    tracemalloc.start(16)  # deep enough that every block the load allocates has the call below among its frames
+    call = inspect.currentframe().f_lineno + 1
     loaded = load(data)
     snapshot = tracemalloc.take_snapshot()
     tracemalloc.stop()
-    under_load = snapshot.filter_traces([tracemalloc.Filter(True, load.__code__.co_filename, all_frames=True)])
+    under_load = snapshot.filter_traces([tracemalloc.Filter(True, __file__, call, all_frames=True)])
     held = sum(trace.size for trace in under_load.traces)
     assert 0.8 * held <= loaded.held_bytes <= 1.2 * held, (loaded.held_bytes, held)
 
