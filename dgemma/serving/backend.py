@@ -153,7 +153,10 @@ class ModelBackend:
         return call_ledger(self.ledger_facts, tokens, params, max_new_tokens, options, default, self.config.memory_budget)
 
     def check_budget(self, request: RunRequest, options: RunOptions) -> None:
-        """ValueError, one sentence, when the run's budget cannot hold it even one request a tile: nothing runs."""
+        """ValueError, one sentence, when the run's budget cannot hold it even one request a tile: nothing runs.
+        No budget (the run's or the server's): nothing to check, so no prompt is tokenized twice for it."""
+        if (options.memory_budget or self.config.memory_budget) is None:
+            return
         if problem := refusal(*self.ledger(request.prompts, request.settings.params, request.settings.max_new_tokens, options)):
             raise ValueError(problem)
 
