@@ -13,7 +13,7 @@ import pytest
 from dgemma.serving.held_runs import EVICTED, HeldRuns
 from dgemma.recording import MAX_POSITIONS, load, recording_bound
 from dgemma.ui.board import fold, held_bytes
-from dgemma.ui.generate_tab.playback import Playback, view
+from dgemma.ui.generate_tab.playback import Playback, status, view
 from test_recording import run_of
 
 RUN = run_of(8, 12, 16).text()  # a run of the embedded model's shape: 8 requests, 12 steps, canvas 16
@@ -127,6 +127,7 @@ def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_fra
         last = next(tick for tick in ticks if tick.finished)
         service.keeping.held.hold("other tab", tab_with_a_run(viewed=0))  # over the cap at once
         assert tab.recording is not None and last.file and tab.live  # the stream has not ended yet
+        assert status(tab, tab.recording, 0).startswith("Replay of the run:")  # but the run has: not "live"
         assert list(ticks) == []  # the stream ends after its last tick
     finally:
         backend.close()

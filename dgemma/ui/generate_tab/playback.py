@@ -146,7 +146,7 @@ def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bo
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
     """The status line during playback of `recording` (the tab's): which step, playing (at what pace)
     or paused, and which run."""
-    what = "live run" if playback.live else "run"
+    what = "live run" if playback.live and recording.summary is None else "run"  # a summary: it has ended
     state = f"playing at {pace:g} s per step" if pace is not None else "paused"
     model = recording.header.get("model", {})
     name = "the embedded model" if model.get("embedded") else str(model.get("model") or "?").rstrip("/").rsplit("/", 1)[-1]
