@@ -152,7 +152,7 @@ def engine_vs_generate(path: str, requests: int, steps: int) -> None:
                     sampler_config=EntropyBoundSamplerConfig(entropy_bound=float(p.entropy_bound)))
     baseline = Baseline(baseline_model, settings, CANVAS)
     prompts = [f"Question {i}: why is the sky blue?" for i in range(requests)]
-    with Engine(engine_model, EngineConfig(max_num_seqs=requests, max_new_tokens=CANVAS)) as engine:
+    with Engine(engine_model, EngineConfig(max_num_seqs=requests)) as engine:
         engine.run_until_done(prompts[:2], params[:2], CANVAS)  # warm-up: calibration, first allocations
         result = run_batch(engine, baseline, prompts, params, CANVAS, repeat=1)
     emit(measure="engine_vs_generate", **result)

@@ -111,7 +111,7 @@ def engine_run(loaded, prompts, params, new_tokens: int) -> tuple[dict, list]:
     from dgemma.events import TilePlan
     from dgemma.metrics import run_summary
 
-    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), max_new_tokens=new_tokens)) as engine:
+    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts))) as engine:
         engine.run_until_done(prompts[:2], params[:2], min(new_tokens, loaded.canvas_length))
         mailbox = engine.subscribe(coalesce=False)
         before = dict(engine.stats)
