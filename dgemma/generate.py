@@ -6,8 +6,9 @@
 the same prompts and seed gives the same tokens, whatever `--max-num-seqs` or `--tiling`.
 With `--json`: one object per request, in input order, then `{"summary": {...}}`. `--record FILE`
 saves the run as the app's run file (every step of every request), for the app's "Load a run".
-Bad input prints one line to stderr and exits non-zero (2 for the command line or start-up,
-1 when a request failed; the other requests still run and print).
+Bad input prints one line to stderr and exits non-zero: 2 for the command line (a prompt, a
+setting: refused by the one door, dgemma/settings.py's `make_request`, in the page's and the API's
+words) or start-up, 1 when a request failed (the other requests still run and print).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import TextIO
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
-from dgemma.settings import NAMES, SETTINGS, Limits, Settings, make_request, name_value_pairs
+from dgemma.settings import NAMES, SETTINGS, CanvasModel, Limits, Settings, make_request, name_value_pairs
 
 EXIT_REQUEST_FAILED, EXIT_USAGE = 1, 2
 DEFAULT_MAX_NEW_TOKENS = 64
+# The command line's own limits: one user, no one to starve (the engine's own sizes, at most).
+LIMITS = Limits(max_prompts=100_000, max_new_tokens=4096, max_queued=100_000, max_prompt_chars=1_000_000)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -79,11 +82,16 @@ def pins_from_flags(flags: list[str]) -> dict[str, str] | None:
 
 def early_check(raw: dict[str, object]) -> dict[str, object]:
     """`raw` for a check before the (slow) model load: the model's defaults are not known yet, so a
-    lone --t-min or --t-max is paired with itself (always in order) instead of a default."""
+    lone --t-min or --t-max is paired with itself (always in order) instead of a default; --start and
+    --pin are the model's to judge, once it has loaded."""
     t_min, t_max = raw["t_min"], raw["t_max"]
     if (t_min is None) != (t_max is None):
-        return {**raw, "t_min": t_min if t_min is not None else t_max, "t_max": t_max if t_max is not None else t_min}
-    return raw
+        raw = {**raw, "t_min": t_min if t_min is not None else t_max, "t_max": t_max if t_max is not None else t_min}
+    return {**raw, "start": None, "pins": None}
+
+
+def not_loaded() -> CanvasModel:
+    raise ValueError("the model has not loaded yet")  # never asked: the early check leaves out --start and --pin
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -94,8 +102,8 @@ def run(argv: list[str] | None = None) -> int:
         raw = {**{name: getattr(args, name) for name in NAMES}, "pins": pins_from_flags(args.pins)}
         # A check before the (slow) model load, on the defaults known now; the call is made again on the
         # model's own defaults once it has loaded, through the same door.
-        early = make_request(prompts, early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), None,
-                             args.max_num_seqs, None).settings
+        early = make_request(prompts, early_check(raw), Settings(max_new_tokens=DEFAULT_MAX_NEW_TOKENS), LIMITS,
+                             args.max_num_seqs, not_loaded).settings
         record = open_record(args.record)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
@@ -116,11 +124,11 @@ def run(argv: list[str] | None = None) -> int:
                             load_format=args.load_format, experts=args.experts)
         # The budget is the run's own, as the API's is: the ledger refuses a run it cannot hold in the same words.
         config = EngineConfig(max_num_seqs=args.max_num_seqs, tiling=options.tiling, sampler=options.sampler)
-        backend = EngineBackend(loaded, config, Limits(), None)
+        backend = EngineBackend(loaded, config, LIMITS, None)
         model_defaults = SamplingParams.from_generation_config(loaded.model.generation_config)
         # --start and --pin against the model (one token a pin, inside the canvas) before anything runs.
-        call = make_request(prompts, raw, Settings(model_defaults, options, DEFAULT_MAX_NEW_TOKENS), None,
-                            args.max_num_seqs, backend.canvas_model())
+        call = make_request(prompts, raw, Settings(model_defaults, options, DEFAULT_MAX_NEW_TOKENS), LIMITS,
+                            args.max_num_seqs, backend.canvas_model)
     except (ModelLoadError, EngineError, ValueError) as err:
         if backend is not None:
             backend.close()

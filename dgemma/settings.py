@@ -162,6 +162,7 @@ class Limits:
     max_new_tokens: int = 256
     max_queued: int = 64  # requests one tab (a browser tab, an API client) may have waiting or running at once
     max_prompt_chars: int = 4000
+    max_denoising_steps: int = int(BOUNDS["max_denoising_steps"].high)  # a tab's own cap (the lesson's) may be lower
 
 
 @dataclass(frozen=True)
@@ -261,13 +262,14 @@ def parse_prompts(prompts: Any, limits: Limits) -> list[str]:
     return out
 
 
-def resolve_canvases(settings: Settings, prompts: int, model: CanvasModel) -> tuple[CanvasStart, ...]:
-    """Each prompt's first canvas from its start and pins; SettingsError naming the first prompt whose
-    start or pins the model cannot take (a piece that is not one token, a position outside the canvas,
-    a start longer than it)."""
+def resolve_canvases(settings: Settings, prompts: int, canvas_model: Callable[[], CanvasModel]
+                     ) -> tuple[CanvasStart, ...]:
+    """Each prompt's first canvas from its start and pins (the model asked for only then); SettingsError
+    naming the first prompt whose start or pins the model cannot take (a piece that is not one token, a
+    position outside the canvas, a start longer than it)."""
     if not (settings.start or settings.pins):
         return ()
-    canvases = []
+    model, canvases = canvas_model(), []
     for i in range(prompts):
         start = settings.start[i] if settings.start else None
         pins = dict(settings.pins[i]) if settings.pins else None
@@ -278,17 +280,16 @@ def resolve_canvases(settings: Settings, prompts: int, model: CanvasModel) -> tu
     return tuple(canvases)
 
 
-def make_request(prompts: Sequence[str], raw: Mapping[str, Any] | Settings | None, defaults: Settings,
-                 limits: Limits | None, max_tile: int | None, model: CanvasModel | None) -> RunRequest:
-    """The one door of a call: its prompts checked under `limits` (None: as given, the engine refusing a bad
-    one as that request's failure: the CLI's), `raw` parsed over `defaults` (or Settings, already parsed),
-    a fixed tile of at most `max_tile`, and each first canvas resolved against `model` (None: not yet, a
-    check before the model is there). SettingsError (a ValueError): one sentence."""
-    batch = parse_prompts(prompts, limits) if limits is not None else list(prompts)
-    settings = raw if isinstance(raw, Settings) else parse_settings(
-        raw, defaults, max_new_tokens=limits.max_new_tokens if limits else None, max_tile=max_tile, prompts=len(batch))
-    canvases = resolve_canvases(settings, len(batch), model) if model is not None else ()
-    return RunRequest(tuple(batch), settings, canvases)
+def make_request(prompts: Any, raw: Any, defaults: Settings, limits: Limits, max_tile: int,
+                 canvas_model: Callable[[], CanvasModel]) -> RunRequest:
+    """The one door of a call: its prompts checked under `limits`, `raw` (name: value pairs as a front end
+    has them; None: none) parsed over `defaults`, a fixed tile of at most `max_tile`, and each first
+    canvas resolved against the model `canvas_model()` gives (asked only when a prompt starts from text
+    or holds pins; a model not loaded yet raises its own sentence). SettingsError (a ValueError): one sentence."""
+    batch = parse_prompts(prompts, limits)
+    settings = parse_settings(raw, defaults, max_new_tokens=limits.max_new_tokens, max_tile=max_tile,
+                              max_denoising_steps=limits.max_denoising_steps, prompts=len(batch))
+    return RunRequest(tuple(batch), settings, resolve_canvases(settings, len(batch), canvas_model))
 
 
 def run_options(settings: Settings, server_budget: int | None) -> RunOptions:
@@ -304,11 +305,13 @@ def parse_settings(
     *,
     max_new_tokens: int | None = None,
     max_tile: int | None = None,
+    max_denoising_steps: int | None = None,
     prompts: int = 1,
 ) -> Settings:
     """Checked settings: `defaults` overridden by `raw`; a SettingsError (one sentence) on any mistake.
 
-    `max_new_tokens` caps the length, `max_tile` a fixed tile size (the engine's max_num_seqs),
+    `max_new_tokens` caps the length, `max_denoising_steps` the steps a canvas may take (below their
+    bound), `max_tile` a fixed tile size (the engine's max_num_seqs),
     and `prompts` is how many prompts share the seed S (prompt i gets S + i, which must stay a seed).
     """
     raw = {} if raw is None else raw
@@ -327,6 +330,8 @@ def parse_settings(
             continue  # null means "the default", as an omitted key does
         if name == "max_new_tokens":
             length = check_number(name, value, replace(BOUNDS[name], high=max_new_tokens or math.inf))
+        elif name == "max_denoising_steps" and max_denoising_steps:
+            params[name] = check_number(name, value, replace(BOUNDS[name], high=min(max_denoising_steps, BOUNDS[name].high)))
         elif name == "tiling":
             options[name] = parse_tiling(value, max_tile)
         elif name == "memory_budget":

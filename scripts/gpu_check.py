@@ -76,7 +76,7 @@ def sampler_rows(loaded, n: int) -> None:
 
     from dgemma.memory import CudaMemory
     from dgemma.model.runner import Runner
-    from dgemma.sampling import LMHead, SamplerConfig, SamplingParams, build_sampler
+    from dgemma.sampling import LMHead, SamplerConfig, SamplingParams, TiledSampler
 
     device, cl, vocab = loaded.device, loaded.canvas_length, loaded.vocab_size
     runner = Runner(loaded.model)
@@ -86,8 +86,8 @@ def sampler_rows(loaded, n: int) -> None:
     per_copy = cl * vocab * 4
     states = {}
     for impl, tiling in (("reference", "off"), ("reference", "auto"), ("reference", 1), ("chunked", "auto")):
-        sampler = build_sampler(SamplerConfig(n, cl, vocab, loaded.embed_weight, loaded.embed_scale, memory=CudaMemory(device),
-                                              tiling=tiling, impl=impl, lm_head=head if impl == "chunked" else None))
+        sampler = TiledSampler(SamplerConfig(n, cl, vocab, loaded.embed_weight, loaded.embed_scale, memory=CudaMemory(device),
+                                             tiling=tiling, impl=impl, lm_head=head if impl == "chunked" else None))
         for slot in range(n):
             sampler.start_canvas(slot, SamplingParams(seed=1000 + slot), 0)
         torch.cuda.synchronize(device)
@@ -123,11 +123,11 @@ def sampler_rows(loaded, n: int) -> None:
 def tile_size(loaded, n: int = 32) -> None:
     """The planner's group for n requests vs the calibrated transient against half the free memory."""
     from dgemma.memory import CudaMemory, plan_tiles
-    from dgemma.sampling import SamplerConfig, build_sampler
+    from dgemma.sampling import SamplerConfig, TiledSampler
 
     memory = CudaMemory(loaded.device)
-    sampler = build_sampler(SamplerConfig(n, loaded.canvas_length, loaded.vocab_size, loaded.embed_weight, loaded.embed_scale,
-                                          memory=memory))
+    sampler = TiledSampler(SamplerConfig(n, loaded.canvas_length, loaded.vocab_size, loaded.embed_weight, loaded.embed_scale,
+                                         memory=memory))
     calibration = sampler.calibration()
     free = memory.free_bytes()
     emit(measure="tile_size", requests=n, free_bytes=int(free), planned_group=plan_tiles(n, free, calibration),
@@ -152,7 +152,7 @@ def engine_vs_generate(path: str, requests: int, steps: int) -> None:
                     sampler_config=EntropyBoundSamplerConfig(entropy_bound=float(p.entropy_bound)))
     baseline = Baseline(baseline_model, settings, CANVAS)
     prompts = [f"Question {i}: why is the sky blue?" for i in range(requests)]
-    with Engine(engine_model, EngineConfig(max_num_seqs=requests, max_new_tokens=CANVAS)) as engine:
+    with Engine(engine_model, EngineConfig(max_num_seqs=requests)) as engine:
         engine.run_until_done(prompts[:2], params[:2], CANVAS)  # warm-up: calibration, first allocations
         result = run_batch(engine, baseline, prompts, params, CANVAS, repeat=1)
     emit(measure="engine_vs_generate", **result)

@@ -111,7 +111,7 @@ def engine_run(loaded, prompts, params, new_tokens: int) -> tuple[dict, list]:
     from dgemma.events import TilePlan
     from dgemma.metrics import run_summary
 
-    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), max_new_tokens=new_tokens)) as engine:
+    with Engine(loaded, EngineConfig(max_num_seqs=len(prompts))) as engine:
         engine.run_until_done(prompts[:2], params[:2], min(new_tokens, loaded.canvas_length))
         mailbox = engine.subscribe(coalesce=False)
         before = dict(engine.stats)
@@ -184,7 +184,7 @@ def part_lesson(args) -> None:
     import torch
 
     from dgemma.memory import memory_for
-    from dgemma.sampling import LMHead, SamplerConfig, SamplingParams, build_sampler
+    from dgemma.sampling import LMHead, SamplerConfig, SamplingParams, TiledSampler
 
     loaded = load(args)
     device, cl, vocab = loaded.device, loaded.canvas_length, loaded.vocab_size
@@ -194,9 +194,9 @@ def part_lesson(args) -> None:
     if budget is not None:
         memory.reserve(loaded.weight_bytes, "the model weights")
 
-    def sampler(n: int, tiling):
-        built = build_sampler(SamplerConfig(n, cl, vocab, loaded.embed_weight, loaded.embed_scale, memory=memory,
-                                            tiling=tiling, lm_head=head))
+    def sampler(n: int, tiling, compiled: bool = False):
+        built = TiledSampler(SamplerConfig(n, cl, vocab, loaded.embed_weight, loaded.embed_scale, memory=memory,
+                                           tiling=tiling, lm_head=head, compiled=compiled))
         for slot in range(n):
             built.start_canvas(slot, SamplingParams(seed=100 + slot), 0)
         return built
@@ -230,17 +230,13 @@ def part_lesson(args) -> None:
     emit("lesson_tokens", requests_named_by_planner=n, free_bytes=int(free), compared=fits,
          tiled_equal_to_untiled=bool(tiled is not None and torch.equal(tiled[:fits], small.draft[:fits])))
     if device.type == "cuda" or args.compile:  # the compiled step, tiled and untiled, against eager's tokens
-        from dgemma.engine.samplers import compiled_tile
-
         for tiling, count, eager in (("auto", n, tiled), ("off", fits, small.draft[:fits])):
-            built = sampler(count, tiling)
-            built.tile_fn = compiled_tile(built.tile_fn)
+            built = sampler(count, tiling, compiled=True)
             built.step(None, list(range(count)), hidden=hidden[:count])  # compiles
             started = time.perf_counter()
             built.step(None, list(range(count)), hidden=hidden[:count])
             seconds = time.perf_counter() - started
-            again = sampler(count, tiling)  # a fresh one for the tokens: the first step of each canvas
-            again.tile_fn = built.tile_fn
+            again = sampler(count, tiling, compiled=True)  # a fresh one for the tokens: the first step of each canvas
             again.step(None, list(range(count)), hidden=hidden[:count])
             same = float((again.draft[:count] == eager[:count]).float().mean()) if eager is not None else None
             emit("lesson_compiled", requests=count, tiling=tiling, seconds_second_step=round(seconds, 4),

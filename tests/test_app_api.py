@@ -329,13 +329,14 @@ def test_a_dead_engine_is_restarted_and_the_app_keeps_serving(tiny_model_dir):
 
 RAW = [
     ('{"data": [["add \\ud800 1"], null]}', "not valid Unicode"),  # a lone surrogate, escaped in JSON
+    ('{"data": [["add 1+2", " \\n\\t "], null]}', "Prompt 2 is empty"),
     ('{"data": [["ok"], {"t_max": Infinity}]}', "must be a finite number"),
     ('{"data": [["ok"], {"t_min": NaN}]}', "must be a finite number"),
     ('{"data": [["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"], {"seed": -1}]}', "'seed' must be between"),
 ]
 
 
-@pytest.mark.parametrize("body, words", RAW, ids=["lone-surrogate", "infinity", "nan", "negative-seed"])
+@pytest.mark.parametrize("body, words", RAW, ids=["lone-surrogate", "empty", "infinity", "nan", "negative-seed"])
 def test_raw_http_input_a_client_library_would_refuse_is_one_sentence(server, body, words):
     """What gradio_client cannot even encode still reaches the server over plain HTTP: one sentence back."""
     import httpx

@@ -20,7 +20,7 @@ SETTINGS = {
     "corrector_selection_tau": "-1", "memory_budget": "lots",
 }  # fmt: skip
 # The lesson's boxes: a bad value, and words of the sentence on its first card.
-LESSON = [("#lesson-denoising-steps", "-5", "1 to 48 denoising steps"), ("#lesson-denoising-steps", "99", "got 99"),
+LESSON = [("#lesson-denoising-steps", "-5", "between 1 and 48"), ("#lesson-denoising-steps", "99", "got 99"),
           ("#lesson-budget", "lots", "must be a size")]
 BOX = "{0} input:not([type=range]), {0} textarea"
 

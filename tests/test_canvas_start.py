@@ -15,7 +15,7 @@ from dgemma.engine import Engine, EngineConfig
 from dgemma.events import RequestEvent, StepEvent
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.keyed import INIT, RowKey, keyed_tokens, row_keys
-from dgemma.settings import CanvasModel, Settings, make_request
+from dgemma.settings import CanvasModel, Limits, Settings, make_request
 from same_noise import keyed_generate
 from compare_runs import until_eos
 
@@ -28,7 +28,7 @@ def greedy(model, seed: int) -> SamplingParams:
 
 def first_canvas(model, **shape):
     """`start=` and `pins=` as the engine takes them: resolved through the one door (dgemma/settings.py)."""
-    return make_request(["x"], shape, Settings(), None, None, CanvasModel(model.canvas_length, model.encode_text)).canvas(0)
+    return make_request(["x"], shape, Settings(), Limits(), 1, lambda: CanvasModel(model.canvas_length, model.encode_text)).canvas(0)
 
 
 def engine_run(engine: Engine, prompt: str, params: SamplingParams, **shape) -> tuple[RequestEvent, list[int], list[StepEvent]]:

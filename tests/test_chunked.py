@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dgemma.sampling.chunked import MAX_CHUNK, choose_chunk_size, chunked_tile
 from dgemma.memory import GiB, VirtualDevice
-from dgemma.sampling import LMHead, SamplerConfig, build_sampler, calibrate_tile, reference_tile
+from dgemma.sampling import LMHead, SamplerConfig, TiledSampler, calibrate_tile, reference_tile
 from dgemma.sampling import SamplingParams
 
 HIDDEN = 8
@@ -23,8 +23,8 @@ def embed_for(vocab: int) -> torch.Tensor:
 
 def run(impl: str, logits_seq, params, slots, vocab, tiling="off", chunk_size=None, hidden_seq=None, head=None):
     n, CL = len(params), logits_seq[0].shape[1] if logits_seq else hidden_seq[0].shape[1]
-    sampler = build_sampler(SamplerConfig(max(slots) + 1, CL, vocab, embed_for(vocab), 2.0, tiling=tiling, impl=impl,
-                                          chunk_size=chunk_size, lm_head=head))  # fmt: skip
+    sampler = TiledSampler(SamplerConfig(max(slots) + 1, CL, vocab, embed_for(vocab), 2.0, tiling=tiling, impl=impl,
+                                         chunk_size=chunk_size, lm_head=head))  # fmt: skip
     for slot, p in zip(slots, params):
         sampler.start_canvas(slot, p, 0)
     idx = torch.tensor(slots)
@@ -99,8 +99,8 @@ def test_chunked_untiled_fits_where_reference_untiled_runs_out_of_memory():
     budget = VirtualDevice(reference_cost.tile_bytes(3))  # room for three reference requests
     params = [SamplingParams(seed=i) for i in range(n)]
     logits = torch.randn(n, CL, V, generator=torch.Generator().manual_seed(0))
-    reference = build_sampler(SamplerConfig(n, CL, V, embed_for(V), 2.0, memory=budget, tiling="off"))
-    chunked = build_sampler(SamplerConfig(n, CL, V, embed_for(V), 2.0, memory=budget, tiling="off", impl="chunked"))
+    reference = TiledSampler(SamplerConfig(n, CL, V, embed_for(V), 2.0, memory=budget, tiling="off"))
+    chunked = TiledSampler(SamplerConfig(n, CL, V, embed_for(V), 2.0, memory=budget, tiling="off", impl="chunked"))
     for sampler in (reference, chunked):
         for i, p in enumerate(params):
             sampler.start_canvas(i, p, 0)
@@ -112,7 +112,7 @@ def test_chunked_untiled_fits_where_reference_untiled_runs_out_of_memory():
 
 def test_unknown_sampler_is_rejected():
     with pytest.raises(ValueError, match="unknown sampler 'fast'"):
-        build_sampler(SamplerConfig(1, 4, 10, torch.zeros(10, 2), 1.0, impl="fast"))
+        TiledSampler(SamplerConfig(1, 4, 10, torch.zeros(10, 2), 1.0, impl="fast"))
 
 
 def test_chunked_matches_reference_when_greedy_and_stochastic_rows_share_a_tile():

@@ -44,10 +44,18 @@ def test_prompts_file_skips_blank_lines(capsys, tiny_model_dir, tmp_path):
     assert code == 0 and [o["prompt"] for o in lines[:-1]] == ["add 1+1", "reverse xy"]
 
 
-def test_empty_prompt_fails_with_one_line_and_nonzero_exit_while_others_finish(capsys, tiny_model_dir):
-    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "   ", "--prompt", "add 1+2", *FAST)
+def test_an_empty_prompt_is_refused_at_the_door_with_one_line_and_nonzero_exit(capsys, tiny_model_dir):
+    # The page's and the API's words (dgemma/settings.py's make_request), before anything runs.
+    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "add 1+2", "--prompt", "   ", *FAST)
+    assert code == 2 and lines == []
+    assert err == "python -m dgemma.generate: error: Prompt 2 is empty; write some text or remove it.\n"
+
+
+def test_a_failed_request_exits_one_while_the_others_finish(capsys, tiny_model_dir):
+    code, lines, err = run_generate_json(capsys, "--model", tiny_model_dir, "--prompt", "x" * 600, "--prompt", "add 1+2",
+                                         *FAST)
     assert code == 1
-    assert err.count("\n") == 1 and "the prompt is empty" in err
+    assert err.count("\n") == 1 and "positions" in err
     assert [o["status"] for o in lines[:-1]] == ["error", "done"]
 
 

@@ -18,7 +18,7 @@ from dgemma.gpus import RELEASED_VOCAB
 from dgemma.memory.ledger import (
     HISTORY_DEPTH, Calibration, Ledger, ModelFacts, RunShape, refusal, run_ledger, sampler_state_bytes,
 )  # fmt: skip
-from dgemma.sampling import MAX_STABILITY, RunOptions, SamplerConfig, SamplingParams, build_sampler, call_ledger
+from dgemma.sampling import MAX_STABILITY, RunOptions, SamplerConfig, SamplingParams, TiledSampler, call_ledger
 from dgemma.sampling.primitives import LMHead
 from dgemma.units import format_bytes
 
@@ -37,8 +37,8 @@ def test_the_ledgers_sampler_state_is_what_a_built_sampler_allocates(embedded_mo
     loaded = embedded_model
     facts = loaded.ledger_facts(8)
     head = LMHead(loaded.model.lm_head.weight, loaded.model.final_logit_softcapping)
-    sampler = build_sampler(SamplerConfig(8, loaded.canvas_length, vocab or loaded.vocab_size, loaded.embed_weight,
-                                          loaded.embed_scale, lm_head=head))
+    sampler = TiledSampler(SamplerConfig(8, loaded.canvas_length, vocab or loaded.vocab_size, loaded.embed_weight,
+                                         loaded.embed_scale, lm_head=head))
     assert sampler_state_bytes(facts, vocab) == allocated_state(sampler, loaded.embed_weight)
 
 

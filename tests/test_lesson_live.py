@@ -27,9 +27,7 @@ def backend(tiny_model):
 
 def watched(backend, tiling: str, budget: str | None) -> tuple[list, object]:
     """One lesson run's frames and outcome, as the tab streams it."""
-    n, call = tab._checked(backend, N, STEPS, budget=budget)
-    view = tab.watch(RunService(backend), None, tab._run_call(call, call.settings.options.memory_budget, tiling,
-                                                               "reference", False), "a run")
+    view = tab.watch(RunService(backend), None, tab.lesson_call(backend, N, STEPS, None, budget, tiling), "a run")
     frames = []
     while True:
         try:

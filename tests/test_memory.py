@@ -31,7 +31,7 @@ from dgemma.memory import (
     resolve_device,
     split_tiles,
 )
-from dgemma.sampling import LMHead, RowKey, SamplingParams, Scores, TileInputs, SamplerConfig, build_sampler, calibrate_tile, reference_tile, seed_tile
+from dgemma.sampling import LMHead, RowKey, SamplingParams, Scores, TileInputs, SamplerConfig, TiledSampler, calibrate_tile, reference_tile, seed_tile
 from dgemma.sampling.chunked import chunked_tile
 from dgemma.sampling.primitives import group_bytes_for
 
@@ -123,8 +123,8 @@ def test_a_samplers_tiles_chunks_and_steps_count_each_group_size_once_and_peak_a
     def two_steps(*modes) -> tuple[list[int], torch.Tensor]:
         embed = torch.randn(V, H, generator=torch.Generator().manual_seed(0))
         hidden = torch.randn(n, CL, H, generator=torch.Generator().manual_seed(1))
-        sampler = build_sampler(SamplerConfig(n, CL, V, embed, 1.0, memory=VirtualDevice("1GiB"), tiling=2, impl=impl,
-                                              lm_head=LMHead(embed, 30.0), chunk_size=65_536))  # fmt: skip
+        sampler = TiledSampler(SamplerConfig(n, CL, V, embed, 1.0, memory=VirtualDevice("1GiB"), tiling=2, impl=impl,
+                                             lm_head=LMHead(embed, 30.0), chunk_size=65_536))  # fmt: skip
         for slot in range(n):
             sampler.start_canvas(slot, SamplingParams(seed=slot, greedy=slot == 0), 0)
         peaks = []
@@ -146,7 +146,7 @@ def test_a_charged_tile_that_no_longer_fits_is_split_as_a_counted_one_is():
         embed = torch.randn(V, H, generator=torch.Generator().manual_seed(0))
         hidden = torch.randn(n, CL, H, generator=torch.Generator().manual_seed(1))
         device = VirtualDevice("64MiB")
-        sampler = build_sampler(SamplerConfig(n, CL, V, embed, 1.0, memory=device, tiling=2, lm_head=LMHead(embed, 30.0)))
+        sampler = TiledSampler(SamplerConfig(n, CL, V, embed, 1.0, memory=device, tiling=2, lm_head=LMHead(embed, 30.0)))
         for slot in range(n):
             sampler.start_canvas(slot, SamplingParams(seed=slot), 0)
         plans = []

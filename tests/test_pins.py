@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dgemma.sampling import SamplerConfig, SamplingParams, build_sampler
+from dgemma.sampling import SamplerConfig, SamplingParams, TiledSampler
 from dgemma.sampling.start import CanvasStart, resolve_start
 from compare_runs import assert_same, logits_for
 
@@ -28,8 +28,8 @@ def run(starts: list[CanvasStart], params: list[SamplingParams], slots: list[int
         tiling="off", extra_slots=0, chunk_size=None) -> list[dict[str, torch.Tensor]]:
     vocab, canvas_length = logits_seq[0].shape[2], logits_seq[0].shape[1]
     embed = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(7))
-    sampler = build_sampler(SamplerConfig(max(slots) + 1 + extra_slots, canvas_length, vocab, embed, HIDDEN**0.5,
-                                          tiling=tiling, impl=impl, chunk_size=chunk_size))  # fmt: skip
+    sampler = TiledSampler(SamplerConfig(max(slots) + 1 + extra_slots, canvas_length, vocab, embed, HIDDEN**0.5,
+                                         tiling=tiling, impl=impl, chunk_size=chunk_size))  # fmt: skip
     for slot, p, start in zip(slots, params, starts):
         sampler.start_canvas(slot, p, 0, start)
     idx = torch.tensor(slots)
@@ -109,7 +109,7 @@ def test_a_slot_forgets_its_previous_requests_pins():
     params = [SamplingParams(seed=1, max_denoising_steps=STEPS), SamplingParams(seed=2, max_denoising_steps=STEPS)]
     fresh = run([CanvasStart(), CanvasStart(pins=((0, 5),))], params, [0, 1], logits_seq)
     embed = torch.randn(V, HIDDEN, generator=torch.Generator().manual_seed(7))
-    sampler = build_sampler(SamplerConfig(2, CL, V, embed, HIDDEN**0.5, tiling="off"))
+    sampler = TiledSampler(SamplerConfig(2, CL, V, embed, HIDDEN**0.5, tiling="off"))
     sampler.start_canvas(0, params[0], 0, CanvasStart(pins=((3, 7), (4, 8))))  # an earlier request in slot 0
     sampler.free(0)
     sampler.start_canvas(0, params[0], 0)

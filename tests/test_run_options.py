@@ -8,7 +8,7 @@ import torch
 from dgemma.engine import EngineConfig, EngineCore
 from dgemma.events import RequestEvent
 from dgemma.gpus import RELEASED_VOCAB
-from dgemma.sampling import RunOptions, SamplerConfig, SamplingParams, build_sampler
+from dgemma.sampling import RunOptions, SamplerConfig, SamplingParams, TiledSampler
 from dgemma.sampling.primitives import PAD_LOGIT
 from dgemma.examples import lesson_prompts
 from dgemma.units import parse_size
@@ -42,7 +42,7 @@ def lessons_own_loop(loaded, prompts: list[str], params: list[SamplingParams], v
     runner = Runner(loaded.model)
     embed = torch.zeros(vocab, loaded.hidden_size, dtype=loaded.embed_weight.dtype)
     embed[: loaded.vocab_size] = loaded.embed_weight.detach()
-    sampler = build_sampler(SamplerConfig(len(prompts), loaded.canvas_length, vocab, embed, loaded.embed_scale))
+    sampler = TiledSampler(SamplerConfig(len(prompts), loaded.canvas_length, vocab, embed, loaded.embed_scale))
     caches = []
     for i, prompt in enumerate(prompts):
         caches.append(runner.new_cache())

@@ -29,8 +29,7 @@ HIDDEN = 8
 
 def make_sampler(num_slots: int, canvas_length: int, vocab: int, tiling="off", **kwargs) -> TiledSampler:
     embed = torch.randn(vocab, HIDDEN, generator=torch.Generator().manual_seed(7))
-    built = {k: kwargs.pop(k) for k in ("tile_fn", "calibration") if k in kwargs}  # TiledSampler's own, beside its config
-    return TiledSampler(SamplerConfig(num_slots, canvas_length, vocab, embed, HIDDEN**0.5, tiling=tiling, **kwargs), **built)
+    return TiledSampler(SamplerConfig(num_slots, canvas_length, vocab, embed, HIDDEN**0.5, tiling=tiling, **kwargs))
 
 
 def reference_cost(canvas_length: int, vocab: int) -> Calibration:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dgemma.memory import VirtualDevice
-from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, SamplerConfig, SamplingParams, build_sampler
+from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, SamplerConfig, SamplingParams, TiledSampler
 from dgemma.sampling.schedulers import SCHEDULER_TABLE, DenoisingScheduler, Phase, budget, phase
 from dgemma.sampling.schedulers.block_refinement import BlockRefinementParams
 from dgemma.sampling.schedulers.discrete_ddim import DiscreteDDIMParams
@@ -51,8 +51,8 @@ def logits_of(params: list[SamplingParams], step: int) -> torch.Tensor:
 
 def run(params: list[SamplingParams], impl: str = "reference", tiling="off", memory=None, starts=None, chunk_size=300):
     """Every step's per-slot state and outputs, per request, over STEPS forwards."""
-    sampler = build_sampler(SamplerConfig(len(params), CL, V, embed(), 2.0, memory=memory, tiling=tiling, impl=impl,
-                                          chunk_size=chunk_size if impl == "chunked" else None))  # fmt: skip
+    sampler = TiledSampler(SamplerConfig(len(params), CL, V, embed(), 2.0, memory=memory, tiling=tiling, impl=impl,
+                                         chunk_size=chunk_size if impl == "chunked" else None))  # fmt: skip
     for slot, p in enumerate(params):
         sampler.start_canvas(slot, p, 0, (starts or {}).get(slot))
     slots, idx = list(range(len(params))), torch.arange(len(params))
@@ -121,7 +121,7 @@ def test_a_pinned_position_holds_its_token_and_counts_as_committed():
 
 def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
     params = [SamplingParams(seed=3, scheduler=BlockRefinementParams(), max_denoising_steps=STEPS)]
-    sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
+    sampler = TiledSampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params[0], 0)
     for step in range(STEPS):
         logits = logits_of(params, step)
@@ -133,7 +133,7 @@ def test_the_committed_canvas_carries_the_log_probabilities_of_its_own_tokens():
 
 def test_a_corrector_sweep_resamples_k_positions_and_keeps_its_predictors_draft_entropy_and_self_conditioning():
     params = SamplingParams(seed=7, scheduler=DiscreteDDIMParams(corrector_steps=1, corrector_k=2), max_denoising_steps=STEPS)
-    sampler = build_sampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
+    sampler = TiledSampler(SamplerConfig(1, CL, V, embed(), 2.0, tiling="off"))
     sampler.start_canvas(0, params, 0)
     sampler.step(logits_of([params], 0), [0])  # the predictor step
     before = {name: getattr(sampler, name)[0].clone() for name in ("canvas", "draft", "soft", "out_entropy")}

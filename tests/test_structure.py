@@ -270,6 +270,57 @@ def test_the_door_rule_catches_a_second_parser(tmp_path):
     assert call_checks_used(stray) == {"parse_prompts", "parse_size"}
 
 
+# Issue #56: the door has one form (no parameter whose None is a mode: "no limits", "no model yet",
+# "already parsed"), and past it the engine reads no prompt's text (it tokenizes it; the door judged it).
+def none_modes(function: ast.FunctionDef) -> list[str]:
+    """The parameters of `function` that take None: a default of None, or None (Optional) in the annotation."""
+    args = function.args
+    positional = args.posonlyargs + args.args
+    defaults = [*[None] * (len(positional) - len(args.defaults)), *args.defaults, *args.kw_defaults]
+    return [a.arg for a, default in zip(positional + args.kwonlyargs, defaults, strict=True)
+            if {"None", "Optional"} & set(ast.unparse(a.annotation or ast.Constant("")).replace("[", " ").split()) or (
+                isinstance(default, ast.Constant) and default.value is None)]
+
+
+def function_named(path: Path, name: str) -> ast.FunctionDef:
+    return next(node for node in ast.walk(parsed(path.read_text(encoding="utf-8")))
+                if isinstance(node, ast.FunctionDef) and node.name == name)
+
+
+def test_the_door_has_one_form():
+    assert none_modes(function_named(PACKAGE / "settings.py", "make_request")) == []
+
+
+def test_the_one_form_rule_catches_a_none_mode():
+    tree = ast.parse("def door(a: int | None, b=None, *, c: Optional[int] = 1, d: int = 2, e: str): ...")
+    assert none_modes(tree.body[0]) == ["a", "b", "c"]
+
+
+def prompt_reads(source: str) -> list[int]:
+    """The lines of `source` that read a prompt's text: a method of `prompt` (strip, encode, ...) or len(prompt)."""
+    found = []
+    for node in ast.walk(parsed(source)):
+        method = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "prompt"
+        length = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
+                  and ast.unparse(node.args[0]) == "prompt")
+        if method or length:
+            found.append(node.lineno)
+    return found
+
+
+def test_past_the_door_the_engine_reads_no_prompts_text():
+    found = {name: lines for name, path in modules().items()
+             if name.startswith("dgemma.engine") and (lines := prompt_reads(path.read_text(encoding="utf-8")))}
+    assert not found, f"the engine judging a prompt's text, the door's work (dgemma/settings.py): {found}"
+    stray = "def check(prompt):\n    if not prompt.strip() or len(prompt) > 9:\n        return 'bad'\n"
+    assert prompt_reads(stray) == [2, 2]
+
+
+def test_the_request_types_hold_typed_values_without_object_setattr():
+    # Text is parsed at the edge (dgemma/settings.py); SamplingParams and RunOptions never coerce it in place.
+    assert "__setattr__" not in (PACKAGE / "sampling" / "params.py").read_text(encoding="utf-8")
+
+
 def core_reads(path: Path) -> list[int]:
     """The lines of `path` that read `.core` of anything (an engine's core)."""
     return [node.lineno for node in ast.walk(parsed(path.read_text(encoding="utf-8")))

@@ -10,7 +10,7 @@ import pytest
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
 from dgemma.settings import Settings
-from dgemma.settings import Limits, make_request, parse_prompts
+from dgemma.settings import CanvasModel, Limits, make_request
 from dgemma.ui.generate_tab.controls import prompts_from_text
 from dgemma.serving.runs import ticks
 from fake_clock import Clock
@@ -21,9 +21,13 @@ LIMITS = Limits(max_prompts=8, max_new_tokens=64, max_queued=16, max_prompt_char
 # ---------------------------------------------------------------- settings: one clear sentence each
 
 
+def no_first_canvas() -> CanvasModel:
+    raise AssertionError("these calls start from noise: the door asks for no model")
+
+
 def call_settings(raw, defaults):
     """A one-prompt call's settings as the page's door makes them (a tile of at most 8)."""
-    return make_request(["ok"], raw, defaults, LIMITS, 8, None).settings
+    return make_request(["ok"], raw, defaults, LIMITS, 8, no_first_canvas).settings
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,7 @@ def call_settings(raw, defaults):
         ({"t_max": float("inf")}, "finite"),
         ({"max_denoising_steps": 2.5}, "whole number"),
         ({"max_new_tokens": 10_000}, "between 1 and 64"),
+        ({"max_new_tokens": 0}, "between 1 and 64"),
         ({"t_min": 0.9, "t_max": 0.5}, "must not be below"),
         ({"greedy": "maybe"}, "true or false"),
         ({"tiling": "sometimes"}, "auto, off, or a tile size"),
@@ -65,15 +70,17 @@ def test_settings_use_cli_names_and_defaults():
         ([], "at least one prompt"),
         (["ok"] * 9, "Too many prompts: 9 given, at most 8"),
         (["ok", "   "], "Prompt 2 is empty"),
+        ([""], "Prompt 1 is empty"),
+        (["  \n\t "], "Prompt 1 is empty"),
         (["x" * 101], "characters long"),
         (["\ud800"], "not valid Unicode"),
         ([3], "must be a string"),
         ({"a": 1}, "list of strings"),
     ],
 )
-def test_bad_prompts_are_one_sentence(prompts, words):
+def test_bad_prompts_are_one_sentence_at_the_door(prompts, words):
     with pytest.raises(SettingsError, match=words):
-        parse_prompts(prompts, LIMITS)
+        make_request(prompts, None, Settings(), LIMITS, 8, no_first_canvas)
 
 
 def test_prompts_fill_the_batch_by_cycling():

@@ -229,8 +229,8 @@ def test_the_lessons_out_of_memory_run_crosses_the_gpu_call_as_plain_snapshots(g
     from dgemma.serving import zerogpu as gpu_worker
     from dgemma.ui.lesson import tab
 
-    n, call = tab._checked(gpu_backend, 4, 2, budget=gpu_backend.suggest_budget(4, False))
-    job = gpu_backend._job(tab._run_call(call, call.settings.options.memory_budget, "off", "reference", False))
+    call = tab.lesson_call(gpu_backend, 4, 2, None, gpu_backend.suggest_budget(4, False))
+    n, job = len(call.prompts), gpu_backend._job(call)
     snapshots = list(gpu_worker.run_on_gpu(job))
     errors = [e for s in snapshots for e in s.events if getattr(e, "status", "") == "error"]
     assert len(errors) == n and all(e.extra["oom"]["needed_bytes"] > e.extra["oom"]["free_bytes"] for e in errors)

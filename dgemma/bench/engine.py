@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     settings["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=float(base_params.entropy_bound))
     baseline = Baseline(baseline_model, settings, max_new_tokens)
 
-    engine = Engine(engine_model, EngineConfig(max_num_seqs=args.max_num_seqs, max_new_tokens=max_new_tokens))
+    engine = Engine(engine_model, EngineConfig(max_num_seqs=args.max_num_seqs))
     results = []
     with engine:
         warm = bench_prompts(2)  # calibration, first-call allocations: out of the timed runs

@@ -154,10 +154,10 @@ def lesson_recording(model: str, requests: int, steps: int, dtype: str | None, r
     loaded = load_model(model, device="cpu", dtype=parse_dtype(dtype, torch.device("cpu")))
     backend = EngineBackend(loaded, EngineConfig(max_num_seqs=requests), Limits(), None)
     try:
-        n, call = tab._checked(backend, requests, steps, budget=backend.suggest_budget(requests, True))
         tiling, impl = ("auto", "reference") if run == "tiled" else ("off", "chunked")
-        handle = backend.start(tab._run_call(call, call.settings.options.memory_budget, tiling, impl, True))
-        recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * n})
+        budget = backend.suggest_budget(requests, True)
+        handle = backend.start(tab.lesson_call(backend, requests, steps, None, budget, tiling, impl, real=True))
+        recording = Recording({"model": {"canvas_length": loaded.canvas_length}, "prompts": [""] * requests})
         outputs = read_run(handle, recording).outputs()
         handle.close()
     finally:

@@ -42,7 +42,7 @@ from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
 from dgemma.metrics import shown
-from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, build_sampler, seed_tile
+from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, seed_tile
 from dgemma.sampling import SamplingParams
 from dgemma.sampling.schedulers import scheduler_defaults
 from dgemma.sampling.start import CanvasStart
@@ -103,9 +103,9 @@ def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch
     # output. The seed's step takes the logits as input (they do not count).
     if impl == "seed":
         return TiledSampler(SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
-                                          memory=memory, tiling="off", impl="seed"), tile_fn=seed_tile)  # fmt: skip
+                                          memory=memory, tiling="off", impl="seed", tile_fn=seed_tile))  # fmt: skip
     head = LMHead(embed, SOFTCAP)
-    return build_sampler(SamplerConfig(
+    return TiledSampler(SamplerConfig(
         case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
         memory=memory, tiling=tiling, impl=impl, lm_head=head, chunk_size=case.chunk_size,
     ))  # fmt: skip

@@ -139,14 +139,14 @@ def generate_engine(
     from dgemma.model.loading import load_model
     from dgemma.sampling import SamplingParams
     from dgemma.sampling.schedulers import budget, scheduler_defaults
-    from dgemma.settings import CanvasModel, Settings, make_request
+    from dgemma.settings import CanvasModel, Limits, Settings, make_request
 
     params = {key: getattr(config, key) for key in OVERRIDES}
     params.update(scheduler=scheduler_defaults(scheduler), entropy_bound=config.sampler_config.entropy_bound)
     loaded = load_model(str(model_dir), device="cpu", dtype=torch.float32)
     # The pins through the one door (dgemma/settings.py): each prompt's first canvas, resolved against the model.
-    call = make_request(prompts, {"pins": pins} if pins else None, Settings(SamplingParams(**params, seed=seed)), None,
-                        None, CanvasModel(loaded.canvas_length, loaded.encode_text))
+    call = make_request(prompts, {"pins": pins}, Settings(SamplingParams(**params, seed=seed)), Limits(max_prompts=len(prompts)),
+                        len(prompts), lambda: CanvasModel(loaded.canvas_length, loaded.encode_text))
     results = []
     with Engine(loaded, EngineConfig(max_num_seqs=len(prompts), sampler=sampler)).start() as engine:
         handles = [engine.submit(prompt, call.settings.params.for_prompt(i), config.max_new_tokens, stream_steps=False,

@@ -45,8 +45,6 @@ class EngineConfig:
     sampler: str = "reference"  # default RunOptions.sampler: reference (eager, the lesson's) | chunked
     memory_budget: int | None = None  # bytes: on a CPU a virtual device; on CUDA a per-process cap
     max_waiting: int = 10_000  # requests queued in total, beyond which submit refuses
-    max_new_tokens: int = 4096  # the most one request may ask for
-    max_prompt_chars: int = 1_000_000  # longer prompts are refused before tokenizing
     auto_restart: bool = True  # a dead engine thread restarts itself (running requests fail)
     max_restarts: int = 5  # ... at most this many times in a row without a successful step
 
@@ -87,7 +85,7 @@ class EngineCore:
                                    set(loaded.eos_token_ids), self._forget_subscriber, loaded.tokenizer.pad_token_id)
         self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
                                   loaded.tokenizer.pad_token_id or 0)
-        self._limits = RequestLimits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
+        self._limits = RequestLimits(loaded.canvas_length, loaded.max_positions)
         self._ids = itertools.count(1)
         self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
         self._inbox: deque[Request] = deque()  # submitted, not yet taken by step()
@@ -100,18 +98,17 @@ class EngineCore:
     def submit(self, prompt: str, params: SamplingParams | None = None, max_new_tokens: int = 64,
                subscriber: str | None = None, stream_steps: bool = True, options: RunOptions | None = None,
                start: CanvasStart | None = None) -> RequestHandle:
-        """Queue one prompt. Never raises for bad input: the handle's final event says what was wrong.
+        """Queue one prompt, its values checked at the door (dgemma/settings.py's `make_request`): a prompt the
+        model has no room for fails its request (the handle's final event says so); a wrong type: TypeError.
 
         `start`: its first canvas, resolved from text by the caller (dgemma/settings.py's `make_request`):
         tokens from position 0 (transformers' `decoder_input_ids`) and pins held throughout."""
         params = params if params is not None else self.default_params
         options = options if options is not None else self.default_options
-        rid = next(self._ids)
-        prompt_text = prompt if isinstance(prompt, str) else ""
-        handle = RequestHandle(self.cancel, rid, prompt_text, subscriber, getattr(params, "seed", 0))
         error, ids = check_request(prompt, params, options, max_new_tokens, self._limits, self.tokenize)
-        req = Request(rid, prompt_text, ids, params if isinstance(params, SamplingParams) else SamplingParams(), options,
-                      max_new_tokens if not error else 0, subscriber, stream_steps, handle)
+        rid = next(self._ids)
+        handle = RequestHandle(self.cancel, rid, prompt, subscriber, params.seed)
+        req = Request(rid, prompt, ids, params, options, max_new_tokens if not error else 0, subscriber, stream_steps, handle)
         if start:
             req.start = start
         with self.intake:

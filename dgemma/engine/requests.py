@@ -1,7 +1,7 @@
-"""A request's life inside the engine: its state, the caller's handle, and the input checks.
+"""A request's life inside the engine: its state, the caller's handle, and the room its prompt needs.
 
-`check_request` runs in the caller's thread at submit; `Request` is touched only by the thread
-running `EngineCore.step`; `RequestHandle` is what the caller keeps: its events, result, cancel.
+`check_request` runs in the caller's thread at submit (the call's values were checked at the door); `Request`
+is touched only by the thread running `EngineCore.step`; `RequestHandle` is what the caller keeps: its events, result, cancel.
 """
 
 from __future__ import annotations
@@ -112,39 +112,23 @@ class RequestHandle:
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """What one request may ask for, and the model's sizes its prompt is checked against."""
+    """The model's sizes a prompt's tokens and its canvases must fit in."""
 
-    max_prompt_chars: int
-    max_new_tokens: int
     canvas_length: int
     max_positions: int
 
 
-def check_request(prompt, params, options, max_new_tokens, limits: RequestLimits, encode: Callable[[str], list[int]]
-                  ) -> tuple[str, list[int]]:
-    """One sentence if the request cannot run, else '' and the prompt's token ids."""
-    if not isinstance(prompt, str):
-        return f"the prompt must be text, got {type(prompt).__name__}", []
-    if not prompt.strip():
-        return "the prompt is empty", []
-    if len(prompt) > limits.max_prompt_chars:
-        return f"the prompt has {len(prompt)} characters; the limit is {limits.max_prompt_chars}", []
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError:
-        return "the prompt contains characters that are not valid Unicode (lone surrogates)", []
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        return f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}", []
-    if max_new_tokens > limits.max_new_tokens:
-        return f"max_new_tokens {max_new_tokens} is above this engine's limit of {limits.max_new_tokens}", []
-    if not isinstance(params, SamplingParams):
-        return f"params must be SamplingParams, got {type(params).__name__}", []
-    if not isinstance(options, RunOptions):
-        return f"options must be RunOptions, got {type(options).__name__}", []
-    try:
-        params.validate()
-    except ValueError as err:
-        return str(err), []
+TYPES = (("prompt", str), ("params", SamplingParams), ("options", RunOptions), ("max_new_tokens", int))
+
+
+def check_request(prompt: str, params: SamplingParams, options: RunOptions, max_new_tokens: int, limits: RequestLimits,
+                  encode: Callable[[str], list[int]]) -> tuple[str, list[int]]:
+    """The prompt's token ids and '', or one sentence when the model has no room for them and the canvases
+    asked for: the model's fact, known once tokenized. Every value was checked at the one door
+    (dgemma/settings.py's `make_request`); here only their types are asserted: TypeError, the caller's bug."""
+    for (name, kind), value in zip(TYPES, (prompt, params, options, max_new_tokens), strict=True):
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise TypeError(f"{name} must be {kind.__name__}, got {type(value).__name__}")
     ids = encode(prompt)
     canvases = math.ceil(max_new_tokens / limits.canvas_length)
     needed = len(ids) + canvases * limits.canvas_length

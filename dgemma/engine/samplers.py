@@ -20,8 +20,7 @@ from dgemma.engine.resident import Resident, RunBudget
 from dgemma.memory import MemoryDevice
 from dgemma.memory.ledger import sampler_state_bytes
 from dgemma.model.loading import LoadedModel
-from dgemma.sampling import LMHead, RunOptions, SamplerConfig, TiledSampler, build_sampler
-from dgemma.sampling.primitives import TileFn
+from dgemma.sampling import LMHead, RunOptions, SamplerConfig, TiledSampler
 
 COMPILE_ENV = "DGEMMA_COMPILE_SAMPLER"  # on | off | auto (default): compile the sampler's tile step
 
@@ -35,22 +34,6 @@ def compiles_sampler(device: torch.device) -> bool:
     if choice != "auto":
         raise ValueError(f"{COMPILE_ENV} must be on, off or auto, got {choice!r}")
     return torch.device(device).type == "cuda" and not os.environ.get("SPACES_ZERO_GPU")
-
-
-def compiled_tile(tile_fn: TileFn) -> TileFn:
-    """`tile_fn` through torch.compile (shapes dynamic: a tile's size changes with the plan), except
-    on meta tensors or under a dispatch mode (the calibration and the op tracker count the eager ops)."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-    compiled = torch.compile(tile_fn, dynamic=True)
-
-    def tile(scores, inputs, embed_weight, normalizer):
-        if embed_weight.is_meta or _get_current_dispatch_mode() is not None:
-            return tile_fn(scores, inputs, embed_weight, normalizer)
-        return compiled(scores, inputs, embed_weight, normalizer)
-
-    tile.eager = tile_fn  # type: ignore[attr-defined]
-    return tile
 
 
 class SamplerPool:
@@ -80,13 +63,11 @@ class SamplerPool:
     def _build(self, options: RunOptions) -> TiledSampler:
         loaded = self.loaded
         memory = self.memory if options.memory_budget is None else RunBudget(self.memory, options.memory_budget, self.resident)
-        sampler = build_sampler(SamplerConfig(
+        sampler = TiledSampler(SamplerConfig(
             self.max_num_seqs, loaded.canvas_length, max(loaded.vocab_size, options.pad_vocab or 0),
             loaded.embed_weight, loaded.embed_scale, memory=memory, tiling=options.tiling, impl=options.sampler,
-            lm_head=self.head, split=not options.fail_on_oom,
+            lm_head=self.head, split=not options.fail_on_oom, compiled=compiles_sampler(loaded.device),
         ))  # fmt: skip
-        if compiles_sampler(loaded.device):
-            sampler.tile_fn = compiled_tile(sampler.tile_fn)
         # The ledger's figure, which tests/test_ledger.py holds equal to the tensors the sampler allocated.
         nbytes, term = sampler_state_bytes(self.facts, sampler.vocab_size), self._term(options)
         self.resident.hold(nbytes, term)

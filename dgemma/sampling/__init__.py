@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from dgemma.sampling.seed import seed_tile
     from dgemma.sampling.budget import calibration_for, call_ledger
     from dgemma.sampling.steps import SamplerConfig
-    from dgemma.sampling.tiled import StepOutput, TiledSampler, build_sampler
+    from dgemma.sampling.tiled import StepOutput, TiledSampler
 
 __all__ = [
     "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplerConfig",
-    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "build_sampler", "calibrate_tile",
+    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "calibrate_tile",
     "calibration_for", "call_ledger", "check_number", "chunked_tile", "parse_tiling", "reference_tile", "seed_tile",
 ]  # fmt: skip
 
@@ -40,7 +40,7 @@ __all__ = [
 _LAZY = {
     "calibrate_tile": "calibration", "chunked_tile": "chunked", "RowKey": "keyed", "LMHead": "primitives",
     "Scores": "primitives", "TileInputs": "primitives", "TileResult": "primitives", "reference_tile": "reference",
-    "seed_tile": "seed", "SamplerConfig": "steps", "calibration_for": "budget", "call_ledger": "budget", "StepOutput": "tiled", "TiledSampler": "tiled", "build_sampler": "tiled",
+    "seed_tile": "seed", "SamplerConfig": "steps", "calibration_for": "budget", "call_ledger": "budget", "StepOutput": "tiled", "TiledSampler": "tiled",
 }  # fmt: skip
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

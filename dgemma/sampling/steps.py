@@ -1,5 +1,5 @@
 """The step implementations, by name: the one table the rest of the project chooses from, and the
-config a sampler is built from (`SamplerConfig`)."""
+config a sampler is built from (`SamplerConfig`), its tile function (compiled or not) included."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dgemma.memory import MemoryDevice
+from dgemma.memory import Calibration, MemoryDevice
 from dgemma.sampling.chunked import choose_chunk_size, chunked_tile
 from dgemma.sampling.params import SAMPLER_STEPS
 from dgemma.sampling.primitives import LMHead, TileFn
@@ -18,14 +18,16 @@ from dgemma.sampling.reference import reference_tile
 
 @dataclass(frozen=True, eq=False)
 class SamplerConfig:
-    """What a tiled sampler is built from (`tiled.build_sampler`), and what its step implementation
-    sizes itself from.
+    """What a tiled sampler is built from, complete (`tiled.TiledSampler(config)`), and what its step
+    implementation sizes itself from.
 
     tiling: "auto" (plan tiles from free memory; split a tile that still runs out of memory), "off"
     (one tile) or an int (fixed size); split=False: an out-of-memory tile is the error
-    (RunOptions.fail_on_oom). impl: the step implementation (`STEPS`); chunk_size: the chunked
-    step's vocab chunk (None: from free memory). fraction: the share of free memory a tile may take.
-    lm_head set: the step may take hidden states and project them per tile."""
+    (RunOptions.fail_on_oom). impl: the step implementation (`STEPS`); tile_fn: a step of its own
+    instead (the seed's baseline, a test's), named by `impl`; compiled: the step through torch.compile
+    (`compiled_tile`). chunk_size: the chunked step's vocab chunk (None: from free memory). fraction:
+    the share of free memory a tile may take. lm_head set: the step may take hidden states and project
+    them per tile. calibration: the sampling row's transient, known already (None: measured on first use)."""
 
     max_num_seqs: int
     canvas_length: int
@@ -39,6 +41,9 @@ class SamplerConfig:
     chunk_size: int | None = None
     fraction: float = 0.5
     split: bool = True
+    tile_fn: TileFn | None = None
+    compiled: bool = False
+    calibration: Calibration | None = None
 
 
 def _chunked(config: SamplerConfig, free_bytes: int) -> TileFn:
@@ -61,8 +66,26 @@ STEPS: dict[str, Callable[[SamplerConfig, int], TileFn]] = {
 
 
 def step_for(config: SamplerConfig, free_bytes: int) -> TileFn:
-    """The tile function of `config`'s step implementation, sized for it and `free_bytes`."""
-    if config.impl not in STEPS:
+    """The tile function of `config`'s step implementation (or its own), sized for it and `free_bytes`,
+    compiled when `config.compiled`."""
+    if config.tile_fn is None and config.impl not in STEPS:
         raise ValueError(f"unknown sampler {config.impl!r}: choose from {', '.join(SAMPLER_STEPS)}")
-    return STEPS[config.impl](config, free_bytes)
+    tile_fn = config.tile_fn or STEPS[config.impl](config, free_bytes)
+    return compiled_tile(tile_fn) if config.compiled else tile_fn
+
+
+def compiled_tile(tile_fn: TileFn) -> TileFn:
+    """`tile_fn` through torch.compile (shapes dynamic: a tile's size changes with the plan), except
+    on meta tensors or under a dispatch mode (the calibration and the op tracker count the eager ops)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    compiled = torch.compile(tile_fn, dynamic=True)
+
+    def tile(scores, inputs, embed_weight, normalizer):
+        if embed_weight.is_meta or _get_current_dispatch_mode() is not None:
+            return tile_fn(scores, inputs, embed_weight, normalizer)
+        return compiled(scores, inputs, embed_weight, normalizer)
+
+    tile.eager = tile_fn  # type: ignore[attr-defined]
+    return tile
 

@@ -20,7 +20,6 @@ from dgemma.sampling.params import SamplingParams, parse_tiling
 from dgemma.sampling.primitives import (
     MAX_STABILITY, Phase, Scores, TileFn, TileInputs, TileResult, group_bytes_for, pad_vocabulary,
 )  # fmt: skip
-from dgemma.sampling.reference import reference_tile
 from dgemma.sampling.schedulers import phase, scheduler_for
 from dgemma.sampling.start import CanvasStart
 from dgemma.sampling.steps import SamplerConfig, step_for
@@ -74,28 +73,33 @@ class _HostSlot:
 
 
 class TiledSampler:
-    """Per-slot state for `config.max_num_seqs` requests and the tiled step over them, running
-    `tile_fn` (`build_sampler` picks it from `config.impl`). An unsplit tile that runs out of
-    memory raises TileOutOfMemory (`SamplerConfig`: tiling and split)."""
+    """Per-slot state for `config.max_num_seqs` requests and the tiled step over them, built complete from
+    its one config: its step `config.impl` (steps.STEPS: "reference", eager, the one that runs out of
+    memory, or "chunked", streaming the vocabulary) or its own `config.tile_fn`, compiled or not. A
+    `vocab_size` above the LM head's rows pads the logits to it (`pad_vocabulary`). An unsplit tile that
+    runs out of memory raises TileOutOfMemory (`SamplerConfig`: tiling and split)."""
 
-    def __init__(self, config: SamplerConfig, tile_fn: TileFn = reference_tile, calibration: Calibration | None = None):
+    def __init__(self, config: SamplerConfig):
         if config.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {config.max_num_seqs}")
         if config.canvas_length < 1:
             raise ValueError(f"canvas_length must be >= 1, got {config.canvas_length}")
         if config.vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {config.vocab_size}")
-        self.config = config
+        memory = config.memory if config.memory is not None else HostMemory()
+        lm_head, embed_weight = config.lm_head, config.embed_weight
+        if lm_head is not None and config.vocab_size > lm_head.weight.shape[0]:
+            embed_weight, lm_head = pad_vocabulary(embed_weight, lm_head, config.vocab_size)
+        self.config = config = replace(config, memory=memory, embed_weight=embed_weight, lm_head=lm_head)
         self.tiling, self.split = parse_tiling(config.tiling), config.split
         self.max_num_seqs, self.canvas_length, self.vocab_size = config.max_num_seqs, config.canvas_length, config.vocab_size
         self.embed_weight, self.normalizer = config.embed_weight, float(config.normalizer)
         self.device = config.embed_weight.device
-        self.memory = config.memory if config.memory is not None else HostMemory()
-        self.fraction = config.fraction
-        self.tile_fn, self.impl = tile_fn, config.impl
+        self.memory, self.fraction = memory, config.fraction
+        self.tile_fn, self.impl = step_for(config, memory.free_bytes()), config.impl
         # Transient per request by the costliest row a request puts in a tile (calibration.COSTLIEST),
-        # each measured on first use; `calibration` given: the entropy bound's sampling row's.
-        self._calibrations: dict[str, Calibration] = {} if calibration is None else {"sample": calibration}
+        # each measured on first use; `config.calibration` given: the entropy bound's sampling row's.
+        self._calibrations: dict[str, Calibration] = {} if config.calibration is None else {"sample": config.calibration}
         self.lm_head = config.lm_head  # set: step() may take hidden states and project them per tile
 
         S, CL, H, dev = self.max_num_seqs, self.canvas_length, self.embed_weight.shape[1], self.device
@@ -346,15 +350,3 @@ def place_start(canvas: torch.Tensor, pins: torch.Tensor, start: CanvasStart) ->
         positions, tokens = (torch.tensor(part, dtype=torch.long) for part in zip(*start.pins))
         pins[positions.to(pins.device)] = tokens.to(pins.device)
         canvas.copy_(torch.where(pins >= 0, pins, canvas))
-
-
-def build_sampler(config: SamplerConfig) -> TiledSampler:
-    """A tiled sampler running `config.impl` (steps.STEPS): "reference" (eager, the one that runs
-    out of memory) or "chunked" (streams the vocabulary; chunk size from free memory unless given).
-    A `vocab_size` above the LM head's rows pads the logits to it (`pad_vocabulary`)."""
-    memory = config.memory if config.memory is not None else HostMemory()
-    lm_head, embed_weight = config.lm_head, config.embed_weight
-    if lm_head is not None and config.vocab_size > lm_head.weight.shape[0]:
-        embed_weight, lm_head = pad_vocabulary(embed_weight, lm_head, config.vocab_size)
-    config = replace(config, memory=memory, embed_weight=embed_weight, lm_head=lm_head)
-    return TiledSampler(config, tile_fn=step_for(config, memory.free_bytes()))

@@ -50,6 +50,8 @@ class Backend(Protocol):
     def request(self, prompts: Any, raw: Any) -> RunRequest:
         """One call's prompts and raw settings, checked and resolved (make_request); ValueError: one sentence."""
 
+    def canvas_model(self) -> CanvasModel: ...  # what a first canvas reads of the model (still loading: ValueError)
+
     def start(self, request: RunRequest, stream: bool = True) -> Run:
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
@@ -136,7 +138,7 @@ class ModelBackend:
 
     def request(self, prompts: Any, raw: Any) -> RunRequest:
         try:
-            return make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, self.canvas_model())
+            return make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, self.canvas_model)
         except ValueError as err:
             raise ValueError(sentence(str(err))) from None
 

@@ -89,8 +89,7 @@ class EngineBackend(ModelBackend):
 def serving_config(args: argparse.Namespace) -> tuple[EngineConfig, Limits]:
     """The command line's engine settings and limits (app.py's flags; --memory-budget in bytes already)."""
     limits = Limits(max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, max_queued=args.max_queued)
-    return EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=args.memory_budget,
-                        max_new_tokens=args.max_new_tokens, max_prompt_chars=limits.max_prompt_chars), limits
+    return EngineConfig(max_num_seqs=args.max_num_seqs, tiling="auto", memory_budget=args.memory_budget), limits
 
 
 def make_backend(args: argparse.Namespace, progress: DownloadProgress | None = None) -> EngineBackend:

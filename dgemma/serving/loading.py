@@ -13,7 +13,7 @@ from dgemma.errors import first_line, sentence
 from dgemma.model.download import DownloadProgress
 from dgemma.model.source import is_embedded, public_name
 from dgemma.serving.backend import Backend, LoadState, Run
-from dgemma.settings import Limits, RunRequest, Settings, make_request
+from dgemma.settings import CanvasModel, Limits, RunRequest, Settings, make_request
 
 
 class LoadingBackend:
@@ -65,8 +65,11 @@ class LoadingBackend:
     def request(self, prompts: Any, raw: Any) -> RunRequest:
         """The real backend's request; before it is built, the call's own mistakes first, then the loading sentence."""
         if self._real is None:
-            make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, None)
+            make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, self.canvas_model)
         return self._real_one().request(prompts, raw)
+
+    def canvas_model(self) -> CanvasModel:
+        return self._real_one().canvas_model()
 
     def start(self, request: RunRequest, stream: bool = True) -> Run:
         return self._real_one().start(request, stream)

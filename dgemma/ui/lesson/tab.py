@@ -12,13 +12,12 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from dgemma.errors import SettingsError
 from dgemma.examples import lesson_prompts
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.recording import Recording
 from dgemma.serving.backend import Backend
 from dgemma.serving.runs import RunService
-from dgemma.settings import BY_NAME, RunRequest
+from dgemma.settings import BY_NAME, RunRequest, make_request
 from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import plot, tile_figure
@@ -37,6 +36,7 @@ INTRO = (
     "a time, sized from free memory, so the peak shrinks by the number of tiles, and because each "
     "request's randomness is keyed by (seed, canvas, step), the tokens do not change."
 )
+LESSON_STEPS = 48  # the tab's own cap on a canvas's denoising steps: a lesson run stays short
 IDLE = '<div class="lesson-board-title">Press <b>Run</b>: each run\'s canvases denoise here, one row per request.</div>'
 CHART_TEXT = (
     "**The tiled run, call by call.** Grey area: requests denoising; blue: requests per tile; dotted "
@@ -72,7 +72,7 @@ def build(backend: Backend) -> LessonParts:
         budget = gr.Textbox(backend.info().get("lesson_budget", "256MiB"), label="memory budget",
                             info="weights + cache + the sampler's transient must fit (e.g. 256MiB, 2GiB)",
                             elem_id="lesson-budget")
-        steps = gr.Number(8, label="denoising steps per canvas", precision=0,  # a bad value: one sentence (`_checked`)
+        steps = gr.Number(8, label="denoising steps per canvas", precision=0,  # a bad value: one sentence (the door's)
                           elem_id="lesson-denoising-steps")
         # Each scheduler holds its own transient per request (at its defaults, the entropy bound's);
         # the budget's suggestion is for that one row.
@@ -111,25 +111,19 @@ def budget_for_scale(backend: Backend, requests: int, budget: str, real_scale: b
     return budget
 
 
-def _checked(backend: Backend, n: float, steps: float, scheduler: str | None = None,
-             budget: str | None = None) -> tuple[int, RunRequest]:
-    """The batch size and the call every run of the lesson shares: its prompts, one canvas per request, the
-    `scheduler` at its defaults (None: the server's), the `budget` (None: none of its own)."""
-    n = int(n)  # within the slider's range (its box's value beyond an end is taken at that end)
-    if steps is not None and not 1 <= steps <= 48:  # the tab's own cap: a lesson run stays short
-        raise SettingsError(f"The lesson takes 1 to 48 denoising steps per canvas, got {steps:g}.")
+def lesson_call(backend: Backend, n: float, steps: float | None, scheduler: str | None, budget: str | None,
+                tiling: str = "off", impl: str = "reference", real: bool = False) -> RunRequest:
+    """One run of the lesson through the door, under the tab's own cap of LESSON_STEPS: its `n` prompts, one
+    canvas each, the `scheduler` at its defaults (None: the server's), the `budget` (None: none of its own),
+    `tiling` and step `impl`; over defaults where a tile out of memory fails the run and real scale pads the
+    logits to the released vocabulary (no front end's settings)."""
+    defaults = replace(backend.defaults, options=replace(backend.defaults.options, fail_on_oom=True,
+                                                         pad_vocab=RELEASED_VOCAB if real else None))
     length = min(backend.limits.max_new_tokens, int(backend.info().get("canvas_length") or 0) or backend.limits.max_new_tokens)
     raw = {"max_denoising_steps": steps, "max_new_tokens": length, "scheduler": scheduler,
-           "memory_budget": (budget or "").strip() or None}
-    return n, backend.request(lesson_prompts(n), raw)
-
-
-def _run_call(call: RunRequest, budget: int | None, tiling: str, impl: str, real: bool) -> RunRequest:
-    """One run of the lesson: its own options beside tiling, step and budget (a tile that runs out of
-    memory fails the run; real scale pads the logits to the released vocabulary)."""
-    return replace(call, settings=replace(call.settings, options=replace(
-        call.settings.options, tiling=tiling, sampler=impl, memory_budget=budget, fail_on_oom=True,
-        pad_vocab=RELEASED_VOCAB if real else None)))
+           "memory_budget": (budget or "").strip() or None, "tiling": tiling, "sampler": impl}
+    return make_request(lesson_prompts(int(n)), raw, defaults, replace(backend.limits, max_denoising_steps=LESSON_STEPS),
+                        backend.max_num_seqs, backend.canvas_model)
 
 
 def watch(service: RunService, request: object, call: RunRequest,
@@ -166,33 +160,33 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
     runs = runs if runs is not None else {}
     runs.clear()
     cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
-    chart, shown_budget, stage, budget_bytes = None, None, 0, None
+    chart, shown_budget, stage = None, None, 0
 
     def outputs() -> dict:  # by LessonParts' names: the cards, and the chart and the budget once they change
         shown = dict(zip(("untiled", "tiled", "chunked", "verdict"), cards))
         return {**shown, **{name: v for name, v in (("chart", chart), ("budget", shown_budget)) if v is not None}}
 
-    def watched(title: str | None, budget: int | None, tiling: str, impl: str = "reference"):
-        return (yield from watch(service, request, _run_call(call, budget, tiling, impl, real), title))
+    def watched(title: str | None, budget: str | None, tiling: str, impl: str = "reference"):
+        return (yield from watch(service, request, lesson_call(backend, n, steps, scheduler, budget, tiling, impl, real),
+                                 title))
 
     try:
         ran = budget_for_scale(backend, int(n), budget, real)
         shown_budget = ran if ran != budget else None
-        n, call = _checked(backend, n, steps, scheduler, ran)
-        budget_bytes = call.settings.options.memory_budget
+        untiled_call = lesson_call(backend, n, steps, scheduler, ran, real=real)  # a mistake: on the first card
         cards[0] = PENDING
         yield outputs()
-        untiled = runs["untiled"] = yield from watched(UNTILED, budget_bytes, "off")
+        untiled = runs["untiled"] = yield from watch(service, request, untiled_call, UNTILED)
         cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
         yield outputs()
-        tiled = runs["tiled"] = yield from watched(TILED, budget_bytes, "auto")
+        tiled = runs["tiled"] = yield from watched(TILED, ran, "auto")
         cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
         cards[2] = PENDING if real else render_chunked(None)
         yield outputs()
         # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
         # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
         # model's own, its [CL, hidden] accumulators outweigh the logits: nothing to show.
-        chunked = (yield from watched(CHUNKED, budget_bytes, "off", "chunked")) if real else None
+        chunked = (yield from watched(CHUNKED, ran, "off", "chunked")) if real else None
         if chunked is not None:
             runs["chunked"] = chunked
         cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
