@@ -2,39 +2,32 @@
 Gradio app's.
 
 It launches `python app.py` (the embedded model unless --model) and waits until the model is loaded,
-and a bare Gradio Blocks app with one button, then opens fresh pages of each in chromium, alternately
-(`--rounds` each, after one unmeasured visit each that fills the browser's cache): the milliseconds
-from navigation to the page's Run enabled with the model's line shown ("Idle." on the status line)
-against the bare app's button enabled, timed in the page (`performance.now()`, whose origin is the
-navigation) by an observer installed before the page's own scripts. Idle, then again while another
-tab of the app runs `--requests` requests (pressing Run again whenever its run has ended). Printed:
-the medians and their ratio, idle and loaded.
+and serves a bare Gradio Blocks app with one button itself, then opens fresh pages of each in
+chromium, alternately (`--rounds` each, after one unmeasured visit each that fills the browser's
+cache). Each page: the milliseconds from navigation to its Run enabled with the model's line shown
+("Idle." on the status line; the bare app: its button enabled), timed in the page by an observer
+installed before its own scripts (`performance.now()`, whose origin is the navigation); and the CPU
+milliseconds its main thread spent until then (Chrome's trace: its tasks' thread time), which other
+processes on a busy machine do not stretch as they stretch the wall time. Idle, then again while
+another tab of the app runs `--requests` requests (pressing Run again whenever its run has ended).
+Printed: the medians and their ratios, idle and loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-from dgemma.app_process import ROOT, free_port, launch
+from dgemma.app_process import free_port, launch
 from dgemma.bench import bench_prompts, print_row
 from dgemma.cli import ArgumentParser, positive_int
 
 CHROMIUM = "/usr/bin/chromium"
-# A bare Gradio Blocks app with one button: the floor for a page's first use.
-BARE_BLOCKS = """
-import os, sys
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-import gradio as gr
-with gr.Blocks() as demo:
-    gr.Button("Run", elem_id="run")
-demo.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]), quiet=True)
-"""
 # Installed before the page's scripts: the time its Run is first enabled (and, on ours, the model's line shown).
 WATCH = """(ours) => {
   const seen = () => {
@@ -44,31 +37,31 @@ WATCH = """(ours) => {
   };
   new MutationObserver(seen).observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
 }"""
+# Chrome's trace categories for the main thread's tasks (with their thread time) and the navigation's start.
+TRACED = ["toplevel", "devtools.timeline", "disabled-by-default-devtools.timeline", "blink.user_timing"]
 
 
-def bare_app(port: int) -> subprocess.Popen:
-    """The bare app, answering on `port`."""
-    proc = subprocess.Popen([sys.executable, "-c", BARE_BLOCKS, str(port)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the bare Gradio app did not answer within 120 s")
+def main_thread_cpu_ms(events: list[dict], url: str, until_ms: float) -> float:
+    """CPU milliseconds of the main thread of the page navigated to `url`, in the tasks it began within
+    `until_ms` of that navigation, from a Chrome trace's events."""
+    nav = next(e for e in events if e.get("name") == "navigationStart"
+               and e["args"]["data"].get("documentLoaderURL", "").startswith(url))
+    main, start = (nav["pid"], nav["tid"]), nav["ts"]
+    return sum(e.get("tdur", 0) for e in events if e.get("name") == "RunTask" and (e["pid"], e["tid"]) == main
+               and start <= e["ts"] <= start + until_ms * 1000) / 1000
 
 
-def usable_ms(context, url: str, ours: bool) -> float:
-    """Milliseconds from navigating a fresh page to `url` until its Run is enabled (ours: and "Idle.")."""
+def usable_ms(context, url: str, ours: bool) -> tuple[float, float]:
+    """Milliseconds from navigating a fresh page to `url` until its Run is enabled (ours: and "Idle."), and
+    the main thread's CPU milliseconds until then."""
     page = context.new_page()
     try:
+        context.browser.start_tracing(page=page, categories=TRACED)
         page.add_init_script(f"({WATCH})({'true' if ours else 'false'})")
         page.goto(url, wait_until="commit")
         page.wait_for_function("() => window.usableAt !== undefined", timeout=120_000, polling=50)
-        return page.evaluate("() => window.usableAt")
+        usable = page.evaluate("() => window.usableAt")
+        return usable, main_thread_cpu_ms(json.loads(context.browser.stop_tracing())["traceEvents"], url, usable)
     finally:
         page.close()
 
@@ -102,8 +95,9 @@ def measure(context, app: str, bare: str, rounds: int, loader=None, requests: in
             if loader is not None:
                 keep_running(loader, requests)
             times.append(usable_ms(context, url, is_ours))
-    o, b = statistics.median(ours), statistics.median(floor)
-    return {"app_ms": round(o), "bare_ms": round(b), "ratio": round(o / b, 2)}
+    (o, o_cpu), (b, b_cpu) = ([statistics.median(t) for t in zip(*times)] for times in (ours, floor))
+    return {"app_ms": round(o), "bare_ms": round(b), "ratio": round(o / b, 2),
+            "app_cpu_ms": round(o_cpu), "bare_cpu_ms": round(b_cpu), "cpu_ratio": round(o_cpu / b_cpu, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,22 +109,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import gradio as gr
+
+    with gr.Blocks() as bare:  # a bare Gradio app with one button, served from here: the floor for a page's first use
+        gr.Button("Run", elem_id="run")
     with tempfile.TemporaryDirectory() as tmp:
         server = launch(["--model", args.model] if args.model else [], Path(tmp) / "app.log", timeout=300)
-        port = free_port()
-        bare = bare_app(port)
+        bare.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM,
                                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
                 context = browser.new_context(viewport={"width": 1366, "height": 768})
-                bare_url = f"http://127.0.0.1:{port}"
+                bare_url = bare.local_url.rstrip("/")
                 idle = measure(context, server.url, bare_url, args.rounds)
                 loader = loading_tab(context, server.url, args.requests)
                 loaded = measure(context, server.url, bare_url, args.rounds, loader, args.requests)
                 browser.close()
         finally:
-            bare.terminate()
+            with contextlib.redirect_stdout(sys.stderr):  # Gradio says it closed; stdout is the row's
+                bare.close()
             server.stop()
     row = {**{f"idle_{k}": v for k, v in idle.items()}, **{f"loaded_{k}": v for k, v in loaded.items()},
            "rounds": args.rounds, "other_tab_requests": args.requests}
