@@ -68,8 +68,8 @@ class LoadingBackend:
             make_request(prompts, raw, self.defaults, self.limits, self.max_num_seqs, None)
         return self._real_one().request(prompts, raw)
 
-    def start(self, request: RunRequest, stream: bool = True) -> Run:
-        return self._real_one().start(request, stream)
+    def start(self, call: RunRequest, stream: bool = True) -> Run:
+        return self._real_one().start(call, stream)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         if self._real is None:
