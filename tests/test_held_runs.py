@@ -41,7 +41,7 @@ def test_many_sessions_stay_under_the_cap_and_the_least_recently_used_idle_runs_
         if session == "tab 6":
             assert kept() == ["tab 3", "tab 5", "tab 6"]  # tab 4 went: held after tab 3, viewed before it
     assert kept() == ["tab 7", "tab 8", "tab 9"]
-    assert held.slots() == 3 and held.evicted == 7
+    assert len(held) == 3 and held.evicted == 7
     assert all(tabs[s].evicted == EVICTED for s in done if s not in kept())
     assert EVICTED.count(".") == 1 and EVICTED.endswith(".")  # one sentence, said at the tab's next view
 
@@ -53,9 +53,9 @@ def test_a_live_run_is_never_evicted_and_the_one_being_held_stays():
     live.live = True
     held.hold("live", live)
     held.hold("new", tab_with_a_run(viewed=50))
-    assert live.recording is not None and held.slots() == 2  # over the cap, but nothing idle to evict
+    assert live.recording is not None and len(held) == 2  # over the cap, but nothing idle to evict
     held.hold("newer", tab_with_a_run(viewed=60))
-    assert held.slots() == 2 and live.recording is not None  # "new" went: idle, and not the one held now
+    assert len(held) == 2 and live.recording is not None  # "new" went: idle, and not the one held now
 
 
 def test_a_closed_tab_frees_its_share_at_once():
@@ -73,7 +73,7 @@ def test_a_recorded_api_call_that_cannot_fit_beside_live_runs_is_refused_and_one
     held.hold("idle tab", tab_with_a_run(viewed=0))
     assert held.admit("call 1", most) and held.admit("call 2", most)
     assert held.admit("call 3", most)  # the idle tab's run made room
-    assert held.slots() == 3 and not held.admit("call 4", most)  # three live calls fill the cap
+    assert len(held) == 3 and not held.admit("call 4", most)  # three live calls fill the cap
     held.release("call 1")
     assert held.admit("call 4", most)
 
@@ -104,7 +104,7 @@ def test_holding_runs_of_many_sessions_costs_little(sessions):
     started = time.perf_counter()
     for i, tab in enumerate(tabs):
         held.hold(f"tab {i}", tab)
-    assert held.slots() == 10 and time.perf_counter() - started < 2.0
+    assert len(held) == 10 and time.perf_counter() - started < 2.0
 
 
 def test_a_finished_run_stays_unevictable_until_its_stream_has_sent_its_last_frame(tmp_path, tiny_model):

@@ -80,13 +80,11 @@ def test_a_download_and_upload_round_trip_gives_identical_frames(recorded):
     assert copy.header == recording.header and copy.steps == recording.steps
     assert list(copy.events()) == list(recording.events())
     for step in range(recording.steps + 1):
-        cards, entropy, tiles = playback.view(recording, step)
-        again = playback.view(copy, step)
-        assert (cards, entropy.plot, tiles.plot) == (again[0], again[1].plot, again[2].plot), step
+        assert same_view(playback.view(recording, step), playback.view(copy, step)), step
 
 
-def same_view(a: tuple, b: tuple) -> bool:
-    return (a[0], a[1].plot, a[2].plot) == (b[0], b[1].plot, b[2].plot)
+def same_view(a: dict, b: dict) -> bool:
+    return (a["cards"], a["entropy"].plot, a["tiles"].plot) == (b["cards"], b["entropy"].plot, b["tiles"].plot)
 
 
 def test_a_kept_board_gives_the_views_of_a_fresh_fold_in_any_order_of_steps(recorded):
@@ -110,8 +108,8 @@ def test_a_kept_board_following_a_live_recording_folds_what_arrived_since(record
 
 def test_the_views_at_a_step_mark_it_on_both_charts(recorded):
     recording = recorded[0]
-    _, entropy, tiles = playback.view(recording, 2)
-    entropy, tiles = json.loads(entropy.plot), json.loads(tiles.plot)
+    shown = playback.view(recording, 2)
+    entropy, tiles = json.loads(shown["entropy"].plot), json.loads(shown["tiles"].plot)
     assert tiles["layout"]["shapes"][-1]["x0"] == 2 and tiles["layout"]["annotations"][-1]["text"] == "call 2"
     assert tiles["layout"]["xaxis"]["range"] == [1, recording.steps]  # the axis spans the whole run
     assert entropy["layout"]["annotations"][-1]["text"] == "step 2"

@@ -21,7 +21,7 @@ def test_a_named_row_gets_its_prompt_seed_and_first_canvas_text_from_the_tabs_ru
     assert views
     for view in views:
         assert refine_request({"request": view.index}, recording, Seeker()) == (
-            view.prompt, view.seed, refine_start(view, length))
+            view.prompt, {"seed": view.seed, "start": refine_start(view, length)})
 
 
 def test_a_view_whose_run_the_memory_cap_took_says_so(recorded):  # noqa: F811

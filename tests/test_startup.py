@@ -160,20 +160,21 @@ def test_the_first_tick_writes_no_field_and_sends_the_models_values_for_the_brow
 
     backend = EngineBackend(tiny_model, EngineConfig(max_num_seqs=2), Limits(), None)
     try:
-        settings = len(PANEL_SETTINGS)  # the panel's, from the one table, then the lesson's budget and the prompts
-        ids = [f"field-{i}" for i in range(settings + 2)]
-        built = [64, *[None] * (settings - 1), "256MiB", "example prompt"]
+        # the panel's settings, from the one table, then the lesson's budget and the prompts
+        names = [*(s.name for s in PANEL_SETTINGS), "lesson_budget", "prompts"]
+        ids = {name: f"field-{i}" for i, name in enumerate(names)}
+        built = {**dict.fromkeys(names), "max_new_tokens": 64, "lesson_budget": "256MiB", "prompts": "example prompt"}
         tick = _loading_tick(backend, False, ids, built)
         status, run, fill, timer = tick["status"], tick["run"], tick["fill"], tick["timer"]
         assert status == "Idle." and run.interactive is True and timer.active is False
-        assert fill["ids"] == ids and fill["built"] == built
-        shown = dict(zip((s.name for s in PANEL_SETTINGS), fill["values"]))
+        assert fill["ids"] == ids and fill["built"] == built and list(fill["values"]) == names
+        shown = fill["values"]
         assert shown["max_new_tokens"] == backend.defaults.max_new_tokens and shown["tiling"] == "auto"
         assert shown["confidence_threshold"] == backend.defaults.params.confidence_threshold
         assert shown["sampler"] == backend.defaults.options.sampler and shown["memory_budget"] == ""
-        assert fill["values"][settings] == backend.info()["lesson_budget"]
+        assert shown["lesson_budget"] == backend.info()["lesson_budget"]
         sets = example_sets(model_info(backend.info(), backend.max_num_seqs)["examples"])
-        assert fill["values"][settings + 1] == sets[0][0]  # the model's first example prompts
+        assert shown["prompts"] == sets[0][0]  # the model's first example prompts
     finally:
         backend.close()
 

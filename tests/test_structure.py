@@ -411,10 +411,10 @@ def globals_calls(source: str) -> list[int]:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"]
 
 
-def long_tuple_returns(source: str) -> list[str]:
-    """`return a, b, c, d` (a tuple literal of more than MAX_RETURNED_VALUES), by function."""
+def long_tuple_returns(source: str, most: int = MAX_RETURNED_VALUES, kinds: tuple = (ast.Tuple,)) -> list[str]:
+    """`return a, b, c, d` (a literal of `kinds` of more than `most` values), by function."""
     return [f"{node.name}:{ret.lineno}" for node in _functions(parsed(source)) for ret in ast.walk(node)
-            if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and len(ret.value.elts) > MAX_RETURNED_VALUES]
+            if isinstance(ret, ast.Return) and isinstance(ret.value, kinds) and len(ret.value.elts) > most]
 
 
 def scheduler_name_comparisons(source: str) -> list[int]:
@@ -463,6 +463,57 @@ def test_no_sampling_or_engine_function_returns_more_than_three_values_by_positi
 def test_the_tuple_rule_catches_a_four_value_return_and_spares_a_nested_pair():
     bad = "def f():\n    return a, b, c, d\n\ndef g():\n    return (a, b, c, d), e\n"
     assert long_tuple_returns(bad) == ["f:2"]
+
+
+# ------------------------------------------------------------------ the views by name
+# Issue #56: a view's outputs travel keyed by component (or by name), never by position: a view that returned
+# (cards, entropy, tiles) made every caller count, and `built[-2]` meant the lesson's budget because the page
+# listed it second to last. A handler, a view or a lambda in dgemma/ui returns or yields at most a pair.
+VIEW_MOST_VALUES = 2
+# The sequences a view may index from their end: series in time, whose last is the latest (a run's calls, a
+# chart's requests); anything else counted from its end is a list laid out somewhere else.
+SERIES_IN_TIME = {"calls", "requests"}
+
+
+def positional_view_outputs(source: str) -> list[str]:
+    """A tuple or list literal of more than VIEW_MOST_VALUES returned or yielded (by a function or a lambda)."""
+    found = long_tuple_returns(source, VIEW_MOST_VALUES, (ast.Tuple, ast.List))
+    for node in ast.walk(parsed(source)):
+        value = node.body if isinstance(node, ast.Lambda) else node.value if isinstance(node, ast.Yield) else None
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) > VIEW_MOST_VALUES:
+            found.append(f"{type(node).__name__.lower()}:{node.lineno}")
+    return found
+
+
+def indexed_from_the_end(source: str) -> list[int]:
+    """The lines that index a name (or an attribute) by a constant counted from its end (`built[-2]`),
+    series in time aside."""
+    return [node.lineno for node in ast.walk(parsed(source))
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.UnaryOp) and isinstance(node.slice.op, ast.USub)
+            and isinstance(node.slice.operand, ast.Constant)
+            and getattr(node.value, "id", getattr(node.value, "attr", None)) not in SERIES_IN_TIME
+            and isinstance(node.value, (ast.Name, ast.Attribute))]
+
+
+def test_no_view_returns_more_than_a_pair_by_position():
+    found = _scan(positional_view_outputs, ("dgemma/ui",))
+    assert not found, f"views returning more than {VIEW_MOST_VALUES} values by position (key them by component): {found}"
+
+
+def test_the_view_output_rule_catches_a_triple_a_list_to_splat_and_a_lambdas_tuple():
+    bad = ("def view():\n    return cards, entropy, tiles\n\ndef wire():\n    return [show, [state], outputs]\n\n"
+           "def play():\n    yield a, b, c\n    yield tick, frame\n\nf = lambda: (a, b, c)\nok = lambda: (a, b)\n")
+    assert sorted(positional_view_outputs(bad)) == ["lambda:11", "view:2", "wire:5", "yield:8"]
+
+
+def test_no_view_indexes_a_list_from_its_end():
+    found = _scan(indexed_from_the_end, ("dgemma/ui",))
+    assert not found, f"lists indexed from their end in the views (name what is meant): {found}"
+
+
+def test_the_end_index_rule_catches_built_minus_two_and_spares_a_series_in_time():
+    bad = "a = built[-2]\nb = self.fields[-1]\nc = calls[-1]\nd = text.rsplit('/', 1)[-1]\ne = values[i - 1]\n"
+    assert indexed_from_the_end(bad) == [1, 2]
 
 
 def test_no_sampling_or_engine_code_branches_on_a_schedulers_name():

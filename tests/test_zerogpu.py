@@ -291,8 +291,8 @@ def test_duration_grows_with_the_work_and_is_capped(gpu_backend):
 
     small = gpu_backend._job(RunRequest(("a",), gpu_backend.defaults))
     big = gpu_backend._job(RunRequest(("a",) * 64, dataclasses.replace(gpu_backend.defaults, max_new_tokens=256)))
-    huge = dataclasses.replace(big, request=dataclasses.replace(big.request, settings=dataclasses.replace(
-        big.request.settings, params=dataclasses.replace(big.request.settings.params, max_denoising_steps=512))))
+    huge = dataclasses.replace(big, call=dataclasses.replace(big.call, settings=dataclasses.replace(
+        big.call.settings, params=dataclasses.replace(big.call.settings.params, max_denoising_steps=512))))
     assert gpu_worker.duration(small) < gpu_worker.duration(big) <= gpu_worker.MAX_DURATION_S
     assert gpu_worker.duration(huge) == gpu_worker.MAX_DURATION_S
 

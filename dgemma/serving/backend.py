@@ -52,7 +52,7 @@ class Backend(Protocol):
 
     def canvas_model(self) -> CanvasModel: ...  # what a first canvas reads of the model (still loading: ValueError)
 
-    def start(self, request: RunRequest, stream: bool = True) -> Run:
+    def start(self, call: RunRequest, stream: bool = True) -> Run:
         """Submit one call's prompts (seed S + i each); stream=False skips the per-step frames."""
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
@@ -154,12 +154,12 @@ class ModelBackend:
         tokens = [len(self.encode_prompt(p)) for p in prompts]
         return call_ledger(self.ledger_facts, tokens, params, max_new_tokens, options, default, self.config.memory_budget)
 
-    def check_budget(self, request: RunRequest, options: RunOptions) -> None:
+    def check_budget(self, call: RunRequest, options: RunOptions) -> None:
         """ValueError, one sentence, when the run's budget cannot hold it even one request a tile: nothing runs.
         No budget (the run's or the server's): nothing to check, so no prompt is tokenized twice for it."""
         if (options.memory_budget or self.config.memory_budget) is None:
             return
-        if problem := refusal(*self.ledger(request.prompts, request.settings.params, request.settings.max_new_tokens, options)):
+        if problem := refusal(*self.ledger(call.prompts, call.settings.params, call.settings.max_new_tokens, options)):
             raise ValueError(problem)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:

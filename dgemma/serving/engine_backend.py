@@ -32,16 +32,16 @@ class EngineRun:
 
     _keys = itertools.count(1)
 
-    def __init__(self, engine: Engine, request: RunRequest, options: RunOptions, stream: bool = True,
+    def __init__(self, engine: Engine, call: RunRequest, options: RunOptions, stream: bool = True,
                  notice: str = ""):
         self.engine = engine
         self.notice = notice  # one sentence the page shows as a warning (e.g. the engine was restarted)
         self.key = f"run-{next(self._keys)}"
-        self.size = len(request.prompts)
+        self.size = len(call.prompts)
         # Subscribe first: the "queued" events of the submits below must not be missed. Every frame
         # is kept (no coalescing): the reader drains the mailbox at each poll, and a recording wants them all.
         self.mailbox = engine.subscribe(self.key, coalesce=False)
-        engine.submit_run(request, options, self.key, stream)
+        engine.submit_run(call, options, self.key, stream)
         self._closed = False
 
     def poll(self, timeout: float) -> list[Event]:
@@ -70,9 +70,9 @@ class EngineBackend(ModelBackend):
             raise ValueError(sentence(str(err))) from None
         self.encode_text, self.encode_prompt = self.engine.tokenize_text, self.engine.tokenize  # under its lock
 
-    def start(self, request: RunRequest, stream: bool = True) -> EngineRun:
-        options = run_options(request.settings, self.config.memory_budget)
-        self.check_budget(request, options)  # a budget too small: one sentence, nothing queued
+    def start(self, call: RunRequest, stream: bool = True) -> EngineRun:
+        options = run_options(call.settings, self.config.memory_budget)
+        self.check_budget(call, options)  # a budget too small: one sentence, nothing queued
         engine = self.engine
         notice = ""
         if not engine.alive:
@@ -80,7 +80,7 @@ class EngineBackend(ModelBackend):
             notice = f"The engine had stopped ({engine.last_error or 'no reason given'}); it was restarted for this run."
             log.warning(notice)
             engine.start()
-        return EngineRun(engine, request, options, stream, notice)
+        return EngineRun(engine, call, options, stream, notice)
 
     def close(self) -> None:
         self.engine.shutdown(timeout=5)

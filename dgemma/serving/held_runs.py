@@ -1,5 +1,5 @@
 """What all tabs' recordings and kept boards hold in memory, under one cap: each holder (a tab's
-Playback, a side of its comparison, an API call's recording) is counted under its slot; past the cap
+Playback, a side of its comparison, an API call's recording) is counted under its key (`runs.keep_key`); past the cap
 the least recently used idle holder is evicted (told one sentence) and a live one never."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class HeldRuns:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.evicted = 0  # holders evicted so far
-        self._held: dict[str, tuple[Holder | None, int]] = {}  # slot -> (holder or a reservation, its bytes)
+        self._held: dict[str, tuple[Holder | None, int]] = {}  # key -> (holder or a reservation, its bytes)
         self._total = 0  # the sum of those bytes
         self._lock = threading.Lock()
 
@@ -39,52 +39,52 @@ class HeldRuns:
         with self._lock:
             return self._total
 
-    def slots(self) -> int:
+    def __len__(self) -> int:  # the keys held
         with self._lock:
             return len(self._held)
 
-    def hold(self, slot: str, holder: Holder) -> list[str]:
-        """Count what `holder` holds now for `slot`; evict the least recently used idle holders of
-        other slots while the total passes the cap. The slots evicted."""
+    def hold(self, key: str, holder: Holder) -> list[str]:
+        """Count what `holder` holds now under `key`; evict the least recently used idle holders of
+        other keys while the total passes the cap. The keys evicted."""
         holder.last_used = time.monotonic()  # held now: a run just made or loaded is in use
-        return self._hold(slot, holder, holder.held_bytes()) or []
+        return self._hold(key, holder, holder.held_bytes()) or []
 
-    def admit(self, slot: str, most: int) -> bool:
-        """Reserve `most` bytes for `slot` (an API call's recording, live until released), unless the total
+    def admit(self, key: str, most: int) -> bool:
+        """Reserve `most` bytes under `key` (an API call's recording, live until released), unless the total
         would still pass the cap with every idle holder evicted: then nothing is held or evicted, and False."""
-        return self._hold(slot, None, most, refuse=True) is not None
+        return self._hold(key, None, most, refuse=True) is not None
 
-    def _hold(self, slot: str, holder: Holder | None, size: int, refuse: bool = False) -> list[str] | None:
+    def _hold(self, key: str, holder: Holder | None, size: int, refuse: bool = False) -> list[str] | None:
         with self._lock:
-            if refuse and sum(n for s, (h, n) in self._held.items() if _live(h) and s != slot) + size > self.max_bytes:
+            if refuse and sum(n for k, (h, n) in self._held.items() if _live(h) and k != key) + size > self.max_bytes:
                 return None
-            self._total += size - self._held.get(slot, (None, 0))[1]
-            self._held[slot] = (holder, size)
-            victims = self._over_cap(slot) if self._total > self.max_bytes else []
+            self._total += size - self._held.get(key, (None, 0))[1]
+            self._held[key] = (holder, size)
+            victims = self._over_cap(key) if self._total > self.max_bytes else []
         for _, victim in victims:  # outside the lock: a holder's evict takes its own
             victim.evict(EVICTED)
-        return [s for s, _ in victims]
+        return [k for k, _ in victims]
 
-    def release(self, slot: str) -> int:
-        """Free what `slot` holds and forget it (its tab closed: Gradio keeps a closed tab's state
+    def release(self, key: str) -> int:
+        """Free what `key` holds and forget it (its tab closed: Gradio keeps a closed tab's state
         for an hour, so the holder drops its recording now); the bytes it held."""
         with self._lock:
-            holder, size = self._held.pop(slot, (None, 0))
+            holder, size = self._held.pop(key, (None, 0))
             self._total -= size
         if holder is not None:  # (a reservation has none: its call keeps its recording until it returns)
             holder.evict("")
         return size
 
     def _over_cap(self, keep: str) -> list[tuple[str, Holder]]:
-        idle = sorted((holder.last_used, slot) for slot, (holder, _) in self._held.items()
-                      if slot != keep and not _live(holder))
+        idle = sorted((holder.last_used, key) for key, (holder, _) in self._held.items()
+                      if key != keep and not _live(holder))
         victims = []
-        for _, slot in idle:
+        for _, key in idle:
             if self._total <= self.max_bytes:
                 break
-            holder, size = self._held.pop(slot)
+            holder, size = self._held.pop(key)
             self._total -= size
-            victims.append((slot, holder))
+            victims.append((key, holder))
         self.evicted += len(victims)
         return victims
 

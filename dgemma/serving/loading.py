@@ -71,8 +71,8 @@ class LoadingBackend:
     def canvas_model(self) -> CanvasModel:
         return self._real_one().canvas_model()
 
-    def start(self, request: RunRequest, stream: bool = True) -> Run:
-        return self._real_one().start(request, stream)
+    def start(self, call: RunRequest, stream: bool = True) -> Run:
+        return self._real_one().start(call, stream)
 
     def suggest_budget(self, requests: int, real_scale: bool) -> str:
         if self._real is None:

@@ -48,7 +48,7 @@ class RunFiles:
         self.max_bytes = max_bytes
         self.max_age_s = max_age_s
         self.removed_hooks: list[Callable[[str], None]] = []  # told of every file removed (Gradio's bookkeeping)
-        self._by_slot: dict[str, set[str]] = {}
+        self._by_key: dict[str, set[str]] = {}  # a kept run's key (`runs.keep_key`) -> its files
         self._reserved = 0  # bytes of uploads under way (counted before they are written)
         self._lock = threading.RLock()
         self._lock_file = None
@@ -73,13 +73,13 @@ class RunFiles:
             fcntl.flock(files._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return files
 
-    # ---------------------------------------------------------------- a slot's files
+    # ---------------------------------------------------------------- a kept run's files
 
-    def save(self, slot: str, write: Callable[[str], None]) -> str:
-        """A new file of `slot`, written by `write(path)`; the slot's earlier files go first
+    def save(self, key: str, write: Callable[[str], None]) -> str:
+        """A new file under `key`, written by `write(path)`; the key's earlier files go first
         (a tab keeps its last run), and the oldest of all after it while the total passes the cap.
         OSError if the file alone passes the cap (it is not kept)."""
-        self.release(slot)
+        self.release(key)
         folder = self.root / "runs"
         folder.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -91,16 +91,16 @@ class RunFiles:
             self.remove(path)
             raise
         with self._lock:
-            self._by_slot.setdefault(slot, set()).add(path)
+            self._by_key.setdefault(key, set()).add(path)
             self._fit(keep=path)
             if not os.path.exists(path):
                 raise OSError(f"the run's file passes the app's disk cap of {self.max_bytes / 2**20:.0f} MiB")
         return path
 
-    def release(self, slot: str) -> int:
-        """Remove every file of `slot` (its tab closed, or it saved a newer one); the bytes freed."""
+    def release(self, key: str) -> int:
+        """Remove every file under `key` (its tab closed, or it saved a newer one); the bytes freed."""
         with self._lock:
-            paths = self._by_slot.pop(slot, set())
+            paths = self._by_key.pop(key, set())
         return sum(self.remove(p) for p in paths)
 
     def remove(self, path: str) -> int:

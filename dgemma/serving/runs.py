@@ -1,7 +1,7 @@
 """A run's whole life, in one place: the tab's cap, the start, its owner, its recording and file, its
 pacing, its close (docs/architecture.md, "Serving"). A *tab* is one browser tab (Gradio's session
-hash; an API client's is its own); a *slot* is where a tab's kept run is held, on disk and under the
-memory cap (`slot_key`); the engine's subscriptions are the backend's own, never these."""
+hash; an API client's is its own); a *keep key* is where a tab's kept run is held, on disk and under the
+memory cap (`keep_key`); the engine's subscriptions are the backend's own, never these."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ NO_ROOM = ("The server's memory for recorded runs is full right now; try again i
            "'record'.")
 
 
-def slot_key(tab: str, slot: str = "") -> str:
-    """Where a tab's run is kept: the tab's own slot (its last run), or another (a side of its comparison)."""
-    return f"{tab}#{slot}" if slot else tab
+def keep_key(tab: str, kept_as: str = "") -> str:
+    """Where a tab's run is kept: under the tab itself (its last run), or `kept_as` (a side of its comparison)."""
+    return f"{tab}#{kept_as}" if kept_as else tab
 
 
 def tab_of(request: object) -> str:
@@ -144,7 +144,7 @@ class RunService:
         self.backend = backend
         self.keeping = keeping or Keeping.default()
         self._runs: dict[str, list[_Owned]] = {}  # tab -> its runs waiting or running
-        self._slots: dict[str, set[str]] = {}  # tab -> the keys its runs are kept under
+        self._keys: dict[str, set[str]] = {}  # tab -> the keys its runs are kept under
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ a tab's runs
@@ -189,7 +189,7 @@ class RunService:
     def _release(self, tab: str) -> None:
         """The tab's files go, and its runs leave memory."""
         with self._lock:
-            keys = self._slots.pop(tab, set()) | {tab}
+            keys = self._keys.pop(tab, set()) | {tab}
         for key in keys:
             self.keeping.files.release(key)
             self.keeping.held.release(key)
@@ -206,9 +206,9 @@ class RunService:
 
     # ------------------------------------------------------------------ the page's streams
 
-    def stream(self, request: object, call: RunRequest, keeper: Keeper | None = None, slot: str = "") -> Iterator[Tick]:
+    def stream(self, request: object, call: RunRequest, keeper: Keeper | None = None, kept_as: str = "") -> Iterator[Tick]:
         """One run for the page: `call` (made by `Backend.request`) started for the request's tab, recorded
-        into `keeper` (kept under `slot`; None: not kept) and streamed as ticks its visitor can take. A run
+        into `keeper` (kept as `kept_as`; None: not kept) and streamed as ticks its visitor can take. A run
         refused or failed ends with a tick whose `failure` says why; its requests end with the stream,
         whatever ends it."""
         tab = tab_of(request)
@@ -219,11 +219,11 @@ class RunService:
             return
         if getattr(run, "notice", ""):
             gr.Warning(run.notice)
-        key = slot_key(tab, slot)
+        key = keep_key(tab, kept_as)
         recording = keeper.start(run_header(self.backend.info(), call.settings, call.prompts)) if keeper is not None else None
         if keeper is not None:
             with self._lock:
-                self._slots.setdefault(tab, set()).add(key)
+                self._keys.setdefault(tab, set()).add(key)
         started = time.monotonic()
         progress = Progress(run.size, recording)
         pace = Pace(paces_by_acks(request))
@@ -317,7 +317,7 @@ class RunService:
         under the memory cap while the call runs). ValueError: one sentence."""
         call = self.backend.request(prompts, raw)
         settings, batch = call.settings, call.prompts  # checked: past here nothing parses
-        held_as = f"api {tab} {id(call)}"  # the recording's slot under the memory cap, while the call runs
+        held_as = f"api {tab} {id(call)}"  # the recording's key under the memory cap, while the call runs
         facts = self.backend.info()
         if record:
             most = recording_bound(len(batch), settings.max_new_tokens, settings.params.max_denoising_steps,

@@ -18,7 +18,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from dgemma.errors import first_line
@@ -53,7 +53,7 @@ START_S = 20.0
 class Job:
     """Everything one GPU call needs; pickled into the worker, so plain values only."""
 
-    request: RunRequest  # checked and resolved (make_request), first canvases included
+    call: RunRequest  # checked and resolved (make_request), first canvases included
     stream: bool = True  # per-step events (cards, the lesson's overview) or only the results
     canvas_length: int = 32  # the model's, for the duration estimate
     max_num_seqs: int = 32
@@ -70,9 +70,9 @@ class Snapshot:
 
 def duration(job: Job) -> int:
     """Seconds to ask ZeroGPU for: from the call's prompts and settings, capped at MAX_DURATION_S."""
-    settings = job.request.settings
+    settings = job.call.settings
     canvases = math.ceil(settings.max_new_tokens / max(1, job.canvas_length))
-    batches = math.ceil(len(job.request.prompts) / max(1, job.max_num_seqs))
+    batches = math.ceil(len(job.call.prompts) / max(1, job.max_num_seqs))
     steps = batches * canvases * settings.params.max_denoising_steps
     return int(min(MAX_DURATION_S, START_S + steps * STEP_S))
 
@@ -127,11 +127,11 @@ def _driver():
 
 def _generate(job: Job) -> Iterator[Snapshot]:
     """The call stepped to its end by the engine's one loop, its events sent back at most SNAPSHOT_HZ a second."""
-    pid, options = os.getpid(), run_options(job.request.settings, _config.memory_budget)  # checked in the main process
+    pid, options = os.getpid(), run_options(job.call.settings, _config.memory_budget)  # checked in the main process
     deadline = time.monotonic() + DEADLINE_FRACTION * duration(job)
     done = False
     try:
-        for events, done in _driver().run(job.request, options, job.stream, deadline, TIME_UP, 1.0 / SNAPSHOT_HZ):
+        for events, done in _driver().run(job.call, options, job.stream, deadline, TIME_UP, 1.0 / SNAPSHOT_HZ):
             yield Snapshot(pid, events, done=done)
     finally:  # closed early (Stop, a closed page): the driver left this warm worker's engine empty
         if not done:
@@ -163,10 +163,10 @@ class GpuRun:
     """One call's requests, streamed from one GPU call. Stop sets a flag; the thread reading the
     stream then closes the GPU generator, which ends the worker's loop at its next yield."""
 
-    def __init__(self, job: Job, call: Callable[[Job], Iterator[Snapshot]]):
-        self.size = len(job.request.prompts)
+    def __init__(self, job: Job):
+        self.size = len(job.call.prompts)
         self.pid: int | None = None  # the worker process that did the work (the API reports it)
-        self._stream = call(job)  # spaces schedules the GPU on the first next()
+        self._stream = run_on_gpu(job)  # spaces schedules the GPU on the first next()
         self._stop = threading.Event()
         self._open: set[int] = set()  # requests the worker has not ended
         self._ended = False
@@ -224,19 +224,17 @@ class GpuRun:
 class ZeroGpuBackend(ModelBackend):
     """The Backend of dgemma/serving/backend.py with all GPU work in the one `spaces.GPU` call."""
 
-    def __init__(self, loaded, config, limits, budget_text: str | None,
-                 call: Callable[[Job], Iterator[Snapshot]] = run_on_gpu):
+    def __init__(self, loaded, config, limits, budget_text: str | None):
         # The device is the CPU's, as the simulation's worker runs there too (tests/test_zerogpu.py).
         super().__init__(loaded, config, limits, budget_text, device="cpu")
-        self._call = call
         self._facts = {**self._facts, "device": "cuda (ZeroGPU)"}
 
-    def _job(self, request: RunRequest, stream: bool = True) -> Job:
-        return Job(request, stream, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs)
+    def _job(self, call: RunRequest, stream: bool = True) -> Job:
+        return Job(call, stream, canvas_length=self.loaded.canvas_length, max_num_seqs=self.max_num_seqs)
 
-    def start(self, request: RunRequest, stream: bool = True) -> GpuRun:
-        self.check_budget(request, run_options(request.settings, self.config.memory_budget))  # before a GPU is asked for
-        return GpuRun(self._job(request, stream), self._call)
+    def start(self, call: RunRequest, stream: bool = True) -> GpuRun:
+        self.check_budget(call, run_options(call.settings, self.config.memory_budget))  # before a GPU is asked for
+        return GpuRun(self._job(call, stream))
 
     def info(self) -> dict:
         workload = f"a ZeroGPU {workload_size} workload, " if workload_size else ""

@@ -9,7 +9,7 @@ shows what the page was built with."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import gradio as gr
 
@@ -30,12 +30,12 @@ MARK_TOUCHED_JS = """() => {
     for (let node = e.target; node; node = node.parentElement) if (node.id) window.dgemmaTouched.add(node.id);
   }, true);
 }"""
-# Runs after each tick, in the browser: the model's value where the field is untouched, else nothing (undefined).
+# Runs after each tick, in the browser: per field (`fill.ids`' names, in order), the model's value where untouched, else nothing (undefined).
 FILL_JS = """(fill, ...shown) => shown.map((value, i) => {
   if (!fill || !fill.values) return undefined;
-  const id = fill.ids[i], box = document.getElementById(id);  // none: a tab not shown yet
+  const name = Object.keys(fill.ids)[i], id = fill.ids[name], box = document.getElementById(id);  // none: a tab not shown yet
   const theirs = (window.dgemmaTouched || new Set()).has(id) || (box && box.contains(document.activeElement));
-  return !theirs && JSON.stringify(value) === JSON.stringify(fill.built[i]) ? fill.values[i] : undefined;
+  return !theirs && JSON.stringify(value) === JSON.stringify(fill.built[name]) ? fill.values[name] : undefined;
 })"""
 
 
@@ -65,19 +65,19 @@ def header_markdown(facts: dict, max_num_seqs: int) -> str:
             f"tokens into text. The sampler tiles its work so it fits in memory. <small>{line}</small>")
 
 
-def loading_tick(backend: Backend, replaying: bool = False, fields: Sequence = (), built: Sequence = ()) -> dict:
+def loading_tick(backend: Backend, replaying: bool, ids: Mapping[str, str], built: Mapping[str, object]) -> dict:
     """What changes, by name (`wire` keys it by component). While loading: the status line. At ready: the model's header, Run enabled, the values for the
     settings fields and the prompts box (`fill`: the browser writes the untouched ones), the example
     prompts, and the timer off (the status line says "Idle." unless a replay holds it).
 
-    `fields` are the DOM ids of the fields the fill is for, `built` the values the page was built with."""
+    By field name (the panel's settings, "lesson_budget", "prompts"): `ids` their DOM ids, `built` their values as built."""
     state = backend_state(backend)
     if not state.ready:  # still loading, or failed: only the status line changes
         return {"status": state.message, "timer": gr.Timer(active=not state.failed)}
     facts = backend.info()  # once: it counts the weights and sizes the lesson's budget
     sets = example_sets(example_prompts(facts))
-    values = [*model_defaults_of(backend), facts.get("lesson_budget", built[-2] if built else None), sets[0][0]]
-    fill = {"values": values, "ids": list(fields), "built": list(built)}
+    values = {**model_defaults_of(backend), "lesson_budget": facts.get("lesson_budget", built.get("lesson_budget")), "prompts": sets[0][0]}
+    fill = {"values": values, "ids": dict(ids), "built": dict(built)}
     shown = {"header": header_markdown(facts, backend.max_num_seqs), "run": gr.Button(interactive=True), "fill": fill,
              "examples": gr.Dataset(samples=sets), "timer": gr.Timer(active=False)}
     return shown if replaying else {**shown, "status": "Idle."}
@@ -91,11 +91,11 @@ def dom_id(component: gr.components.Component) -> str:
 
 
 def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, tab: GenerateTab,
-         fields: Sequence[gr.components.Component]) -> None:
-    """The timer and its fill: the Generate tab's status line, Run and example prompts; `fields` the
-    settings and the prompts box, filled at ready where untouched."""
-    built = [field.value for field in fields]
-    ids = [dom_id(field) for field in fields]
+         fields: Mapping[str, gr.components.Component]) -> None:
+    """The timer and its fill: the Generate tab's status line, Run and example prompts; `fields` (by name) the
+    settings, the lesson's budget and the prompts box, filled at ready where untouched."""
+    built = {name: field.value for name, field in fields.items()}
+    ids = {name: dom_id(field) for name, field in fields.items()}
     fill = gr.JSON(None, visible=False)
     timer = gr.Timer(0.5, active=not ready)
     demo.load(None, js=MARK_TOUCHED_JS)
@@ -103,11 +103,12 @@ def wire(demo: gr.Blocks, backend: Backend, ready: bool, header: gr.Markdown, ta
     timer.tick(lambda played: {outputs[k]: v for k, v in loading_tick(backend, played.recording is not None, ids, built).items()},
                [tab.player.state], list(outputs.values()), show_progress="hidden", api_visibility="private",
                concurrency_limit=None,
-               ).then(None, [fill, *fields], list(fields), js=FILL_JS, show_progress="hidden", api_visibility="private")
+               ).then(None, [fill, *fields.values()], [*fields.values()], js=FILL_JS, show_progress="hidden", api_visibility="private")
 
     def settle() -> None:  # the components take the ready tick's values; Gradio makes anew the config every page gets
-        tick = loading_tick(backend, built=built)
-        for component, value in ((header, tick["header"]), (tab.status, tick["status"]), *zip(fields, tick["fill"]["values"])):
+        tick = loading_tick(backend, False, ids, built)
+        shown = ((header, tick["header"]), (tab.status, tick["status"]), *((f, tick["fill"]["values"][n]) for n, f in fields.items()))
+        for component, value in shown:
             component.value = component.postprocess(value)
         tab.run.interactive, timer.active = True, False
         tab.examples.dataset.samples = tab.examples.dataset.raw_samples = tick["examples"].raw_samples  # text as shown

@@ -40,7 +40,7 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
         api.register(service, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.
-        fields = [*gen.panel.settings(), lesson_parts.budget, gen.panel["prompts"]]
+        fields = {**gen.panel.settings(), "lesson_budget": lesson_parts.budget, "prompts": gen.panel["prompts"]}
         loading_tick.wire(demo, backend, loading.ready, header, gen, fields)
 
         def closed(request: gr.Request) -> None:

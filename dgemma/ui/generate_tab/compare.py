@@ -119,7 +119,7 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
         summaries: list[dict] = [{}, {}]  # each side's, as its file's end line keeps it
         shown: dict = {compare.cards[0]: frame(boards[0]), compare.cards[1]: frame(boards[1])}
         for i, (side, call) in enumerate(zip(sides, calls)):
-            ticks = service.stream(request, call, side, slot=f"compare-{SIDES[i].lower()}")
+            ticks = service.stream(request, call, side, kept_as=f"compare-{SIDES[i].lower()}")
             with closing(board_view.frames(ticks, boards[i])) as frames:
                 for tick, cards in frames:
                     if cards is not None:

@@ -29,9 +29,9 @@ class Panel:
     def __getitem__(self, name: str) -> gr.components.Component:
         return self.fields[name]
 
-    def settings(self) -> list[gr.components.Component]:
-        """The panel's settings fields, which the model's defaults fill in once it has loaded."""
-        return [self.fields[s.name] for s in PANEL_SETTINGS]
+    def settings(self) -> dict[str, gr.components.Component]:
+        """The panel's settings fields by name, which the model's defaults fill in once it has loaded."""
+        return {s.name: self.fields[s.name] for s in PANEL_SETTINGS}
 
 
 def page_value(setting: Setting, settings: Settings) -> Any:
@@ -42,9 +42,9 @@ def page_value(setting: Setting, settings: Settings) -> Any:
     return str(value) if setting.widget == "choice" else value
 
 
-def model_defaults_of(backend: Backend) -> list[Any]:
-    """The loaded model's defaults, one per field of `Panel.settings`."""
-    return [page_value(s, backend.defaults) for s in PANEL_SETTINGS]
+def model_defaults_of(backend: Backend) -> dict[str, Any]:
+    """The loaded model's defaults, by the names of `Panel.settings`."""
+    return {s.name: page_value(s, backend.defaults) for s in PANEL_SETTINGS}
 
 
 def raw_value(value: Any) -> Any:

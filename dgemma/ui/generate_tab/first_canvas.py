@@ -85,8 +85,8 @@ def canvas_settings(start: str | None, pins: str | None, template: str | None) -
     return {"start": start or None, "pins": held or None}
 
 
-def refine_request(card: object, recording: Recording | None, kept: Seeker, gone: str = "") -> tuple[str, int, str]:
-    """A Refine event's card (its data: {"request": row}) as (prompt, seed, start text), read off the run of
+def refine_request(card: object, recording: Recording | None, kept: Seeker, gone: str = "") -> tuple[str, dict]:
+    """A Refine event's card (its data: {"request": row}) as (prompt, {seed, start text}), read off the run of
     the view it is in (`recording`, folded with its `kept` seeker): a finished request's first canvas never
     changes again, so the board at the run's last step has it. `gone`: why the view holds no run."""
     try:
@@ -100,7 +100,7 @@ def refine_request(card: object, recording: Recording | None, kept: Seeker, gone
         if view is None or not refinable(view):
             raise SettingsError(REFINE_NEEDS_A_CARD)
         length = int(recording.header.get("model", {}).get("canvas_length") or 0)
-        return view.prompt, int(view.seed), refine_start(view, length)
+        return view.prompt, {"seed": int(view.seed), "start": refine_start(view, length)}
 
 
 def refine_start(view: RequestView, canvas_length: int) -> str:

@@ -130,17 +130,17 @@ def build() -> Player:
     return Player(state, slider, back, play, pause, forward, pace, download, upload)
 
 
-def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bool = True) -> tuple:
-    """Cards and both charts at `step`: the fold of the events up to it (continued from `kept`'s
-    board where it can be), the step marked on the charts (left as they are when not `charts`)."""
+def view(recording: Recording, step: int, kept: Seeker | None = None, charts: bool = True) -> dict:
+    """By name, the cards and (when `charts`) both charts at `step`: the fold of the events up to it (continued
+    from `kept`'s board where it can be), the step marked on the charts."""
     with (kept or Seeker()).at(recording, step) as board:
         if not charts:
-            return frame(board), gr.skip(), gr.skip()
+            return {"cards": frame(board)}
         last = recording.steps
         taken = max((v.steps for v in board.requests.values()), default=0)
         entropy = mark_step(entropy_figure(board), taken, (0, max(1, last)), f"step {step}", now=True)
         tiles = mark_step(board_tile_figure(board), step, (1, max(2, last)), f"call {step}")
-        return frame(board), plot(entropy), plot(tiles)
+        return {"cards": frame(board), "entropy": plot(entropy), "tiles": plot(tiles)}
 
 
 def status(playback: Playback, recording: Recording, step: int, pace: float | None = None) -> str:
@@ -163,11 +163,10 @@ def live_slider(playback: Playback) -> gr.Slider:
     return gr.Slider(maximum=last, value=recording.steps) if playback.follow else gr.Slider(maximum=last)
 
 
-def wire(service: RunService, player: Player, views: list, status_line: gr.Markdown) -> None:
-    """Slider, buttons, the paced play stream and upload; `views` = [cards, entropy plot, tile plot]."""
-    p = player
-    outputs = [*views, status_line, p.slider]
-    cards, entropy, tiles = views
+def wire(service: RunService, player: Player, views: dict[str, gr.components.Component], status_line: gr.Markdown) -> None:
+    """Slider, buttons, the paced play stream and upload; `views`: the component of each of `view`'s names."""
+    p, cards = player, views["cards"]
+    outputs = [*views.values(), status_line, p.slider]
 
     def show(playback: Playback, step: float, playing: bool = False, pace: float = DEFAULT_PACE_S, charts: bool = True) -> dict:
         recording = playback.recording  # once: the memory cap may evict it meanwhile
@@ -177,7 +176,7 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
         playback.last_used = time.monotonic()
         step = max(0, min(int(step or 0), recording.steps))
         line = status(playback, recording, step, pace if playing else None)
-        shown = dict(zip(views, view(recording, step, playback.kept, charts)))
+        shown = {views[name]: value for name, value in view(recording, step, playback.kept, charts).items()}
         return {**shown, status_line: line, p.slider: gr.Slider(maximum=max(1, recording.steps), value=step)}
 
     def take(playback: Playback, step: float) -> dict:
@@ -224,9 +223,10 @@ def wire(service: RunService, player: Player, views: list, status_line: gr.Markd
             yield {**shown_now, cards: pace.stamp(shown_now[cards])}
             # The charts follow the frame, which they would hold up, a message each: short tasks on the page.
             if clock.charts_due(CHART_PERIOD_S, at_end) and (recording := playback.recording) is not None:
-                for chart, spec in zip((entropy, tiles), view(recording, nxt, playback.kept)[1:]):
+                charts = view(recording, nxt, playback.kept)
+                for name in ("entropy", "tiles"):
                     time.sleep(CHART_GAP_S)
-                    yield {chart: spec}
+                    yield {views[name]: charts[name]}
             if at_end:
                 return
         yield gr.skip()  # stopped: an ended stream's last values are sent again, and "playing…" must not come back

@@ -93,8 +93,8 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
 def wire(service: RunService, tab: GenerateTab, side_by_side: compare.Compare, embedded: bool) -> None:
     """Run, each view's Refine (`side_by_side`'s too: the Compare tab's) and Stop; playback of the last (or a
     loaded) run in the same views; Compare. The handlers take the panel by name."""
-    views = [tab.cards, tab.entropy_plot, tab.tile_plot]
-    streamed = dict(outputs=[*views, tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel.fields,
+    views = {"cards": tab.cards, "entropy": tab.entropy_plot, "tiles": tab.tile_plot}  # by playback.view's names
+    streamed = dict(outputs=[*views.values(), tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel.fields,
                     concurrency_limit=None, show_progress="minimal")  # tabs share the engine; the engine batches
     tab.run.click(run_handler(service, embedded, tab), inputs=[tab.player.state], api_name="generate_stream",
                   api_visibility="undocumented", **streamed)
@@ -140,10 +140,10 @@ def refine_handler(service: RunService, embedded: bool, tab: GenerateTab, side: 
                       request: gr.Request, **values: Any) -> Iterator:
         source = played if side is None else sides[side]  # the run of the view the card is in
         try:
-            prompt, seed, start = refine_request(getattr(event, "_data", None), source.recording, source.kept,
+            prompt, changes = refine_request(getattr(event, "_data", None), source.recording, source.kept,
                                                  source.evicted)
             batch, raw = read_panel({**values, "prompts": prompt, "concurrent": 1})
-            call = service.backend.request(batch, {**raw, "seed": seed, "start": start})
+            call = service.backend.request(batch, {**raw, **changes})
         except ValueError as err:
             yield failed(tab, str(err))
             return

@@ -91,9 +91,9 @@ def build() -> Stepper:
     return Stepper(state, run, slider, back, play, pause, forward, view, memory)
 
 
-def wire(stepper: Stepper, chart: gr.Plot) -> list:
-    """The handlers; returns the handler that shows the first call after a lesson ran (for `.then`). Play
-    is one stream, as the Generate tab's; a hand on the controls ends it."""
+def wire(stepper: Stepper, chart: gr.Plot, ran: gr.events.Dependency) -> None:
+    """The handlers, and the first call shown after a lesson `ran`. Play is one stream, as the Generate
+    tab's; a hand on the controls ends it."""
     s = stepper
 
     def show(runs: dict[str, LessonOutcome], name: str, k: float) -> dict:
@@ -124,4 +124,4 @@ def wire(stepper: Stepper, chart: gr.Plot) -> list:
     s.back.click(lambda runs, name, k: show(runs, name, (k or 1) - 1), inputs, outputs, **stops)
     s.forward.click(lambda runs, name, k: show(runs, name, (k or 1) + 1), inputs, outputs, **stops)
     s.pause.click(None, None, None, **stops)
-    return [lambda r: show(r, "untiled", 1), [s.state], outputs]
+    ran.then(lambda r: show(r, "untiled", 1), [s.state], outputs, show_progress="hidden", api_visibility="private")

@@ -159,12 +159,12 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
     backend = service.backend
     runs = runs if runs is not None else {}
     runs.clear()
-    cards = [render_outcome(None, UNTILED), render_outcome(None, TILED), render_outcome(None, CHUNKED), ""]
-    chart, shown_budget, stage = None, None, 0
+    titles = {"untiled": UNTILED, "tiled": TILED, "chunked": CHUNKED}  # each run's card, by LessonParts' names
+    cards = {**{name: render_outcome(None, title) for name, title in titles.items()}, "verdict": ""}
+    chart, shown_budget, stage = None, None, "untiled"
 
     def outputs() -> dict:  # by LessonParts' names: the cards, and the chart and the budget once they change
-        shown = dict(zip(("untiled", "tiled", "chunked", "verdict"), cards))
-        return {**shown, **{name: v for name, v in (("chart", chart), ("budget", shown_budget)) if v is not None}}
+        return {**cards, **{name: v for name, v in (("chart", chart), ("budget", shown_budget)) if v is not None}}
 
     def watched(title: str | None, budget: str | None, tiling: str, impl: str = "reference"):
         return (yield from watch(service, request, lesson_call(backend, n, steps, scheduler, budget, tiling, impl, real),
@@ -174,14 +174,14 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         ran = budget_for_scale(backend, int(n), budget, real)
         shown_budget = ran if ran != budget else None
         untiled_call = lesson_call(backend, n, steps, scheduler, ran, real=real)  # a mistake: on the first card
-        cards[0] = PENDING
+        cards["untiled"] = PENDING
         yield outputs()
         untiled = runs["untiled"] = yield from watch(service, request, untiled_call, UNTILED)
-        cards[0], cards[1], stage = render_outcome(untiled, UNTILED), PENDING, 1
+        cards["untiled"], cards["tiled"], stage = render_outcome(untiled, UNTILED), PENDING, "tiled"
         yield outputs()
         tiled = runs["tiled"] = yield from watched(TILED, ran, "auto")
-        cards[1], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), 2
-        cards[2] = PENDING if real else render_chunked(None)
+        cards["tiled"], chart, stage = render_outcome(tiled, TILED), plot(tile_figure(tiled.plans)), "chunked"
+        cards["chunked"] = PENDING if real else render_chunked(None)
         yield outputs()
         # The third way: the vocab-chunked step needs a fraction of one copy per request, so the
         # whole batch fits in one tile under the same budget -- at a real vocabulary. At the small
@@ -189,16 +189,13 @@ def run_lesson(service: RunService, request: object, n: float, budget: str, real
         chunked = (yield from watched(CHUNKED, ran, "off", "chunked")) if real else None
         if chunked is not None:
             runs["chunked"] = chunked
-        cards[2], cards[3], stage = render_chunked(chunked), COMPARING, 3
+        cards["chunked"], cards["verdict"], stage = render_chunked(chunked), COMPARING, "verdict"
         yield outputs()
         reference = untiled if untiled.ok else (yield from watched(None, None, "off"))
-        cards[3] = render_verdict(tiled, reference, chunked)
+        cards["verdict"] = render_verdict(tiled, reference, chunked)
     except (ValueError, TypeError, gr.Error) as err:  # bad input, a run refused, or the GPU call failed
         sentence = err.message if isinstance(err, gr.Error) else str(err)  # a budget too small names the one to type
-        if stage < 3:
-            cards[stage] = render_failure((UNTILED, TILED, CHUNKED)[stage], sentence)
-        else:
-            cards[3] = render_not_compared(sentence)
+        cards[stage] = render_failure(titles[stage], sentence) if stage in titles else render_not_compared(sentence)
     yield outputs()
 
 
@@ -215,11 +212,11 @@ def wire(service: RunService, parts: LessonParts) -> None:
         for update in run_lesson(service, request, n, budget, real, steps, runs, scheduler):  # by name: the parts
             yield {getattr(parts, name): value for name, value in update.items()} or gr.skip()
 
-    parts.run.click(
+    ran = parts.run.click(
         run,
         [parts.requests, parts.budget, parts.real_scale, parts.steps, parts.scheduler, parts.stepper.state],
         [parts.untiled, parts.tiled, parts.chunked, parts.verdict, parts.chart, parts.budget, parts.board_title,
          parts.board],
         api_name="lesson", api_visibility="undocumented",
-        concurrency_limit=1,  # the lesson allocates on purpose: one at a time, whoever asks
-    ).then(*lesson_steps.wire(parts.stepper, parts.chart), show_progress="hidden", api_visibility="private")
+        concurrency_limit=1)  # the lesson allocates on purpose: one at a time, whoever asks
+    lesson_steps.wire(parts.stepper, parts.chart, ran)
