@@ -30,12 +30,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     # Every character (spaces included) is its own token.
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    core.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, BOS_ID)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK, padding_side="left"
-    )
+    core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, BOS_ID)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
+                                   padding_side="left")
 
 
 def save_tokenizer(directory: str | Path) -> PreTrainedTokenizerFast:

@@ -144,10 +144,8 @@ def load_config(source: str, is_local: bool):
     try:
         return AutoConfig.from_pretrained(source, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - network/hub errors come in many types; all mean the same to a user
-        raise ModelLoadError(
-            hub_error_sentence(source, err)
-            or f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {first_line(err, 300)}"
-        ) from None
+        raise ModelLoadError(hub_error_sentence(source, err) or f"cannot fetch {source} from the Hugging Face hub "
+                             f"(no network, or no such model): {first_line(err, 300)}") from None
 
 
 def hub_error_sentence(source: str, err: BaseException) -> str | None:
@@ -254,15 +252,9 @@ def placement(device: torch.device, config, memory_budget: int | None) -> tuple[
     return {"device_map": {"": index}}, free_device_bytes(torch.device("cuda", index), memory_budget)
 
 
-def load_model(
-    name: str | None = None,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | str | None = None,
-    memory_budget: int | None = None,
-    progress: DownloadProgress | None = None,
-    load_format: str = "auto",
-    experts: str = "auto",
-) -> LoadedModel:
+def load_model(name: str | None = None, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
+               memory_budget: int | None = None, progress: DownloadProgress | None = None, load_format: str = "auto",
+               experts: str = "auto") -> LoadedModel:
     """Load a DiffusionGemma checkpoint for serving; raise ModelLoadError with one sentence on failure.
 
     A hub id's files are fetched first (`download_checkpoint`), `progress` following the bytes.
@@ -294,10 +286,8 @@ def load_model(
     weight_bytes = estimate_weight_bytes(config, dtype)
     where, room = placement(device, config, memory_budget)
     if weight_bytes > room:
-        raise ModelLoadError(
-            f"{source} needs {format_bytes(weight_bytes)} for its weights but only {format_bytes(room)} "
-            f"is free on {device.type}{' under the memory budget' if memory_budget else ''}"
-        )
+        raise ModelLoadError(f"{source} needs {format_bytes(weight_bytes)} for its weights but only {format_bytes(room)} "
+                             f"is free on {device.type}{' under the memory budget' if memory_budget else ''}")
 
     kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=True, **where)
     try:
@@ -318,20 +308,11 @@ def load_model(
     eos = text.eos_token_id if text.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
     return LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        name=str(name or DEFAULT_MODEL),
-        device=next(model.parameters()).device,
-        dtype=dtype,
-        canvas_length=int(config.canvas_length),
-        vocab_size=int(text.vocab_size),
-        hidden_size=int(text.hidden_size),
-        max_positions=int(text.max_position_embeddings),
-        eos_token_ids=eos_ids,
-        weight_bytes=weight_bytes,
-        load_format=load_format,
-        experts=experts,
-    )
+        model=model, tokenizer=tokenizer, name=str(name or DEFAULT_MODEL), device=next(model.parameters()).device,
+        dtype=dtype, canvas_length=int(config.canvas_length), vocab_size=int(text.vocab_size),
+        hidden_size=int(text.hidden_size), max_positions=int(text.max_position_embeddings), eos_token_ids=eos_ids,
+        weight_bytes=weight_bytes, load_format=load_format, experts=experts,
+    )  # fmt: skip
 
 
 def dummy_device(device: torch.device, where: dict) -> torch.device:
@@ -347,9 +328,7 @@ def dummy_device(device: torch.device, where: dict) -> torch.device:
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
     """Token ids for a user prompt: through the chat template when the tokenizer has one."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True
-        )
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions return a BatchEncoding
             ids = ids["input_ids"]
         return [int(i) for i in ids]
