@@ -237,9 +237,9 @@ def resolve_model(name: str | None) -> ModelSpec:
 
 
 def gpu_arg(text: str) -> Gpu:
-    for gpu in GPUS:
-        if text.lower() == gpu.key:
-            return gpu
+    gpu = next((gpu for gpu in GPUS if text.lower() == gpu.key), None)
+    if gpu is not None:
+        return gpu
     raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: choose from {', '.join(g.key for g in GPUS)}")
 
 

@@ -328,8 +328,7 @@ def dummy_device(device: torch.device, where: dict) -> torch.device:
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
     """Token ids for a user prompt: through the chat template when the tokenizer has one."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True,
+                                            return_dict=True)["input_ids"]
         return [int(i) for i in ids]
     return [int(i) for i in tokenizer(prompt, add_special_tokens=True)["input_ids"]]
