@@ -186,22 +186,13 @@ class _Config:
     def row(self) -> dict:
         case, plan = self.case, self.plan
         return {
-            "scheduler": case.scheduler,
-            "impl": self.impl,
-            "mode": self.mode,
-            "num_decode": case.num_decode,
-            "canvas_length": case.canvas_length,
-            "vocab": case.vocab,
-            "group": plan.group,
-            "tiles": len(plan.tiles),
-            "_tiles": plan.tiles,
-            "peak_transient_bytes": plan.peak_transient_bytes,
+            "scheduler": case.scheduler, "impl": self.impl, "mode": self.mode, "num_decode": case.num_decode,
+            "canvas_length": case.canvas_length, "vocab": case.vocab, "group": plan.group, "tiles": len(plan.tiles),
+            "_tiles": plan.tiles, "peak_transient_bytes": plan.peak_transient_bytes,
             # docs/design.md: copies per request = peak / (requests in the tile x CL x vocab x 4)
             "copies_per_request": round(plan.peak_transient_bytes / (max(plan.tiles) * case.canvas_length * case.vocab * 4), 3),
-            "seconds": None if case.meta else statistics.median(self.times),
-            "identical_to_untiled": None,
-            "_state": self.state,
-        }
+            "seconds": None if case.meta else statistics.median(self.times), "identical_to_untiled": None, "_state": self.state,
+        }  # fmt: skip
 
 
 def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, float | None]:

@@ -96,20 +96,15 @@ class LoadedModel:
     def facts(self) -> dict:
         """What the page header and the `/info` endpoint say about the model (JSON-ready)."""
         return {
-            "model": public_name(self.name),
-            "embedded": is_embedded(self.name),
+            "model": public_name(self.name), "embedded": is_embedded(self.name),
             "parameters": sum(p.numel() for p in self.model.parameters()),  # parameters() yields a tied weight once
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "device": str(self.device),
-            "vocab_size": self.vocab_size,
-            "canvas_length": self.canvas_length,
-            "hidden_size": self.hidden_size,
+            "dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device), "vocab_size": self.vocab_size,
+            "canvas_length": self.canvas_length, "hidden_size": self.hidden_size,
             "softcap": getattr(self.model, "final_logit_softcapping", None),
             "chat_template": bool(getattr(self.tokenizer, "chat_template", None)),
-            "weights": "random" if self.random_weights else "checkpoint",
-            "experts": self.experts,
+            "weights": "random" if self.random_weights else "checkpoint", "experts": self.experts,
             **({"note": RANDOM_WEIGHTS_NOTE} if self.random_weights else {}),
-        }
+        }  # fmt: skip
 
 
 RANDOM_WEIGHTS_NOTE = "random weights (--load-format dummy): the text is noise, not this model's"
@@ -201,8 +196,7 @@ def free_device_bytes(device: torch.device, memory_budget: int | None = None) ->
     if memory_budget is not None:
         return int(memory_budget)
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        return int(torch.cuda.mem_get_info(device)[0])
     import psutil
 
     return int(psutil.virtual_memory().available)
