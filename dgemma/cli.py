@@ -18,20 +18,15 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def whole_number(text: str, minimum: int, too_small: str) -> int:
-    """An int of at least `minimum`; else argparse's one-line error, `too_small` naming the floor."""
+def positive_int(text: str) -> int:
+    """argparse type for counts (requests, tokens, ports): a whole number of at least 1, else argparse's one-line error."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{too_small}, got {value}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
     return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type for counts (requests, tokens, ports): a whole number of at least 1."""
-    return whole_number(text, 1, "expected a number of at least 1")
 
 
 def size_arg(text: str) -> int:

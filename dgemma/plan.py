@@ -237,9 +237,9 @@ def resolve_model(name: str | None) -> ModelSpec:
 
 
 def gpu_arg(text: str) -> Gpu:
-    for gpu in GPUS:
-        if text.lower() == gpu.key:
-            return gpu
+    gpu = next((gpu for gpu in GPUS if text.lower() == gpu.key), None)
+    if gpu is not None:
+        return gpu
     raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: choose from {', '.join(g.key for g in GPUS)}")
 
 
@@ -273,17 +273,13 @@ def _share(part: int, free: int) -> str:
     return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
 
 
-def _article(gpu: str) -> str:
-    return "an" if gpu[:1] in "AEFHILMNORSX" else "a"
-
-
 def plan_sentence(rows: Sequence[dict], model: str) -> str:
     """One sentence that reads the chart for one GPU's rows (requests ascending)."""
     if not rows:
         return "No rows to read."
     first, last = rows[0], rows[-1]
     gpu = first["gpu"]
-    on = f"On {_article(gpu)} {gpu}"
+    on = f"On {'an' if gpu[:1] in 'AEFHILMNORSX' else 'a'} {gpu}"
     if not first["fits_weights"]:
         return (f"{on} {model} does not fit in bf16: its weights take {format_bytes(first['weights_bytes'])} of "
                 f"{format_bytes(first['gpu_bytes'])} (with a {format_bytes(first['reserve_bytes'])} reserve), so no "

@@ -85,10 +85,10 @@ def test_scheduler_rows_come_in_the_same_run_each_with_its_floor_and_identical_w
     "args, fragment",
     [
         (["sampler", "--budget", "8 gigs"], "malformed size '8 gigs'"),
-        (["sampler", "--canvas-length", "0"], "--canvas-length must be >= 1"),
+        (["sampler", "--canvas-length", "0"], "argument --canvas-length: expected a number of at least 1, got 0"),
         (["sampler", "--device", "tpu"], "unknown device 'tpu'"),
-        (["sampler", "--num-decode", "0"], "--num-decode values must be >= 1"),
-        (["sampler", "--impl", "magic"], "unknown --impl 'magic'"),
+        (["sampler", "--num-decode", "0"], "argument --num-decode: expected a number of at least 1, got 0"),
+        (["sampler", "--impl", "magic"], "argument --impl: invalid choice: 'magic'"),
         (["sampler", "--baseline", "vllm"], "invalid choice: 'vllm'"),
         (["teleport"], "choose a benchmark"),
     ],

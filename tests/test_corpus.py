@@ -6,7 +6,7 @@ import random
 from transformers import AutoTokenizer
 
 from dgemma.embedded import corpus
-from dgemma.embedded.tokenizer import BOS_ID, EOS_ID, PAD_ID, save_tokenizer
+from dgemma.embedded.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
 
 
 def take(seed: int, n: int) -> list[corpus.Example]:
@@ -62,7 +62,7 @@ def test_checkable_answers_are_right():
 
 
 def test_saved_tokenizer_loads_with_specials_and_round_trips_every_example(tmp_path):
-    save_tokenizer(tmp_path)
+    build_tokenizer().save_pretrained(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id) == (PAD_ID, EOS_ID, BOS_ID)
     for ex in take(2, 500):

@@ -48,6 +48,14 @@ def timed(call: Callable[..., T], *args) -> tuple[T, float]:
     return value, time.perf_counter() - started
 
 
+def sync(device) -> None:
+    """Wait for `device`'s queued work (a CUDA device's; a CPU's is done when its call returns), so a clock reads it."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 def print_row(row: dict, as_json: bool, width: int = 32, end: str = "") -> None:
     """A bench's result: one JSON line, or a `name: value` line each (names right-aligned to `width`, then `end`)."""
     print(json.dumps(row) if as_json else "\n".join(f"{k:>{width}}: {v}" for k, v in row.items()) + end)

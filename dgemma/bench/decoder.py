@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from dgemma.bench import timed
+from dgemma.bench import sync, timed
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.reproducible import mkl_strict_mode_holds
 
@@ -83,11 +83,6 @@ def use_mode(model, mode: str) -> None:
         experts = layer.experts
         experts._dgemma_default_impl = getattr(experts, "_dgemma_default_impl", experts._dgemma_base_impl)
         experts._dgemma_base_impl = "eager" if mode == "eager" else experts._dgemma_default_impl
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def rows_for(runner, model, n: int, args, device: torch.device) -> list[dict]:

@@ -20,13 +20,12 @@ import itertools
 import json
 import math
 import random
-import threading
 import time
 
 import torch
 
 from dgemma.bench import bench_prompts, percentile, timed
-from dgemma.cli import ArgumentParser
+from dgemma.cli import ArgumentParser, positive_int
 
 
 def parse_args(argv: list[str] | None):
@@ -34,23 +33,20 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--model", default=None, help="checkpoint (default: the embedded model)")
     p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
                    help="dummy: random weights of --model's config, built on the device")
-    p.add_argument("--requests", type=int, default=32, help="prompts in the batch bench (default 32)")
+    p.add_argument("--requests", type=positive_int, default=32, help="prompts in the batch bench (default 32)")
     p.add_argument("--staggered", type=int, default=64, help="requests in the staggered bench (default 64; 0 skips)")
-    p.add_argument("--max-num-seqs", type=int, default=32, help="engine slots (default 32)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=32, help="engine slots (default 32)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the model's generation config")
     p.add_argument("--max-denoising-steps", type=int, default=None, help="default: the model's generation config")
     p.add_argument("--load", type=float, default=8.0,
                    help="staggered arrival rate as a multiple of one-at-a-time generate()'s service rate (default 8: both sides saturated)")
-    p.add_argument("--repeat", type=int, default=3, help="batch bench: best of N interleaved runs per side (default 3)")
-    p.add_argument("--staggered-repeat", type=int, default=2, help="staggered bench: best of N per side (default 2)")
+    p.add_argument("--repeat", type=positive_int, default=3, help="batch bench: best of N interleaved runs per side (default 3)")
+    p.add_argument("--staggered-repeat", type=positive_int, default=2, help="staggered bench: best of N per side (default 2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--only", choices=["batch", "staggered"], default=None)
     p.add_argument("--json", action="store_true", help="one JSON object per bench")
     args = p.parse_args(argv)
-    for name in ("requests", "max_num_seqs", "repeat", "staggered_repeat"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.staggered < 0 or args.load <= 0:
         p.error("--staggered must be >= 0 and --load > 0")
     return args
@@ -107,9 +103,8 @@ def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, 
     )
 
 
-def run_staggered(
-    engine, baseline: Baseline, prompts, params, max_new_tokens: int, load: float, seed: int, repeat: int
-) -> dict:
+def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: int, load: float, seed: int,
+                  repeat: int) -> dict:
     """Best of `repeat` interleaved runs per side (by throughput), the same arrival times for all."""
     cl = engine.loaded.canvas_length
     # Service rate of the baseline: time one request alone (after warm-up), one prompt per family.
@@ -120,18 +115,11 @@ def run_staggered(
     arrivals = list(itertools.accumulate((rng.expovariate(rate) for _ in prompts[1:]), initial=0.0))
 
     def engine_run() -> tuple[float, list[float]]:
-        # A client thread submits at the arrival times; latency = arrival to final event.
-        handles = [None] * len(prompts)
-        t0 = time.monotonic()
-
-        def client():
-            for i, (p, q) in enumerate(zip(prompts, params)):
-                time.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
-                handles[i] = engine.submit(p, q, max_new_tokens, stream_steps=False)
-
-        thread = threading.Thread(target=client)
-        thread.start()
-        thread.join()
+        # Submitted at the arrival times (the engine steps on its own thread); latency = arrival to final event.
+        handles, t0 = [], time.monotonic()
+        for i, (p, q) in enumerate(zip(prompts, params)):
+            time.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
+            handles.append(engine.submit(p, q, max_new_tokens, stream_steps=False))
         finals = [h.result() for h in handles]
         end = time.monotonic() - t0
         _check(finals)
@@ -182,17 +170,20 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"max_denoising_steps": args.max_denoising_steps}
     max_new_tokens = args.max_new_tokens or getattr(gen, "max_new_tokens", None) or 64
     base_params = SamplingParams.from_generation_config(gen, **overrides)
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
     settings = dict(
         max_denoising_steps=base_params.max_denoising_steps, t_min=base_params.t_min, t_max=base_params.t_max,
         stability_threshold=base_params.stability_threshold, confidence_threshold=base_params.confidence_threshold,
+        sampler_config=EntropyBoundSamplerConfig(entropy_bound=float(base_params.entropy_bound)),
     )
-    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
-
-    settings["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=float(base_params.entropy_bound))
     baseline = Baseline(baseline_model, settings, max_new_tokens)
 
     engine = Engine(engine_model, EngineConfig(max_num_seqs=args.max_num_seqs))
-    results = []
+
+    def seeded(n: int) -> list[SamplingParams]:  # request i's seed: --seed + i
+        return [SamplingParams.from_generation_config(gen, seed=args.seed + i, **overrides) for i in range(n)]
+
     with engine:
         warm = bench_prompts(2)  # calibration, first-call allocations: out of the timed runs
         engine.run_until_done(warm, [base_params] * 2, max_new_tokens)
@@ -200,16 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(args.seed)  # transformers' sampler draws from the global stream
         if args.only in (None, "batch"):
             prompts = bench_prompts(args.requests)
-            params = [SamplingParams.from_generation_config(gen, seed=args.seed + i, **overrides) for i in range(len(prompts))]
-            results.append(run_batch(engine, baseline, prompts, params, max_new_tokens, args.repeat))
-            _print(results[-1], args.json)
+            _print(run_batch(engine, baseline, prompts, seeded(len(prompts)), max_new_tokens, args.repeat), args.json)
         if args.only in (None, "staggered") and args.staggered:
             prompts = bench_prompts(args.staggered)
-            params = [SamplingParams.from_generation_config(gen, seed=args.seed + i, **overrides) for i in range(len(prompts))]
-            results.append(
-                run_staggered(engine, baseline, prompts, params, max_new_tokens, args.load, args.seed, args.staggered_repeat)
-            )
-            _print(results[-1], args.json)
+            _print(run_staggered(engine, baseline, prompts, seeded(len(prompts)), max_new_tokens, args.load, args.seed,
+                                 args.staggered_repeat), args.json)
     return 0
 
 
@@ -219,9 +205,6 @@ def _print(result: dict, as_json: bool) -> None:
         return
     extra = (f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
              if result["bench"] == "staggered" else "")
-    print(
-        f"{result['bench']:>9}: engine {result['engine_tokens_per_s']:>9.1f} canvas-tok/s | generate() "
-        f"{result['baseline_tokens_per_s']:>9.1f} | ratio {result['ratio']:.2f}x | engine p50 {result['p50_s']} s, "
-        f"p95 {result['p95_s']} s{extra}",
-        flush=True,
-    )
+    print(f"{result['bench']:>9}: engine {result['engine_tokens_per_s']:>9.1f} canvas-tok/s | generate() "
+          f"{result['baseline_tokens_per_s']:>9.1f} | ratio {result['ratio']:.2f}x | engine p50 {result['p50_s']} s, "
+          f"p95 {result['p95_s']} s{extra}", flush=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from dgemma.bench import sync
 from dgemma.sampling import LMHead
 
 
@@ -36,6 +37,5 @@ class Floor:
             torch.matmul(probs.to(embed.dtype), embed)
             del probs
             start += size
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         self.times.append(self.now() - t0)

@@ -27,7 +27,7 @@ import zlib
 from dgemma.bench import print_row, timed
 from dgemma.bench.recording import recorded_run
 from dgemma.cli import ArgumentParser
-from dgemma.recording import Recording, load
+from dgemma.recording import Recording, load_file
 from dgemma.ui.board import Board, fold
 from dgemma.ui.compact import frame
 
@@ -185,8 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {"lesson": args.lesson, "lesson_run": args.lesson_run, **measure_run(recording, refine=False)}
         print_row(result, args.json, end="\n")
     for path in args.runs:
-        with open(path, "rb") as f:
-            recording = load(f.read())
+        recording = load_file(path)
         result = {"run": path, **measure_run(recording), **measure_seek(recording), **measure_slider(recording)}
         print_row(result, args.json, end="\n")
     if args.slider_steps > 0:

@@ -14,6 +14,7 @@ oversized was stored, and the ordinary visitor's run completed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -27,9 +28,9 @@ from dgemma.bench import print_row, timed
 from dgemma.bench.soak import rss_bytes
 from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.errors import first_line
+from dgemma.units import MiB
 from dgemma.app_process import launch
 
-MiB = 2**20
 SAMPLE_PERIOD_S = 0.25
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DOWNLOAD_READY = "() => document.querySelector('#download-run') && !document.querySelector('#download-run').disabled"
@@ -40,10 +41,8 @@ def disk_bytes(folder: Path) -> int:
     total = 0
     for root, _, names in os.walk(folder):
         for name in names:
-            try:
+            with contextlib.suppress(OSError):  # removed meanwhile
                 total += os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                pass  # removed meanwhile
     return total
 
 

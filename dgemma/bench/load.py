@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dgemma.bench import bench_prompts, percentile, print_row
-from dgemma.cli import ArgumentParser
+from dgemma.cli import ArgumentParser, positive_int
 from dgemma.errors import first_line
 from dgemma.app_process import launch
 
@@ -80,26 +80,20 @@ def score(prompts: list[str], expected: list[str], per_client: int, run: dict) -
             equal += out["text"] == expected[i]
     latencies = [r["latency"] for r in run["results"] if r and not r["error"]]
     return {
-        "bench": "load",
-        "clients": len(run["results"]),
-        "requests": len(prompts),
-        "completed": completed,
-        "completed_exactly_once": sum(1 for i in range(len(prompts)) if seen.get(i) == 1),
-        "equal_to_cli": equal,
-        "errors": len(errors),
-        "first_error": errors[0] if errors else None,
+        "bench": "load", "clients": len(run["results"]), "requests": len(prompts), "completed": completed,
+        "completed_exactly_once": sum(1 for i in range(len(prompts)) if seen.get(i) == 1), "equal_to_cli": equal,
+        "errors": len(errors), "first_error": errors[0] if errors else None,
         "p50_s": round(percentile(latencies, 0.5), 3) if latencies else None,
         "p95_s": round(percentile(latencies, 0.95), 3) if latencies else None,
-        "wall_s": round(run["wall_s"], 3),
-        "requests_per_s": round(completed / run["wall_s"], 3),
-    }
+        "wall_s": round(run["wall_s"], 3), "requests_per_s": round(completed / run["wall_s"], 3),
+    }  # fmt: skip
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m dgemma.bench load", description=__doc__.split("\n\n")[0])
-    p.add_argument("--clients", type=int, default=64)
-    p.add_argument("--prompts-per-client", type=int, default=2)
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--clients", type=positive_int, default=64)
+    p.add_argument("--prompts-per-client", type=positive_int, default=2)
+    p.add_argument("--max-new-tokens", type=positive_int, default=32)
     p.add_argument("--model", default=None, help="checkpoint directory (default: the embedded model)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a client waits for its answer")
     p.add_argument("--json", action="store_true")
@@ -126,9 +120,6 @@ def run_load(clients: int, per_client: int, max_new_tokens: int, model: str | No
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("clients", "prompts_per_client", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     with tempfile.TemporaryDirectory() as tmp:
         row = run_load(args.clients, args.prompts_per_client, args.max_new_tokens, args.model, args.timeout, Path(tmp))
     print_row(row, args.json, 24)

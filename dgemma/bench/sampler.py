@@ -38,8 +38,9 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from dgemma.bench import sync
 from dgemma.bench.floor import Floor
-from dgemma.cli import ArgumentParser, size_arg
+from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
 from dgemma.metrics import shown
 from dgemma.sampling import SAMPLER_STEPS, SCHEDULERS, LMHead, SamplerConfig, TiledSampler, seed_tile
@@ -164,8 +165,7 @@ class _Config:
         _start(sampler, case, pinned=self.mode == "pinned")
         sampler.calibration()  # measured once per sampler (on meta tensors): not part of a step
         slots = list(range(case.num_decode))
-        if case.device.type == "cuda":
-            torch.cuda.synchronize(case.device)
+        sync(case.device)
         t0 = case.now()
         if sampler.lm_head is not None:
             out = sampler.step(None, slots, hidden=inputs["hidden"])
@@ -173,8 +173,7 @@ class _Config:
             # The seed's step is handed logits (its input: not counted as its transient), but they
             # come from the model's LM head, so the projection is timed with it: the same work as ours.
             out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
-        if case.device.type == "cuda":
-            torch.cuda.synchronize(case.device)
+        sync(case.device)
         seconds = case.now() - t0
         if track:
             self.plan = out.plan
@@ -187,22 +186,13 @@ class _Config:
     def row(self) -> dict:
         case, plan = self.case, self.plan
         return {
-            "scheduler": case.scheduler,
-            "impl": self.impl,
-            "mode": self.mode,
-            "num_decode": case.num_decode,
-            "canvas_length": case.canvas_length,
-            "vocab": case.vocab,
-            "group": plan.group,
-            "tiles": len(plan.tiles),
-            "_tiles": plan.tiles,
-            "peak_transient_bytes": plan.peak_transient_bytes,
+            "scheduler": case.scheduler, "impl": self.impl, "mode": self.mode, "num_decode": case.num_decode,
+            "canvas_length": case.canvas_length, "vocab": case.vocab, "group": plan.group, "tiles": len(plan.tiles),
+            "_tiles": plan.tiles, "peak_transient_bytes": plan.peak_transient_bytes,
             # docs/design.md: copies per request = peak / (requests in the tile x CL x vocab x 4)
             "copies_per_request": round(plan.peak_transient_bytes / (max(plan.tiles) * case.canvas_length * case.vocab * 4), 3),
-            "seconds": None if case.meta else statistics.median(self.times),
-            "identical_to_untiled": None,
-            "_state": self.state,
-        }
+            "seconds": None if case.meta else statistics.median(self.times), "identical_to_untiled": None, "_state": self.state,
+        }  # fmt: skip
 
 
 def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, float | None]:
@@ -326,22 +316,22 @@ def _table(rows: list[dict]) -> str:
 
 def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser:
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument("--vocab", type=int, default=262_144)
-    p.add_argument("--canvas-length", type=int, default=256)
-    p.add_argument("--hidden", type=int, default=2816, help="embedding width for the self-conditioning matmul")
-    p.add_argument("--num-decode", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--vocab", type=positive_int, default=262_144)
+    p.add_argument("--canvas-length", type=positive_int, default=256)
+    p.add_argument("--hidden", type=positive_int, default=2816, help="embedding width for the self-conditioning matmul")
+    p.add_argument("--num-decode", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     p.add_argument("--budget", type=size_arg, default=None, help="memory budget for the tiled run, e.g. 8GiB")
     p.add_argument("--meta", action="store_true", help="measure on meta tensors: real-scale shapes need no RAM")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    p.add_argument("--impl", nargs="+", default=["reference"], help=f"step implementations: {', '.join(SAMPLER_STEPS)}")
+    p.add_argument("--impl", nargs="+", choices=SAMPLER_STEPS, default=["reference"], help="step implementations")
     p.add_argument("--baseline", choices=["seed"], default=None, help="also time the seed's eager step (global RNG, 7 copies)")
-    p.add_argument("--chunk-size", type=int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats per row (median reported)")
+    p.add_argument("--chunk-size", type=positive_int, default=None, help="chunked sampler's vocab chunk (default: from free memory)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed repeats per row (median reported)")
     p.add_argument("--greedy", action="store_true", help="greedy instead of seeded stochastic sampling")
     p.add_argument("--scheduler", nargs="+", choices=SCHEDULERS, default=["entropy_bound"],
                    help="the schedulers to run, each at its defaults (default: entropy_bound)")
     p.add_argument("--pins", action="store_true", help="also time the tiled step with starts and pins (a 'pinned' row)")
-    p.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch's intra-op threads (default: torch's own)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall: elapsed seconds; cpu: the process's CPU seconds, all threads (steadier on shared cores)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per (num_decode, mode)")
@@ -350,21 +340,9 @@ def build_parser(prog: str = "python -m dgemma.bench sampler") -> ArgumentParser
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("vocab", "canvas_length", "hidden", "repeats"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.vocab < 2:
         raise ValueError(f"--vocab must be >= 2, got {args.vocab}")
-    if any(n < 1 for n in args.num_decode):
-        raise ValueError("--num-decode values must be >= 1")
-    unknown = [i for i in args.impl if i not in SAMPLER_STEPS]
-    if unknown:
-        raise ValueError(f"unknown --impl {unknown[0]!r}: choose from {', '.join(SAMPLER_STEPS)}")
-    if args.chunk_size is not None and args.chunk_size < 1:
-        raise ValueError(f"--chunk-size must be >= 1, got {args.chunk_size}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     rows = []

@@ -24,12 +24,12 @@ from pathlib import Path
 from dgemma.bench import bench_prompts, percentile, print_row
 from dgemma.cli import ArgumentParser
 from dgemma.errors import first_line
+from dgemma.units import MiB
 from dgemma.app_process import launch
 
 # Prompts outside the teaching model's task families: a visitor's first try, kept in the mix.
 OUTSIDE = ("what is 2+2?", "Hello, who are you?", "add 7+5")
 SAMPLE_PERIOD_S = 2.0
-MiB = 1024 * 1024
 
 
 def rss_bytes(pid: int | None) -> int | None:
@@ -112,12 +112,8 @@ def drive(url: str, minutes: float, clients: int, warmup: float) -> dict:
     # RSS against requests completed, least squares; none with fewer than two distinct request counts
     growth = statistics.linear_regression(*zip(*after)).slope if len({r for r, _ in after}) > 1 else None
     return {
-        "bench": "soak",
-        "minutes": round((time.monotonic() - started) / 60, 2),
-        "clients": clients,
-        "calls": tally.calls,
-        "requests": tally.requests,
-        "errors": len(tally.errors),
+        "bench": "soak", "minutes": round((time.monotonic() - started) / 60, 2), "clients": clients,
+        "calls": tally.calls, "requests": tally.requests, "errors": len(tally.errors),
         "first_error": tally.errors[0] if tally.errors else None,
         "p50_s": round(percentile(tally.latencies, 0.5), 3) if tally.latencies else None,
         "p99_s": round(percentile(tally.latencies, 0.99), 3) if tally.latencies else None,

@@ -75,9 +75,7 @@ STILL_PREPOSITIONS = ("in", "near", "by")
 PLACES = ("park", "river", "house", "hill", "garden", "tree", "lake")
 FUNCTION_WORDS = ("the", "a", "it", "to")
 
-LEXICON = frozenset(
-    NOUNS + ADJECTIVES + STILL_VERBS + MOVING_VERBS + SEEING_VERBS + STILL_PREPOSITIONS + PLACES + FUNCTION_WORDS
-)
+LEXICON = frozenset(NOUNS + ADJECTIVES + STILL_VERBS + MOVING_VERBS + SEEING_VERBS + STILL_PREPOSITIONS + PLACES + FUNCTION_WORDS)
 
 
 def _meets_sentence(rng: random.Random, subject: str, place: str) -> str:
@@ -107,12 +105,7 @@ def words(text: str) -> list[str]:
 # --- the families, the held-out set, the training stream ---------------------------------
 
 FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
-    "count": _count,
-    "add": _add,
-    "reverse": _reverse,
-    "sort": _sort,
-    "repeat": _repeat,
-    "prose": _prose,
+    "count": _count, "add": _add, "reverse": _reverse, "sort": _sort, "repeat": _repeat, "prose": _prose,
 }
 CHECKABLE = tuple(name for name in FAMILIES if name != "prose")
 

@@ -29,16 +29,14 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion, PreTrainedTokenizerBase
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
-    DiffusionGemmaGenerationConfig,
-    EntropyBoundSamplerConfig,
-    StableAndConfidentStoppingCriteria,
-)
+    DiffusionGemmaGenerationConfig, EntropyBoundSamplerConfig, StableAndConfidentStoppingCriteria,
+)  # fmt: skip
 
 from dgemma.embedded import corpus
 from dgemma.events import RequestEvent
+from dgemma.model.source import DEFAULT_MODEL
 from dgemma.sampling.schedulers import SCHEDULERS
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "assets" / "model"
 # The generation config's fields the CLI overrides and the engine's impls take by the same name
 # (the entropy bound lives in its sampler_config).
 OVERRIDES = ("max_denoising_steps", "t_min", "t_max", "confidence_threshold", "stability_threshold")
@@ -98,20 +96,15 @@ def load_transformers(model_dir: Path) -> tuple[DiffusionGemmaForBlockDiffusion,
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
-def generate_transformers(
-    model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig, seed: int
-) -> list[Generation]:
+def generate_transformers(model_dir: Path, prompts: list[str], config: DiffusionGemmaGenerationConfig,
+                          seed: int) -> list[Generation]:
     model, tokenizer = load_transformers(model_dir)
     torch.manual_seed(seed)
     encoded = tokenizer(prompts, return_tensors="pt", padding=True)
     recorder = StoppingRuleRecorder(config)
     with torch.no_grad():
-        sequences = model.generate(
-            encoded.input_ids,
-            attention_mask=encoded.attention_mask,
-            generation_config=config,
-            streamer=recorder,
-        ).sequences
+        sequences = model.generate(encoded.input_ids, attention_mask=encoded.attention_mask, generation_config=config,
+                                   streamer=recorder).sequences
     new_tokens = sequences[:, encoded.input_ids.shape[1] :]
     canvas_length = model.config.canvas_length
     results = []
@@ -197,14 +190,9 @@ def lexicon_fraction(texts: list[str]) -> float:
 
 def score_family(impl: str, family: str, examples: tuple[corpus.Example, ...], generations: list[Generation]) -> dict:
     canvases = [canvas for generation in generations for canvas in generation.canvases]
-    row = {
-        "impl": impl,
-        "family": family,
-        "n": len(examples),
-        "exact_match": None,
-        "converged_fraction": round(sum(c.converged for c in canvases) / max(1, len(canvases)), 4),
-        "mean_steps": round(statistics.fmean(c.steps for c in canvases), 2) if canvases else None,
-    }
+    row = {"impl": impl, "family": family, "n": len(examples), "exact_match": None,
+           "converged_fraction": round(sum(c.converged for c in canvases) / max(1, len(canvases)), 4),
+           "mean_steps": round(statistics.fmean(c.steps for c in canvases), 2) if canvases else None}
     if family in corpus.CHECKABLE:
         hits = sum(g.text == ex.answer for g, ex in zip(generations, examples))
         row["exact_match"] = round(hits / len(examples), 4)
@@ -220,26 +208,13 @@ def summarize(rows: list[dict]) -> dict:
         values = [r[key] for r in rows_ if r.get(key) is not None]
         return round(statistics.fmean(values), 4) if values else None
 
-    return {
-        "impl": rows[0]["impl"],
-        "n": sum(r["n"] for r in rows),
-        "exact_match": mean("exact_match", [r for r in rows if r["family"] in corpus.CHECKABLE]),
-        "converged_fraction": mean("converged_fraction", rows),
-        "mean_steps": mean("mean_steps", rows),
-        "lexicon_fraction": mean("lexicon_fraction", rows),
-    }
+    return {"impl": rows[0]["impl"], "n": sum(r["n"] for r in rows),
+            "exact_match": mean("exact_match", [r for r in rows if r["family"] in corpus.CHECKABLE]),
+            **{key: mean(key, rows) for key in ("converged_fraction", "mean_steps", "lexicon_fraction")}}
 
 
-def evaluate(
-    model_dir: Path,
-    impl: str,
-    families: list[str],
-    n: int,
-    config: DiffusionGemmaGenerationConfig,
-    seed: int = 0,
-    examples_shown: int = 0,
-    scheduler: str = "entropy_bound",
-) -> tuple[list[dict], list[str]]:
+def evaluate(model_dir: Path, impl: str, families: list[str], n: int, config: DiffusionGemmaGenerationConfig,
+             seed: int = 0, examples_shown: int = 0, scheduler: str = "entropy_bound") -> tuple[list[dict], list[str]]:
     """Per-family score rows, and every generated text in order (to compare impls)."""
     rows, texts = [], []
     generate = IMPLS[impl] if impl == "transformers" else functools.partial(IMPLS[impl], scheduler=scheduler)
@@ -258,7 +233,7 @@ def evaluate(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m dgemma.embedded.eval", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded one)")
+    parser.add_argument("--model", type=Path, default=Path(DEFAULT_MODEL), help="model directory (default: the embedded one)")
     parser.add_argument("--n", type=int, default=50, help=f"held-out prompts per family (1..{corpus.HELDOUT_POOL})")
     parser.add_argument("--impl", choices=[*IMPLS, "all"], default="transformers")
     parser.add_argument("--families", nargs="+", choices=list(corpus.FAMILIES), default=list(corpus.FAMILIES))
@@ -287,9 +262,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def generation_config_for(
-    model: DiffusionGemmaForBlockDiffusion, args: argparse.Namespace
-) -> DiffusionGemmaGenerationConfig:
+def generation_config_for(model: DiffusionGemmaForBlockDiffusion, args: argparse.Namespace) -> DiffusionGemmaGenerationConfig:
     """The model's generation config with the CLI overrides, resolved the way generate() resolves it."""
     config = model.generation_config
     overrides = {key: getattr(args, key) for key in OVERRIDES if getattr(args, key) is not None}

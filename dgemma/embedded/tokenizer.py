@@ -8,8 +8,6 @@ in training.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
@@ -30,15 +28,6 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     # Every character (spaces included) is its own token.
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    core.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, BOS_ID)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK, padding_side="left"
-    )
-
-
-def save_tokenizer(directory: str | Path) -> PreTrainedTokenizerFast:
-    tokenizer = build_tokenizer()
-    tokenizer.save_pretrained(str(directory))
-    return tokenizer
+    core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, BOS_ID)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
+                                   padding_side="left")

@@ -27,91 +27,50 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
-from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
-    DiffusionGemmaGenerationConfig,
-    EntropyBoundSamplerConfig,
-)
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig, EntropyBoundSamplerConfig
 
 from dgemma.embedded import corpus
 from dgemma.embedded.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
+from dgemma.model.release import MINIMAL_VISION
 
 CANVAS_LENGTH = 16
 
 # name -> (hidden, layers, heads, kv heads); "small" is the shipped model, "tiny" is for tests.
-SIZES = {
-    "tiny": (32, 2, 2, 1),
-    "small": (128, 4, 4, 2),
-}
+SIZES = {"tiny": (32, 2, 2, 1), "small": (128, 4, 4, 2)}
 
 # Addition needs the most examples to learn carries; the multi-canvas families get a little extra.
 FAMILY_WEIGHTS = {"count": 1.5, "add": 2.5, "reverse": 1.0, "sort": 1.0, "repeat": 1.0, "prose": 1.5}
 
 # Diffusion defaults for this model, tuned with `python -m dgemma.embedded.eval` (see docs/model.md).
-GENERATION_DEFAULTS = dict(
-    max_new_tokens=64,
-    max_denoising_steps=32,
-    t_min=0.4,
-    t_max=0.8,
-    stability_threshold=1,
-    confidence_threshold=0.005,
-    entropy_bound=0.1,
-)
+GENERATION_DEFAULTS = dict(max_new_tokens=64, max_denoising_steps=32, t_min=0.4, t_max=0.8, stability_threshold=1,
+                           confidence_threshold=0.005, entropy_bound=0.1)
+SPECIAL_TOKENS = dict(pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID)
 
 
 def build_config(vocab_size: int, size: str = "small", canvas_length: int = CANVAS_LENGTH) -> DiffusionGemmaConfig:
     hidden, layers, heads, kv_heads = SIZES[size]
     head_dim = hidden // heads
     text_config = dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        global_head_dim=head_dim,
-        max_position_embeddings=512,
-        sliding_window=512,
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, global_head_dim=head_dim,
+        max_position_embeddings=512, sliding_window=512,
         # Gemma's pattern in miniature: sliding layers, then one full-attention layer last.
         layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
         # Full rotary on every layer: character tasks (reverse, count) live on exact positions, and
         # Gemma's proportional rope rotates only a quarter of a 32-wide head.
-        rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-            "full_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        },
-        num_experts=2,
-        top_k_experts=1,
-        moe_intermediate_size=hidden,
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        bos_token_id=BOS_ID,
+        rope_parameters={kind: {"rope_type": "default", "rope_theta": 10_000.0}
+                         for kind in ("sliding_attention", "full_attention")},
+        num_experts=2, top_k_experts=1, moe_intermediate_size=hidden, **SPECIAL_TOKENS,
     )
     # The architecture requires a vision tower; this one is minimal and never used.
-    vision_config = dict(
-        model_type="gemma4_vision",
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=8,
-        patch_size=4,
-        position_embedding_size=16,
-    )
+    vision_config = {**MINIMAL_VISION, "patch_size": 4, "position_embedding_size": 16}
     return DiffusionGemmaConfig(text_config=text_config, vision_config=vision_config, canvas_length=canvas_length)
 
 
 def generation_config(**overrides: float | int) -> DiffusionGemmaGenerationConfig:
     values = {**GENERATION_DEFAULTS, **overrides}
-    entropy_bound = float(values.pop("entropy_bound"))
-    return DiffusionGemmaGenerationConfig(
-        **values,
-        sampler_config=EntropyBoundSamplerConfig(entropy_bound=entropy_bound),
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        bos_token_id=BOS_ID,
-    )
+    bound = EntropyBoundSamplerConfig(entropy_bound=float(values.pop("entropy_bound")))
+    return DiffusionGemmaGenerationConfig(**values, sampler_config=bound, **SPECIAL_TOKENS)
 
 
 # --- batches ------------------------------------------------------------------------------
@@ -155,9 +114,8 @@ def collate(items: list[tuple[list[int], list[int]]]) -> Batch:
     return Batch(ids, mask, target)
 
 
-def batch_group(
-    stream, encode: dict[str, int], canvas_length: int, rng: random.Random, batch_size: int, n_batches: int
-) -> list[Batch]:
+def batch_group(stream, encode: dict[str, int], canvas_length: int, rng: random.Random, batch_size: int,
+                n_batches: int) -> list[Batch]:
     """`n_batches` batches whose rows are bucketed by context length, so little compute goes to padding."""
     items = [pick_canvas(next(stream), encode, canvas_length, rng) for _ in range(batch_size * n_batches)]
     items.sort(key=lambda item: len(item[0]))
@@ -177,18 +135,13 @@ def noise(target: torch.Tensor, vocab_size: int, generator: torch.Generator) -> 
     return torch.where(replace, random_tokens, target)
 
 
-def diffusion_loss(
-    model: DiffusionGemmaForBlockDiffusion, batch: Batch, generator: torch.Generator, self_condition: bool
-) -> torch.Tensor:
+def diffusion_loss(model: DiffusionGemmaForBlockDiffusion, batch: Batch, generator: torch.Generator,
+                   self_condition: bool) -> torch.Tensor:
     vocab_size = model.config.text_config.vocab_size
     noisy = noise(batch.target, vocab_size, generator)
     canvas_mask = torch.ones_like(batch.target, dtype=torch.bool)
-    inputs = dict(
-        input_ids=batch.encoder_ids,
-        attention_mask=batch.encoder_mask,
-        decoder_input_ids=noisy,
-        decoder_attention_mask=torch.cat([batch.encoder_mask, canvas_mask], dim=1),
-    )
+    inputs = dict(input_ids=batch.encoder_ids, attention_mask=batch.encoder_mask, decoder_input_ids=noisy,
+                  decoder_attention_mask=torch.cat([batch.encoder_mask, canvas_mask], dim=1))
     self_conditioning_logits = None
     if self_condition:
         with torch.no_grad():
@@ -229,9 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--checkpoint-every", type=float, default=120.0, help="seconds between checkpoints")
-    parser.add_argument(
-        "--session-steps", type=int, default=None, help="stop this session after this many steps (resume later)"
-    )
+    parser.add_argument("--session-steps", type=int, default=None, help="stop this session after this many steps (resume later)")
     args = parser.parse_args(argv)
     if args.minutes is None and args.steps is None:
         parser.error("give a budget: --minutes and/or --steps")
@@ -277,16 +228,8 @@ def train(args: argparse.Namespace) -> float:
     def save_checkpoint() -> None:
         # The model goes out too, so a run in progress can be evaluated.
         save_model()
-        torch.save(
-            dict(
-                model=model.state_dict(),
-                optimizer=optimizer.state_dict(),
-                data_rng=data_rng.getstate(),
-                noise_rng=noise_generator.get_state(),
-                state=vars(state),
-            ),
-            checkpoint_path,
-        )
+        torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict(), data_rng=data_rng.getstate(),
+                        noise_rng=noise_generator.get_state(), state=vars(state)), checkpoint_path)
 
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {args.size}, {n_params:,} parameters, vocab {len(encode)}, canvas {CANVAS_LENGTH}", flush=True)

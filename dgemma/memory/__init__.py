@@ -23,12 +23,6 @@ if TYPE_CHECKING:
     from dgemma.memory.tracker import TransientTracker, calibrate, measure_peak
     from dgemma.memory.virtual import VirtualDevice
 
-__all__ = [
-    "Calibration", "CudaMemory", "GiB", "HostMemory", "MemoryDevice", "MiB", "Repeats", "TransientTracker",
-    "VirtualDevice", "calibrate", "format_bytes", "measure_peak", "memory_for", "parse_size", "plan_tiles",
-    "resolve_device", "split_tiles",
-]  # fmt: skip
-
 # The sizes are plain Python; everything else imports torch, on first use (the page is served
 # before torch has loaded, and its settings need only the sizes).
 _LAZY = {
@@ -37,5 +31,6 @@ _LAZY = {
     "resolve_device": "probes", "TransientTracker": "tracker", "measure_peak": "tracker", "VirtualDevice": "virtual",
     "Repeats": "repeats",
 }  # fmt: skip
+__all__ = ["GiB", "MiB", "format_bytes", "parse_size", *_LAZY]
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

@@ -55,9 +55,7 @@ class CudaMemory(MemoryDevice):
         self.fraction = fraction
 
     def capacity_bytes(self) -> int | None:
-        if self.fraction is None:
-            return None
-        return int(torch.cuda.get_device_properties(self.device).total_memory * self.fraction)
+        return None if self.fraction is None else int(torch.cuda.get_device_properties(self.device).total_memory * self.fraction)
 
     def free_bytes(self) -> int:
         free, _total = torch.cuda.mem_get_info(self.device)

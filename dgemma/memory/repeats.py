@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode_stack
 
-from dgemma.memory.tracker import TransientTracker
+from dgemma.memory.tracker import TransientTracker, distinct_storages
 
 
 def _trackers() -> list[TransientTracker]:
@@ -28,15 +28,6 @@ def _trackers() -> list[TransientTracker]:
     them (that one must see every op, so nothing is skipped)."""
     stack = _get_current_dispatch_mode_stack()
     return stack if all(isinstance(mode, TransientTracker) for mode in stack) else []
-
-
-def _storages(tensors: tuple) -> list:
-    storages: list = []
-    for t in tensors:
-        storage = t.untyped_storage()
-        if all(storage is not s for s in storages):
-            storages.append(storage)
-    return storages
 
 
 def _charge(trackers: list[TransientTracker], peaks: list[int], what: str) -> bool:
@@ -82,7 +73,7 @@ class Repeats:
             for tracker, peak in zip(trackers, peaks):
                 tracker.uncharge(peak)
         for tracker in trackers:
-            tracker.count(_storages(tuple(kept)), f"the results of {what}")
+            tracker.count(distinct_storages(kept), f"the results of {what}")
 
     @contextlib.contextmanager
     def _measured(self, size: object, trackers: list[TransientTracker]) -> Iterator[None]:

@@ -40,18 +40,22 @@ def _tensors(values) -> list[torch.Tensor]:
     return found
 
 
+def distinct_storages(tensors, besides: list = ()) -> list:
+    """The distinct storages of `tensors`, leaving out those in `besides`."""
+    storages: list = []
+    for t in tensors:
+        storage = t.untyped_storage()
+        if all(storage is not s for s in storages) and all(storage is not s for s in besides):
+            storages.append(storage)
+    return storages
+
+
 def _new_storages(out, fresh: tuple[bool, ...], args: tuple, kwargs: dict) -> list:
     """The distinct storages of `out`'s tensors at the fresh return positions that are not an input's."""
     returned = _tensors(value for value, is_fresh in zip(out if isinstance(out, tuple) else (out,), fresh) if is_fresh)
     if not returned:
         return []
-    inputs = [t.untyped_storage() for t in _tensors(args)] + [t.untyped_storage() for t in _tensors(kwargs.values())]
-    storages: list = []
-    for t in returned:
-        storage = t.untyped_storage()
-        if all(storage is not s for s in storages) and all(storage is not s for s in inputs):
-            storages.append(storage)
-    return storages
+    return distinct_storages(returned, [t.untyped_storage() for t in _tensors((*args, *kwargs.values()))])
 
 
 class TransientTracker(TorchDispatchMode):

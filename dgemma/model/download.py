@@ -60,15 +60,8 @@ class DownloadProgress:
             bars = [b for b in self._bars if (b.total or 0) > 0]
             in_bytes = [b for b in bars if b.hub_unit == "B"]
             named = [b for b in in_bytes if b.hub_name == BYTES_BAR]
-            if named:
-                bar = named[-1]
-            elif in_bytes:
-                bar = max(in_bytes, key=lambda b: b.total)
-            elif bars:
-                bar = bars[-1]
-            else:
-                return None
-            return min(bar.n, bar.total), bar.total, "B" if bar.hub_unit == "B" else "files"
+            bar = named[-1] if named else max(in_bytes, key=lambda b: b.total, default=None) or (bars[-1] if bars else None)
+            return None if bar is None else (min(bar.n, bar.total), bar.total, "B" if bar.hub_unit == "B" else "files")
 
     def describe(self) -> str | None:
         """"downloading weights 12.3 / 52.0 GB" (or "… 3 / 12 files"); None before the download."""

@@ -96,20 +96,15 @@ class LoadedModel:
     def facts(self) -> dict:
         """What the page header and the `/info` endpoint say about the model (JSON-ready)."""
         return {
-            "model": public_name(self.name),
-            "embedded": is_embedded(self.name),
+            "model": public_name(self.name), "embedded": is_embedded(self.name),
             "parameters": sum(p.numel() for p in self.model.parameters()),  # parameters() yields a tied weight once
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "device": str(self.device),
-            "vocab_size": self.vocab_size,
-            "canvas_length": self.canvas_length,
-            "hidden_size": self.hidden_size,
+            "dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device), "vocab_size": self.vocab_size,
+            "canvas_length": self.canvas_length, "hidden_size": self.hidden_size,
             "softcap": getattr(self.model, "final_logit_softcapping", None),
             "chat_template": bool(getattr(self.tokenizer, "chat_template", None)),
-            "weights": "random" if self.random_weights else "checkpoint",
-            "experts": self.experts,
+            "weights": "random" if self.random_weights else "checkpoint", "experts": self.experts,
             **({"note": RANDOM_WEIGHTS_NOTE} if self.random_weights else {}),
-        }
+        }  # fmt: skip
 
 
 RANDOM_WEIGHTS_NOTE = "random weights (--load-format dummy): the text is noise, not this model's"
@@ -144,10 +139,8 @@ def load_config(source: str, is_local: bool):
     try:
         return AutoConfig.from_pretrained(source, trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - network/hub errors come in many types; all mean the same to a user
-        raise ModelLoadError(
-            hub_error_sentence(source, err)
-            or f"cannot fetch {source} from the Hugging Face hub (no network, or no such model): {first_line(err, 300)}"
-        ) from None
+        raise ModelLoadError(hub_error_sentence(source, err) or f"cannot fetch {source} from the Hugging Face hub "
+                             f"(no network, or no such model): {first_line(err, 300)}") from None
 
 
 def hub_error_sentence(source: str, err: BaseException) -> str | None:
@@ -203,8 +196,7 @@ def free_device_bytes(device: torch.device, memory_budget: int | None = None) ->
     if memory_budget is not None:
         return int(memory_budget)
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        return int(torch.cuda.mem_get_info(device)[0])
     import psutil
 
     return int(psutil.virtual_memory().available)
@@ -254,15 +246,9 @@ def placement(device: torch.device, config, memory_budget: int | None) -> tuple[
     return {"device_map": {"": index}}, free_device_bytes(torch.device("cuda", index), memory_budget)
 
 
-def load_model(
-    name: str | None = None,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | str | None = None,
-    memory_budget: int | None = None,
-    progress: DownloadProgress | None = None,
-    load_format: str = "auto",
-    experts: str = "auto",
-) -> LoadedModel:
+def load_model(name: str | None = None, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
+               memory_budget: int | None = None, progress: DownloadProgress | None = None, load_format: str = "auto",
+               experts: str = "auto") -> LoadedModel:
     """Load a DiffusionGemma checkpoint for serving; raise ModelLoadError with one sentence on failure.
 
     A hub id's files are fetched first (`download_checkpoint`), `progress` following the bytes.
@@ -294,10 +280,8 @@ def load_model(
     weight_bytes = estimate_weight_bytes(config, dtype)
     where, room = placement(device, config, memory_budget)
     if weight_bytes > room:
-        raise ModelLoadError(
-            f"{source} needs {format_bytes(weight_bytes)} for its weights but only {format_bytes(room)} "
-            f"is free on {device.type}{' under the memory budget' if memory_budget else ''}"
-        )
+        raise ModelLoadError(f"{source} needs {format_bytes(weight_bytes)} for its weights but only {format_bytes(room)} "
+                             f"is free on {device.type}{' under the memory budget' if memory_budget else ''}")
 
     kwargs: dict = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False, local_files_only=True, **where)
     try:
@@ -318,20 +302,11 @@ def load_model(
     eos = text.eos_token_id if text.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
     return LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        name=str(name or DEFAULT_MODEL),
-        device=next(model.parameters()).device,
-        dtype=dtype,
-        canvas_length=int(config.canvas_length),
-        vocab_size=int(text.vocab_size),
-        hidden_size=int(text.hidden_size),
-        max_positions=int(text.max_position_embeddings),
-        eos_token_ids=eos_ids,
-        weight_bytes=weight_bytes,
-        load_format=load_format,
-        experts=experts,
-    )
+        model=model, tokenizer=tokenizer, name=str(name or DEFAULT_MODEL), device=next(model.parameters()).device,
+        dtype=dtype, canvas_length=int(config.canvas_length), vocab_size=int(text.vocab_size),
+        hidden_size=int(text.hidden_size), max_positions=int(text.max_position_embeddings), eos_token_ids=eos_ids,
+        weight_bytes=weight_bytes, load_format=load_format, experts=experts,
+    )  # fmt: skip
 
 
 def dummy_device(device: torch.device, where: dict) -> torch.device:
@@ -347,10 +322,7 @@ def dummy_device(device: torch.device, where: dict) -> torch.device:
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
     """Token ids for a user prompt: through the chat template when the tokenizer has one."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True
-        )
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True,
+                                            return_dict=True)["input_ids"]
         return [int(i) for i in ids]
     return [int(i) for i in tokenizer(prompt, add_special_tokens=True)["input_ids"]]

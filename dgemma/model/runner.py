@@ -68,9 +68,8 @@ def ragged_attention(module, query, key, value, attention_mask, *, dgemma_caches
             v_cache = torch.cat([layers[b].values for b in rows])
         k = torch.cat([k_cache, k_new], dim=-2)  # what append_to_cache builds for a solo run
         v = torch.cat([v_cache, v_new], dim=-2)
-        attn = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, scale=module.scaling, enable_gqa=gqa  # bidirectional: no mask, not causal
-        )
+        # bidirectional: no mask, not causal
+        attn = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=module.scaling, enable_gqa=gqa)
         out[rows] = attn.transpose(1, 2)
     return out, None
 
@@ -131,11 +130,8 @@ def rowwise_experts(module, hidden_states, top_k_index, top_k_weights):
     rows, n = module._dgemma_rows, hidden_states.shape[0]
     if n <= rows or getattr(module, "_dgemma_experts", PER_CANVAS) == WHOLE_BATCH:
         return base(module, hidden_states, top_k_index, top_k_weights)
-    chunks = [
-        base(module, hidden_states[i : i + rows], top_k_index[i : i + rows], top_k_weights[i : i + rows])
-        for i in range(0, n, rows)
-    ]
-    return torch.cat(chunks, dim=0)
+    return torch.cat([base(module, hidden_states[i : i + rows], top_k_index[i : i + rows], top_k_weights[i : i + rows])
+                      for i in range(0, n, rows)], dim=0)
 
 
 def install_batch_invariance(model) -> None:
@@ -235,14 +231,8 @@ class Runner:
     # -- decoder -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def decode(
-        self,
-        canvases: torch.Tensor,
-        soft_embeds: torch.Tensor | None,
-        has_soft: torch.Tensor | None,
-        caches: list[DynamicCache],
-        hidden_only: bool = False,
-    ) -> torch.Tensor:
+    def decode(self, canvases: torch.Tensor, soft_embeds: torch.Tensor | None, has_soft: torch.Tensor | None,
+               caches: list[DynamicCache], hidden_only: bool = False) -> torch.Tensor:
         """Logits [n, CL, vocab] (fp32, soft-capped) for n canvases [n, CL], each over its own cache.
 
         soft_embeds [n, CL, hidden]: the previous step's probs @ embed_weight * embed_scale;
@@ -269,14 +259,9 @@ class Runner:
         rotary = {t: dec.rotary_emb(hidden, positions, t) for t in dec.unique_layer_types}
         layer_types = self.text_config.layer_types
         for i, layer in enumerate(dec.layers[: self.text_config.num_hidden_layers]):
-            hidden = layer(
-                hidden,
-                position_embeddings=rotary[layer_types[i]],
-                attention_mask=None,
-                position_ids=positions,
-                past_key_values=None,  # the ragged attention reads each row's own cache instead
-                dgemma_caches=caches,
-            )
+            # past_key_values None: the ragged attention reads each row's own cache instead
+            hidden = layer(hidden, position_embeddings=rotary[layer_types[i]], attention_mask=None, position_ids=positions,
+                           past_key_values=None, dgemma_caches=caches)
         hidden = dec.norm(hidden)
         return hidden if hidden_only else self.lm_logits(hidden)
 

@@ -29,18 +29,15 @@ if TYPE_CHECKING:
     from dgemma.sampling.steps import SamplerConfig
     from dgemma.sampling.tiled import StepOutput, TiledSampler
 
-__all__ = [
-    "MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "LMHead", "RowKey", "RunOptions", "SamplerConfig",
-    "SamplingParams", "Scores", "StepOutput", "TileInputs", "TileResult", "TiledSampler", "calibrate_tile",
-    "calibration_for", "call_ledger", "check_number", "chunked_tile", "parse_tiling", "reference_tile", "seed_tile",
-]  # fmt: skip
-
 # The step's names import torch on first use: the settings (and so the page, served before the
 # model loads) need only params.py, and torch takes seconds to import.
 _LAZY = {
     "calibrate_tile": "calibration", "chunked_tile": "chunked", "RowKey": "keyed", "LMHead": "primitives",
     "Scores": "primitives", "TileInputs": "primitives", "TileResult": "primitives", "reference_tile": "reference",
-    "seed_tile": "seed", "SamplerConfig": "steps", "calibration_for": "budget", "call_ledger": "budget", "StepOutput": "tiled", "TiledSampler": "tiled",
+    "seed_tile": "seed", "SamplerConfig": "steps", "calibration_for": "budget", "call_ledger": "budget",
+    "StepOutput": "tiled", "TiledSampler": "tiled",
 }  # fmt: skip
+__all__ = ["MAX_SEED", "MAX_STABILITY", "SAMPLER_STEPS", "SCHEDULERS", "Bound", "RunOptions", "SamplingParams", "check_number",
+           "parse_tiling", *_LAZY]
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

@@ -42,27 +42,16 @@ def meta_tile_inputs(n: int, canvas_length: int, group_bytes: int | None = None,
         canvas=torch.empty(n, canvas_length, dtype=torch.long, device=meta),
         committed=torch.empty(n, canvas_length, dtype=torch.bool, device=meta))  # fmt: skip
     return TileInputs(
-        rows=[RowKey(0, 0, forward, False, params.scheduler.name, sweep, scheduler_for(params).reads_raw)] * n,
-        **scheduled,
-        temperature=torch.empty(n, device=meta),
-        entropy_bound=torch.empty(n, device=meta),
-        confidence_threshold=torch.empty(n, device=meta),
-        last_step=torch.empty(n, dtype=torch.bool, device=meta),
+        rows=[RowKey(0, 0, forward, False, params.scheduler.name, sweep, scheduler_for(params).reads_raw)] * n, **scheduled,
+        temperature=torch.empty(n, device=meta), entropy_bound=torch.empty(n, device=meta),
+        confidence_threshold=torch.empty(n, device=meta), last_step=torch.empty(n, dtype=torch.bool, device=meta),
         history=torch.empty(n, MAX_STABILITY, canvas_length, dtype=torch.long, device=meta),
-        history_valid=torch.empty(n, MAX_STABILITY, dtype=torch.bool, device=meta),
-        group_bytes=group_bytes,
-    )
+        history_valid=torch.empty(n, MAX_STABILITY, dtype=torch.bool, device=meta), group_bytes=group_bytes,
+    )  # fmt: skip
 
 
-def calibrate_tile(
-    tile_fn: TileFn,
-    canvas_length: int,
-    vocab_size: int,
-    embed_weight: torch.Tensor,
-    lm_head: LMHead | None = None,
-    device: torch.device | None = None,
-    kind: str = "sample",
-) -> Calibration:
+def calibrate_tile(tile_fn: TileFn, canvas_length: int, vocab_size: int, embed_weight: torch.Tensor,
+                   lm_head: LMHead | None = None, device: torch.device | None = None, kind: str = "sample") -> Calibration:
     """Measure `tile_fn`'s transient on meta tensors at the real shapes (no RAM, milliseconds).
 
     With an `lm_head` the tile takes hidden states and its projection's output counts as

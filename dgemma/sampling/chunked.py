@@ -62,13 +62,8 @@ class _OnlineSoftmax:
         self.acc = self.acc * self.alpha[..., None] + torch.matmul(exp.to(embed.dtype), embed).float()
 
 
-def chunked_tile(
-    scores: Scores,
-    inputs: TileInputs,
-    embed_weight: torch.Tensor,
-    normalizer: float,
-    chunk_size: int = MAX_CHUNK,
-) -> TileResult:
+def chunked_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor, normalizer: float,
+                 chunk_size: int = MAX_CHUNK) -> TileResult:
     """One denoising step over a tile, streaming the vocabulary in chunks of `chunk_size`
     (rounded down to whole blocks), each chunk's positions a group at a time
     (`in_position_groups`: in a CPU's cache, the exponentials written over the chunk's logits)."""
@@ -153,15 +148,8 @@ def chunk_ladder(vocab_size: int) -> list[int]:
     return sizes
 
 
-def choose_chunk_size(
-    vocab_size: int,
-    canvas_length: int,
-    num_requests: int,
-    free_bytes: int,
-    embed_weight: torch.Tensor,
-    lm_head: LMHead | None = None,
-    fraction: float = 0.5,
-) -> int:
+def choose_chunk_size(vocab_size: int, canvas_length: int, num_requests: int, free_bytes: int, embed_weight: torch.Tensor,
+                      lm_head: LMHead | None = None, fraction: float = 0.5) -> int:
     """The widest chunk whose step, for all `num_requests` in one tile, fits `fraction` of free
     memory (measured on meta tensors); the narrowest when none does (then tiles split further)."""
     ladder = chunk_ladder(vocab_size)

@@ -45,12 +45,8 @@ def pin_position(key: object) -> int:
     return int(text)
 
 
-def resolve_start(
-    start: str | None,
-    pins: Mapping[object, str] | None,
-    canvas_length: int,
-    encode: Callable[[str], list[int]],
-) -> tuple[str, CanvasStart]:
+def resolve_start(start: str | None, pins: Mapping[object, str] | None, canvas_length: int,
+                  encode: Callable[[str], list[int]]) -> tuple[str, CanvasStart]:
     """One sentence if the start or a pin cannot be used, else '' and the request's CanvasStart.
 
     `encode` turns text into token ids without special tokens. A start longer than the canvas, a

@@ -209,19 +209,12 @@ class TiledSampler:
             scheduled = dict(params=[h.params for h in hosts], phases=phases, canvas=self.canvas[idx],
                              committed=self.committed[idx])
         return TileInputs(
-            rows=rows,
-            temperature=temperature.to(dev, non_blocking=True),
-            entropy_bound=bound.to(dev, non_blocking=True),
-            confidence_threshold=threshold.to(dev, non_blocking=True),
-            last_step=(remaining <= 1).to(dev, non_blocking=True),
-            history=self.history[idx],
-            history_valid=self.history_valid[idx],
-            group_bytes=group_bytes_for(dev),
+            rows=rows, temperature=temperature.to(dev, non_blocking=True), entropy_bound=bound.to(dev, non_blocking=True),
+            confidence_threshold=threshold.to(dev, non_blocking=True), last_step=(remaining <= 1).to(dev, non_blocking=True),
+            history=self.history[idx], history_valid=self.history_valid[idx], group_bytes=group_bytes_for(dev),
             # Only a tile holding a pinned row reads pins: the others pay nothing for them.
-            pins=self.pins[idx] if any(h.pinned for h in hosts) else None,
-            repeats=self._repeats,
-            **scheduled,
-        )
+            pins=self.pins[idx] if any(h.pinned for h in hosts) else None, repeats=self._repeats, **scheduled,
+        )  # fmt: skip
 
     def _run_tile(self, scores: Scores, slots: Sequence[int]) -> None:
         idx = self._index(slots)
@@ -291,22 +284,13 @@ class TiledSampler:
             ran, splits = self._run_tiles(scores, slots, group, free)
 
         plan = TilePlan(
-            time=started,
-            impl=self.impl,
-            num_decode=len(slots),
-            canvas_length=self.canvas_length,
-            vocab_size=self.vocab_size,
-            free_bytes=int(free),
-            budget_bytes=self.memory.capacity_bytes(),
-            bytes_per_request=calibration.bytes_per_request,
-            group=group,
-            tiles=tuple(ran),
+            time=started, impl=self.impl, num_decode=len(slots), canvas_length=self.canvas_length,
+            vocab_size=self.vocab_size, free_bytes=int(free), budget_bytes=self.memory.capacity_bytes(),
+            bytes_per_request=calibration.bytes_per_request, group=group, tiles=tuple(ran),
             # Unmeasured (a CPU with no budget skips the tracker's cost): the calibrated estimate.
             peak_transient_bytes=int(calibration.tile_bytes(max(ran, default=0)) if measured.peak_bytes is None else measured.peak_bytes),
-            peak_measured=measured.peak_bytes is not None,
-            splits=tuple(splits),
-            seconds=time.time() - started,
-        )
+            peak_measured=measured.peak_bytes is not None, splits=tuple(splits), seconds=time.time() - started,
+        )  # fmt: skip
         return self.outputs(slots, plan)
 
     def outputs(self, slots: Sequence[int], plan: TilePlan | None = None) -> StepOutput:
@@ -314,17 +298,9 @@ class TiledSampler:
         slots = [int(s) for s in slots]
         idx = self._index(slots)
         mean = self.out_mean_entropy[idx]
-        return StepOutput(
-            slots=slots,
-            next_canvas=self.canvas[idx],
-            draft=self.draft[idx],
-            entropy=self.out_entropy[idx],
-            accepted=self.out_accepted[idx],
-            mean_entropy=mean,
-            converged=self.out_converged[idx],
-            finite=torch.isfinite(mean),
-            plan=plan,
-        )
+        return StepOutput(slots=slots, next_canvas=self.canvas[idx], draft=self.draft[idx], entropy=self.out_entropy[idx],
+                          accepted=self.out_accepted[idx], mean_entropy=mean, converged=self.out_converged[idx],
+                          finite=torch.isfinite(mean), plan=plan)
 
 
 def run_tile(tile_fn: TileFn, repeats: Repeats, scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor,

@@ -19,10 +19,7 @@ from dgemma.settings import api_help
 def model_info(facts: dict, max_num_seqs: int) -> dict:
     """What `/info` returns and the page header shows, from a backend's `info()`: the model's
     facts, the batch limit and example prompts that fit it."""
-    info = {key: facts.get(key) for key in MODEL_KEYS}
-    info["max_num_seqs"] = max_num_seqs
-    info["examples"] = example_prompts(facts)
-    return info
+    return {**{key: facts.get(key) for key in MODEL_KEYS}, "max_num_seqs": max_num_seqs, "examples": example_prompts(facts)}
 
 
 def _record_option(settings: object) -> tuple[object, bool]:

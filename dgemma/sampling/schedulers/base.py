@@ -146,7 +146,10 @@ class DenoisingScheduler(ABC):
 class PlannedScheduler(DenoisingScheduler):
     """A scheduler that reads a plan of `max_denoising_steps` predictor steps: the stopping rule,
     then its own `advance` of the canvas; a row that stops commits its argmax, one at its last
-    predictor step its canvas."""
+    predictor step its canvas. Its parameters hold a `temperature`: above 0 it samples its proposals."""
+
+    def samples(self, params: SamplingParams) -> bool:
+        return params.scheduler.temperature > 0
 
     @abstractmethod
     def advance(self, inputs: TileInputs, offered: Offered) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -34,9 +34,6 @@ class BlockRefinementParams(SchedulerParams):
 class BlockRefinement(PlannedScheduler):
     Params = BlockRefinementParams
 
-    def samples(self, params: SamplingParams) -> bool:
-        return params.scheduler.temperature > 0
-
     def advance(self, inputs: TileInputs, offered: Offered) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One step on rows [r, CL]: (next canvas, newly committed, committed after), from the rows'
         proposed tokens and their probabilities (fp32), the canvas the decoder read and the

@@ -39,9 +39,6 @@ class DiscreteDDIMParams(SchedulerParams):
 class DiscreteDDIM(PlannedScheduler):
     Params = DiscreteDDIMParams
 
-    def samples(self, params: SamplingParams) -> bool:
-        return params.scheduler.temperature > 0
-
     def sweeps(self, params: SamplingParams) -> int:
         return params.scheduler.corrector_steps
 
