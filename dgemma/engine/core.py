@@ -1,9 +1,10 @@
 """`EngineCore`: continuous batching over one loaded model, one `step()` at a time, no thread inside.
 
-Any thread may `submit`, `cancel` and `subscribe`; whoever drives the core calls `step()` until
-`has_unfinished()` is False (the `Engine` thread does, or a caller of its own, e.g. a forked GPU
-worker). `step()` takes what was submitted and cancelled, then runs schedule -> encode -> decode
--> sample -> emit once under `lock`. Every use of the weights is a request (the lesson's runs too,
+Any thread may `submit`, `cancel` and `subscribe`; `drive` (engine/driver.py) calls `step()` until
+`has_unfinished()` is False. A step is three phases under `lock`, vLLM v1's: `schedule()` (the only
+place a request joins, is preempted or cancelled) -> execute (engine/phases.py: encode, decode and
+sample exactly that set) -> update (engine/lifecycle.py: fold the outputs in, emit events), and
+returns them typed (`EngineStep`). Every use of the weights is a request (the lesson's runs too,
 with their own `RunOptions`), so nothing else runs on them between two steps.
 The algorithm and its memory handling: docs/design.md, "The engine".
 """
@@ -21,7 +22,7 @@ import torch
 from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.output import Detokenizer, Subscribers, request_event
-from dgemma.engine.phases import ModelPhases
+from dgemma.engine.phases import ExecuteOutput, ModelPhases, ShortOfMemory
 from dgemma.engine.requests import RequestLimits, Request, RequestHandle, check_request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
@@ -51,6 +52,23 @@ class EngineConfig:
     max_restarts: int = 5  # ... at most this many times in a row without a successful step
 
 
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """What runs this step: every running request in slot order (the decoder batch's row order)."""
+
+    rows: list[Request]
+    admitted: list[Request]  # joined this step
+    preempted: list[Request]  # sent back to the queue to make room for last step's request short of memory
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """A step's typed output: what was scheduled and what the model and the sampler did with it."""
+
+    scheduled: SchedulerOutput
+    executed: ExecuteOutput
+
+
 class EngineCore:
     """Requests in, events out; `step()` advances every running request by one denoising step."""
 
@@ -65,7 +83,6 @@ class EngineCore:
         self.loaded = loaded
         self.config = config
         self.lock = threading.RLock()  # held by step() and by what must see no step (a failure, shutdown)
-        self.runner = Runner(loaded.model)
         self.default_params = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.resident = Resident(self.memory)
         try:
@@ -85,8 +102,9 @@ class EngineCore:
                               "the model weights") from None
         self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
                                    set(loaded.eos_token_ids), self._forget_subscriber, loaded.tokenizer.pad_token_id)
-        self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
-                                  loaded.tokenizer.pad_token_id or 0)
+        self.phases = ModelPhases(Runner(loaded.model), self.samplers, self.memory, self.resident,
+                                  loaded.tokenizer.pad_token_id or 0)  # the runner's one owner
+        self._short: list[ShortOfMemory] = []  # last step's requests short of memory: the next schedule's
         self._limits = RequestLimits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
         self._ids = itertools.count(1)
         self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
@@ -206,33 +224,30 @@ class EngineCore:
 
     # ------------------------------------------------------------------ the step
 
-    def step(self) -> None:
-        """Take the inbox and cancels, then schedule -> encode -> decode -> sample -> emit once."""
+    def step(self) -> EngineStep:
+        """schedule -> execute -> update, once."""
         with self.lock:
-            with self.intake:
-                inbox, self._inbox = self._inbox, deque()
-                cancels, self._cancels = self._cancels, {}
-            self.scheduler.waiting.extend(inbox)
-            self._apply_cancels(cancels)
-            self.lifecycle.admit()
-            rows = self.scheduler.rows()
-            self.phases.encode(rows)
-            rows = self.scheduler.rows()
-            if not rows:
-                return
-            rows, hidden = self.phases.timed_decode(rows)
-            rows, hidden = self.lifecycle.still_running(rows, hidden)  # a preemption may have taken a decoded row
-            if rows:
-                self.phases.sample_and_emit(rows, hidden)
-            self.steps += 1
+            scheduled = self.schedule()
+            executed = self.phases.execute(scheduled.rows)
+            self.lifecycle.update(executed)
+            self._short = executed.short
+            self.steps += bool(scheduled.rows)
+            return EngineStep(scheduled, executed)
 
-    def _apply_cancels(self, cancels: dict[int, str]) -> None:
-        if not cancels:
-            return
-        for req in self.scheduler.remove_waiting(set(cancels)):
-            self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
-        for req in [r for r in self.scheduler.running.values() if r.id in cancels]:
-            self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+    def schedule(self) -> SchedulerOutput:
+        """Phase 1, the only place a request joins, is preempted or is cancelled: take the inbox and the
+        cancels, make room for last step's request short of memory, admit into free slots."""
+        with self.intake:
+            inbox, self._inbox = self._inbox, deque()
+            cancels, self._cancels = self._cancels, {}
+        self.scheduler.waiting.extend(inbox)
+        if cancels:
+            running = [r for r in self.scheduler.running.values() if r.id in cancels]
+            for req in self.scheduler.remove_waiting(set(cancels)) + running:
+                self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+        preempted = self.lifecycle.make_room(self._short)
+        admitted = self.lifecycle.admit()
+        return SchedulerOutput(self.scheduler.rows(), admitted, preempted)
 
     # ------------------------------------------------------------------ failures
 

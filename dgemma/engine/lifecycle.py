@@ -1,4 +1,5 @@
-"""What happens to a running request: admitted, a canvas committed, finished, or preempted.
+"""What happens to a request: admitted, preempted (the schedule's), a step folded in, a canvas
+committed, finished (the update's).
 
 Each transition frees what it must (slot, sampler state, KV cache) and emits its event.
 Out of memory for one request preempts the newest-admitted one (docs/design.md, "The engine").
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dgemma.engine.output import Detokenizer, Subscribers, request_event
+from dgemma.engine.output import Detokenizer, Subscribers, request_event, start_event, step_event
+from dgemma.engine.phases import ExecuteOutput, SamplerOutput, ShortOfMemory
 from dgemma.engine.requests import FINAL, Request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
@@ -54,9 +56,12 @@ class Lifecycle:
     def emit(self, req: Request, event) -> None:
         self.subscribers.emit(req, event)
 
-    def admit(self) -> None:
-        """Phase 1: waiting requests into free slots; their prompts are prefilled in phase 2."""
-        for req in self.scheduler.admit():
+    # ------------------------------------------------------------------ the schedule's
+
+    def admit(self) -> list[Request]:
+        """Waiting requests into free slots (their prompts are prefilled by execute); returns them."""
+        admitted = self.scheduler.admit()
+        for req in admitted:
             req.started = time.monotonic()
             req.pending_commit = req.prompt_ids
             try:
@@ -65,6 +70,56 @@ class Lifecycle:
                 self.finish(req, "error", error=oom_sentence(err, "its sampler's per-slot state does not fit"))
                 continue
             self.emit(req, request_event(req, "running"))
+        return [r for r in admitted if r.status == "running"]
+
+    def make_room(self, shortfalls: list[ShortOfMemory]) -> list[Request]:
+        """Last step's first request short of memory that still runs: preempt the newest-admitted running
+        request (it may be that one) to make room; it retries. One that ran alone cannot fit at all and
+        fails with one sentence. Returns the preempted."""
+        short = next((s for s in shortfalls if self.scheduler.is_running(s.request)), None)
+        if short is None:
+            return []
+        if short.alone:
+            self.finish(short.request, "error", error=oom_sentence(
+                short.message, f"{short.what} even with no other request running"))
+            return []
+        if len(self.scheduler.running) == 1:  # the others ended last step: room enough to retry
+            return []
+        victim = self.scheduler.victim()
+        self.preempt(victim, oom_sentence(short.message, short.what))
+        return [victim]
+
+    # ------------------------------------------------------------------ the update's
+
+    def update(self, executed: ExecuteOutput) -> None:
+        """Fold a step's outputs into its requests and emit their events, in the order they happened."""
+        for req, tokens in executed.starts:
+            self.emit(req, start_event(req, tokens, self.pool[req.options].vocab_size, self.detok))
+        for sampled in executed.sampled:
+            if sampled.error:
+                for req in sampled.rows:
+                    self.finish(req, "error", error=sampled.error, extra=dict(oom=sampled.oom))
+            else:
+                self._fold_step(sampled)
+
+    def _fold_step(self, sampled: SamplerOutput) -> None:
+        host, rows = sampled.host, sampled.rows
+        peak = sampled.plan.peak_transient_bytes if sampled.plan is not None else 0
+        self.subscribers.emit_plan(sampled.plan, rows)
+        for i, req in enumerate(rows):
+            req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
+            req.steps += 1
+            req.predictor_steps += not sampled.swept[i]
+            if not host.finite[i]:
+                self.finish(req, "error", error=(
+                    f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
+                    f"step {sampled.steps[i]}; this request was stopped"))
+                continue
+            if req.stream_steps:
+                self.emit(req, step_event(req, sampled.steps[i], host.draft[i], host.entropy[i], host.accepted[i],
+                                          host.mean_entropy[i], bool(host.converged[i]), self.detok))
+            if host.converged[i]:
+                self.converged(req, host.draft[i])
 
     def converged(self, req: Request, canvas: list[int]) -> None:
         """A canvas converged: keep its tokens up to EOS; finish, or commit it next step."""
@@ -83,7 +138,7 @@ class Lifecycle:
             del req.logprobs[req.max_new_tokens :]
             self.finish(req, "done")
             return
-        req.pending_commit = canvas  # phase 2 of the next step appends it to the cache
+        req.pending_commit = canvas  # the next step's encode appends it to the cache
         # The page shows each committed token's logprob on hover.
         self.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
 
@@ -109,28 +164,6 @@ class Lifecycle:
             self.pool.free(req.options, slot)
         req.cache = None
         req.cache_bytes = self.resident.resize(req.cache_bytes, 0, "kv_caches")
-
-    def is_running(self, req: Request) -> bool:
-        return self.scheduler.is_running(req)
-
-    def still_running(self, rows: list[Request], hidden: torch.Tensor | None = None
-                      ) -> tuple[list[Request], torch.Tensor | None]:
-        """The rows a preemption has not taken (and their hidden states)."""
-        keep = [i for i, r in enumerate(rows) if self.is_running(r)]
-        if hidden is not None and len(keep) < len(rows):
-            hidden = hidden[keep]
-        return [rows[i] for i in keep], hidden
-
-    def make_room_for(self, req: Request, message: str, what: str) -> bool:
-        """`req` ran out of memory even on its own. Preempt the newest-admitted running request (`req`
-        itself if it is the newest) to make room; True when `req` still runs and should retry. With
-        no other request to preempt, `req` cannot fit at all and fails with one sentence."""
-        if len(self.scheduler.running) == 1:
-            self.finish(req, "error", error=oom_sentence(message, f"{what} even with no other request running"))
-            return False
-        victim = self.scheduler.victim()
-        self.preempt(victim, oom_sentence(message, what))
-        return victim is not req
 
     def preempt(self, req: Request, reason: str) -> None:
         """Free a running request's memory and queue it first, to restart from its prompt later."""

@@ -30,6 +30,7 @@ class Scheduler:
         return [req for _, req in sorted(self.running.items())]
 
     def is_running(self, req: Request) -> bool:
+        """Whether `req` holds a slot: asked only while scheduling (tests/test_structure.py)."""
         return req.slot is not None and self.running.get(req.slot) is req
 
     def admit(self) -> list[Request]:
@@ -53,7 +54,7 @@ class Scheduler:
 
     def release(self, req: Request, ended: bool) -> bool:
         """Free `req`'s slot; True if it held one. `ended`: it finished, so the cap may grow by one."""
-        held = self.is_running(req)
+        held = req.slot is not None  # a running request's; a slot is taken back here or by clear_running
         if held:
             del self.running[req.slot]
             self._free_slots.append(req.slot)
