@@ -22,7 +22,7 @@ import torch
 from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.output import Detokenizer, Subscribers, request_event
-from dgemma.engine.phases import ExecuteOutput, ModelPhases, ShortOfMemory
+from dgemma.engine.phases import ExecuteOutput, ModelPhases
 from dgemma.engine.requests import RequestLimits, Request, RequestHandle, check_request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
@@ -104,7 +104,7 @@ class EngineCore:
                                    set(loaded.eos_token_ids), self._forget_subscriber, loaded.tokenizer.pad_token_id)
         self.phases = ModelPhases(Runner(loaded.model), self.samplers, self.memory, self.resident,
                                   loaded.tokenizer.pad_token_id or 0)  # the runner's one owner
-        self._short: list[ShortOfMemory] = []  # last step's requests short of memory: the next schedule's
+        self._last = EngineStep(SchedulerOutput([], [], []), ExecuteOutput())  # its `short`: the next schedule's
         self._limits = RequestLimits(config.max_prompt_chars, config.max_new_tokens, loaded.canvas_length, loaded.max_positions)
         self._ids = itertools.count(1)
         self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
@@ -230,9 +230,9 @@ class EngineCore:
             scheduled = self.schedule()
             executed = self.phases.execute(scheduled.rows)
             self.lifecycle.update(executed)
-            self._short = executed.short
             self.steps += bool(scheduled.rows)
-            return EngineStep(scheduled, executed)
+            self._last = EngineStep(scheduled, executed)
+            return self._last
 
     def schedule(self) -> SchedulerOutput:
         """Phase 1, the only place a request joins, is preempted or is cancelled: take the inbox and the
@@ -245,7 +245,7 @@ class EngineCore:
             running = [r for r in self.scheduler.running.values() if r.id in cancels]
             for req in self.scheduler.remove_waiting(set(cancels)) + running:
                 self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
-        preempted = self.lifecycle.make_room(self._short)
+        preempted = self.lifecycle.make_room(self._last.executed.short, len(self._last.scheduled.rows) == 1)
         admitted = self.lifecycle.admit()
         return SchedulerOutput(self.scheduler.rows(), admitted, preempted)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from dgemma.engine.output import Detokenizer, Subscribers, request_event, start_event, step_event
-from dgemma.engine.phases import ExecuteOutput, SamplerOutput, ShortOfMemory
+from dgemma.engine.phases import ExecuteOutput, ShortOfMemory
 from dgemma.engine.requests import FINAL, Request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
@@ -53,9 +53,6 @@ class Lifecycle:
         self._forget_subscriber = forget_subscriber
         self.pad_id = pad_id
 
-    def emit(self, req: Request, event) -> None:
-        self.subscribers.emit(req, event)
-
     # ------------------------------------------------------------------ the schedule's
 
     def admit(self) -> list[Request]:
@@ -69,17 +66,17 @@ class Lifecycle:
             except torch.OutOfMemoryError as err:
                 self.finish(req, "error", error=oom_sentence(err, "its sampler's per-slot state does not fit"))
                 continue
-            self.emit(req, request_event(req, "running"))
+            self.subscribers.emit(req, request_event(req, "running"))
         return [r for r in admitted if r.status == "running"]
 
-    def make_room(self, shortfalls: list[ShortOfMemory]) -> list[Request]:
+    def make_room(self, shortfalls: list[ShortOfMemory], alone: bool) -> list[Request]:
         """Last step's first request short of memory that still runs: preempt the newest-admitted running
-        request (it may be that one) to make room; it retries. One that ran alone cannot fit at all and
+        request (it may be that one) to make room; it retries. One that ran `alone` cannot fit at all and
         fails with one sentence. Returns the preempted."""
         short = next((s for s in shortfalls if self.scheduler.is_running(s.request)), None)
         if short is None:
             return []
-        if short.alone:
+        if alone:
             self.finish(short.request, "error", error=oom_sentence(
                 short.message, f"{short.what} even with no other request running"))
             return []
@@ -94,32 +91,28 @@ class Lifecycle:
     def update(self, executed: ExecuteOutput) -> None:
         """Fold a step's outputs into its requests and emit their events, in the order they happened."""
         for req, tokens in executed.starts:
-            self.emit(req, start_event(req, tokens, self.pool[req.options].vocab_size, self.detok))
-        for sampled in executed.sampled:
-            if sampled.error:
-                for req in sampled.rows:
-                    self.finish(req, "error", error=sampled.error, extra=dict(oom=sampled.oom))
-            else:
-                self._fold_step(sampled)
-
-    def _fold_step(self, sampled: SamplerOutput) -> None:
-        host, rows = sampled.host, sampled.rows
-        peak = sampled.plan.peak_transient_bytes if sampled.plan is not None else 0
-        self.subscribers.emit_plan(sampled.plan, rows)
-        for i, req in enumerate(rows):
-            req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
-            req.steps += 1
-            req.predictor_steps += not sampled.swept[i]
-            if not host.finite[i]:
-                self.finish(req, "error", error=(
-                    f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
-                    f"step {sampled.steps[i]}; this request was stopped"))
-                continue
-            if req.stream_steps:
-                self.emit(req, step_event(req, sampled.steps[i], host.draft[i], host.entropy[i], host.accepted[i],
-                                          host.mean_entropy[i], bool(host.converged[i]), self.detok))
-            if host.converged[i]:
-                self.converged(req, host.draft[i])
+            self.subscribers.emit(req, start_event(req, tokens, self.pool[req.options].vocab_size, self.detok))
+        for out in executed.sampled:
+            self.subscribers.emit_plan(out.plan, out.rows)
+            peak = out.plan.peak_transient_bytes if out.plan is not None else 0
+            for i, req in enumerate(out.rows):
+                if out.error:  # the call ran out of memory under fail_on_oom
+                    self.finish(req, "error", error=out.error, extra=dict(oom=out.oom))
+                    continue
+                req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
+                req.steps += 1
+                req.predictor_steps += not out.swept[i]
+                if not out.host.finite[i]:
+                    self.finish(req, "error", error=(
+                        f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
+                        f"step {out.steps[i]}; this request was stopped"))
+                    continue
+                if req.stream_steps:
+                    self.subscribers.emit(req, step_event(req, out.steps[i], out.host.draft[i], out.host.entropy[i],
+                                                          out.host.accepted[i], out.host.mean_entropy[i],
+                                                          bool(out.host.converged[i]), self.detok))
+                if out.host.converged[i]:
+                    self.converged(req, out.host.draft[i])
 
     def converged(self, req: Request, canvas: list[int]) -> None:
         """A canvas converged: keep its tokens up to EOS; finish, or commit it next step."""
@@ -140,7 +133,7 @@ class Lifecycle:
             return
         req.pending_commit = canvas  # the next step's encode appends it to the cache
         # The page shows each committed token's logprob on hover.
-        self.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
+        self.subscribers.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
 
     def finish(self, req: Request, status: str, error: str = "", extra: dict | None = None) -> None:
         """Final event for `req` (a cancel's reason goes in `error`, more about it in `extra`); frees
@@ -152,7 +145,7 @@ class Lifecycle:
         self.release(req, ended=True)
         if status == "done":
             self.counts.requests_done += 1
-        self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
+        self.subscribers.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
             queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished), **(extra or {}))))
         self._forget_subscriber(req.id)
@@ -172,7 +165,7 @@ class Lifecycle:
         self.scheduler.requeue_first(req)
         self.counts.preemptions += 1
         log.info("preempted request %d (%d running): %s", req.id, len(self.scheduler.running), reason)
-        self.emit(req, request_event(req, "queued", extra=dict(
+        self.subscribers.emit(req, request_event(req, "queued", extra=dict(
             preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "
                       "so its tokens will be the same")))
 

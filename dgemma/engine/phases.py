@@ -1,15 +1,8 @@
-"""Phase 2 of an engine step, execute: encode, decode and sample exactly the rows the schedule gave.
-
-    encode   prefill admitted prompts together; append last step's converged canvases to their
-             request's KV cache; start each next canvas from keyed noise
-    decode   every ready canvas in ONE decoder batch over per-row caches, up to the final hidden
-             states; an out-of-memory splits the batch in halves, down to one request
-    sample   one tiled sampler step per distinct RunOptions over its rows (the LM head per tile),
-             its outputs copied to the host once
-
-Nothing here adds, removes or preempts a request, or asks who is running. A request that cannot
-run even on its own is reported (`ShortOfMemory`): the next schedule makes room for it. The
-outputs are host values (no tensor outlives the step); phase 3, `Lifecycle.update`, folds them in.
+"""Phase 2 of an engine step, execute: encode, decode and sample exactly the rows the schedule gave
+(docs/architecture.md draws the three phases). Nothing here adds, removes or preempts a request, or
+asks who is running: a request that cannot run even on its own is reported (`ShortOfMemory`) and
+the next schedule makes room for it. The outputs are host values (no tensor outlives the step);
+phase 3, `Lifecycle.update`, folds them in.
 """
 
 from __future__ import annotations
@@ -35,12 +28,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ShortOfMemory:
     """A request whose share did not fit even on its own: the next schedule preempts the newest-admitted
-    request to make room, or fails this one if it ran `alone`."""
+    request to make room, or fails this one if it ran alone."""
 
     request: Request
     message: str  # the out-of-memory error's text
     what: str  # what did not fit, in the words of the request's error or preemption
-    alone: bool  # the only request of its step
 
 
 @dataclass(frozen=True)
@@ -90,21 +82,20 @@ class ModelPhases:
     def execute(self, rows: list[Request]) -> ExecuteOutput:
         """Encode, decode and sample `rows` (every running request, in slot order)."""
         out = ExecuteOutput()
-        alone = len(rows) == 1
-        ready = self.encode(rows, out, alone)
+        ready = self.encode(rows, out)
         if ready:
             started = self.clock.mark()
-            out.decoded, hidden = self.decode(ready, out, alone)
+            out.decoded, hidden = self.decode(ready, out)
             self.clock.charge(started, self.clock.mark(), out.decoded, "decoder_seconds")  # read at a host copy
             for index in by_options(out.decoded).values():
                 same_hidden = hidden if len(index) == len(out.decoded) else hidden[index]
-                self.sample([out.decoded[i] for i in index], same_hidden, out, alone)
+                self.sample([out.decoded[i] for i in index], same_hidden, out)
         self.clock.settle()  # a step none of whose rows sampled still counts its decoder
         return out
 
     # -- encode
 
-    def encode(self, rows: list[Request], out: ExecuteOutput, alone: bool) -> list[Request]:
+    def encode(self, rows: list[Request], out: ExecuteOutput) -> list[Request]:
         """Bring each row's KV cache up to date and start its canvas; returns the rows ready to decode.
         `pending_commit`: tokens for the cache, [] once they are in it (and the canvas not yet started)."""
         admitted = [r for r in rows if r.cache is None]
@@ -115,8 +106,7 @@ class ModelPhases:
                 caches = []
             for req, cache in zip(admitted, caches):
                 req.cache, req.pending_commit = cache, []
-        ready: list[Request] = []
-        started: list[Request] = []
+        ready, started = [], []  # of Request
         for req in rows:
             if req.pending_commit is not None:
                 try:
@@ -127,7 +117,7 @@ class ModelPhases:
                     req.pending_commit = []  # in the cache (a failed forward adds nothing): not appended twice
                     req.cache_bytes = self.resident.resize(req.cache_bytes, cache_bytes(req.cache), "kv_caches")
                 except torch.OutOfMemoryError as err:
-                    out.short.append(ShortOfMemory(req, str(err), "its KV cache does not fit", alone))
+                    out.short.append(ShortOfMemory(req, str(err), "its KV cache does not fit"))
                     continue
                 req.pending_commit = None
                 self.pool[req.options].start_canvas(req.slot, req.params, req.canvas_index, req.start)
@@ -141,7 +131,7 @@ class ModelPhases:
 
     # -- decode
 
-    def decode(self, rows: list[Request], out: ExecuteOutput, alone: bool) -> tuple[list[Request], torch.Tensor | None]:
+    def decode(self, rows: list[Request], out: ExecuteOutput) -> tuple[list[Request], torch.Tensor | None]:
         """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
         Returns the rows decoded and their hidden states [n, CL, hidden]."""
         try:
@@ -151,28 +141,27 @@ class ModelPhases:
             # forward's frames, and with them every activation it had allocated.
             message = str(err)
         if len(rows) == 1:
-            out.short.append(ShortOfMemory(rows[0], message, "its decoder step does not fit", alone))
+            out.short.append(ShortOfMemory(rows[0], message, "its decoder step does not fit"))
             return [], None
         self.counts.decoder_splits += 1
         log.info("decoder out of memory with %d requests; splitting: %s", len(rows), message)
         half = len(rows) // 2
-        left, left_hidden = self.decode(rows[:half], out, alone)
-        right, right_hidden = self.decode(rows[half:], out, alone)
+        left, left_hidden = self.decode(rows[:half], out)
+        right, right_hidden = self.decode(rows[half:], out)
         parts = [t for t in (left_hidden, right_hidden) if t is not None]
         return left + right, (torch.cat(parts) if parts else None)
 
     def _decode_once(self, rows: list[Request]) -> torch.Tensor:
+        """One decoder call; its inputs are this frame's, so a split's halves do not hold the whole batch's."""
         self.counts.decoder_calls += 1
-        canvas = canvases(self.pool, rows)
-        soft = soft_embeds(self.pool, rows)
-        caches = [r.cache for r in rows]
-        # Under a virtual budget or on CUDA the decoder's transient counts; with none, skip the tracker's per-op cost.
+        canvas, soft, caches = canvases(self.pool, rows), soft_embeds(self.pool, rows), [r.cache for r in rows]
+        # Under a budget (virtual, or CUDA's) the decoder's transient counts; with none, skip the tracker.
         with nullcontext() if isinstance(self.memory, HostMemory) else self.memory.measure():
             return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
 
     # -- sample
 
-    def sample(self, rows: list[Request], hidden: torch.Tensor, out: ExecuteOutput, alone: bool) -> None:
+    def sample(self, rows: list[Request], hidden: torch.Tensor, out: ExecuteOutput) -> None:
         """The sampler step for `rows` (all of one RunOptions). When even one request's tile does not
         fit, the tiles that ran have advanced their rows; the first row that did not step is short of
         memory, and the others step next time (fail_on_oom: every row fails with the step's sentence)."""
@@ -183,21 +172,19 @@ class ModelPhases:
         except torch.OutOfMemoryError as err:  # leave the except block: its traceback holds the failed tile
             plan, failed = None, (str(err), getattr(err, "sentence", str(err)), getattr(err, "figures", None))
         if failed and rows[0].options.fail_on_oom:  # the run fails with the step's sentence and its ledger
-            out.sampled.append(SamplerOutput(rows, error=failed[1], oom={**(failed[2] or {}), "held": self._held()}))
+            oom = {**(failed[2] or {}), "held": dict(self.resident.by_term)}
+            out.sampled.append(SamplerOutput(rows, error=failed[1], oom=oom))
             return
         if failed:
             moved = [sampler.steps_done(s) > b for s, b in zip(slots, before)]
-            out.short.append(ShortOfMemory(rows[moved.index(False)], failed[0], "its sampler step does not fit", alone))
+            out.short.append(ShortOfMemory(rows[moved.index(False)], failed[0], "its sampler step does not fit"))
             rows, slots = [r for r, m in zip(rows, moved) if m], [s for s, m in zip(slots, moved) if m]
             if not rows:
                 return
         elif plan is not None:  # the call's ledger: what the engine held while it ran
-            plan = replace(plan, held=self._held())
+            plan = replace(plan, held=dict(self.resident.by_term))
         host = to_host(sampler.outputs(slots, plan))  # waits for the step's end
         self.clock.charge(started, self.clock.mark(), rows, "sampler_seconds")
         self.clock.settle()  # after the host copy: before any row finishes (in update) and reports its shares
         out.sampled.append(SamplerOutput(rows, host, plan, [sampler.steps_done(s) for s in slots],
                                          [sampler.swept(s) for s in slots]))
-
-    def _held(self) -> dict[str, int]:
-        return dict(self.resident.by_term)

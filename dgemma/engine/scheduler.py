@@ -75,12 +75,10 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.admit_cap = len(self.running)
 
-    def clear_running(self) -> list[Request]:
-        """Forget every running request (after a failure); returns them."""
-        rows = list(self.running.values())
-        for req in rows:
+    def clear_running(self) -> None:
+        """Forget every running request (after a failure)."""
+        for req in self.running.values():
             req.slot = None
         self.running.clear()
         self._free_slots = list(range(self.max_num_seqs))
         self.admit_cap = None
-        return rows
