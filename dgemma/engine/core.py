@@ -255,7 +255,7 @@ class EngineCore:
         """After a failed step: running requests end with `error`; the samplers' state is rebuilt on
         next use (a step that died half-way may have left it inconsistent). Waiting ones stay queued."""
         with self.lock:
-            self.fail_requests(list(self.scheduler.running.values()), error)
+            self.end_requests(list(self.scheduler.running.values()), "error", error)
             self.scheduler.clear_running()
             self.samplers.drop_all()
 
@@ -268,10 +268,10 @@ class EngineCore:
             self._inbox.clear()
         return stranded
 
-    def fail_requests(self, stranded: list, error: str) -> None:
-        """End requests taken by `take_unstarted` with `error`."""
-        for req in stranded:
-            self.lifecycle.finish(req, "error", error=error)
+    def end_requests(self, requests: list, status: str, error: str) -> None:
+        """End `requests` (running ones, or those `take_unstarted` took) with `status` and `error`."""
+        for req in requests:
+            self.lifecycle.finish(req, status, error=error)
 
     def cancel_everything(self, reason: str) -> None:
         """End every request with a final 'cancelled' event carrying `reason` (shutdown)."""
@@ -279,5 +279,4 @@ class EngineCore:
             with self.intake:
                 unfinished = list(self.scheduler.running.values()) + self.take_unstarted()
                 self._cancels.clear()
-            for req in unfinished:
-                self.lifecycle.finish(req, "cancelled", error=reason)
+            self.end_requests(unfinished, "cancelled", reason)

@@ -53,8 +53,6 @@ class Lifecycle:
         self._forget_subscriber = forget_subscriber
         self.pad_id = pad_id
 
-    # ------------------------------------------------------------------ the schedule's
-
     def admit(self) -> list[Request]:
         """Waiting requests into free slots (their prompts are prefilled by execute); returns them."""
         admitted = self.scheduler.admit()
@@ -70,23 +68,18 @@ class Lifecycle:
         return [r for r in admitted if r.status == "running"]
 
     def make_room(self, shortfalls: list[ShortOfMemory], alone: bool) -> list[Request]:
-        """Last step's first request short of memory that still runs: preempt the newest-admitted running
-        request (it may be that one) to make room; it retries. One that ran `alone` cannot fit at all and
-        fails with one sentence. Returns the preempted."""
+        """For last step's first request short of memory: preempt the newest-admitted (maybe that one) and
+        let it retry, or fail it with one sentence if it ran `alone`. Returns the preempted."""
         short = next((s for s in shortfalls if self.scheduler.is_running(s.request)), None)
-        if short is None:
+        if short is None or (not alone and len(self.scheduler.running) == 1):  # the others ended: room to retry
             return []
         if alone:
             self.finish(short.request, "error", error=oom_sentence(
                 short.message, f"{short.what} even with no other request running"))
             return []
-        if len(self.scheduler.running) == 1:  # the others ended last step: room enough to retry
-            return []
         victim = self.scheduler.victim()
         self.preempt(victim, oom_sentence(short.message, short.what))
         return [victim]
-
-    # ------------------------------------------------------------------ the update's
 
     def update(self, executed: ExecuteOutput) -> None:
         """Fold a step's outputs into its requests and emit their events, in the order they happened."""
@@ -94,12 +87,11 @@ class Lifecycle:
             self.subscribers.emit(req, start_event(req, tokens, self.pool[req.options].vocab_size, self.detok))
         for out in executed.sampled:
             self.subscribers.emit_plan(out.plan, out.rows)
-            peak = out.plan.peak_transient_bytes if out.plan is not None else 0
             for i, req in enumerate(out.rows):
                 if out.error:  # the call ran out of memory under fail_on_oom
                     self.finish(req, "error", error=out.error, extra=dict(oom=out.oom))
                     continue
-                req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
+                req.peak_sampler_bytes = max(req.peak_sampler_bytes, out.plan.peak_transient_bytes if out.plan else 0)
                 req.steps += 1
                 req.predictor_steps += not out.swept[i]
                 if not out.host.finite[i]:

@@ -1,8 +1,7 @@
 """Phase 2 of an engine step, execute: encode, decode and sample exactly the rows the schedule gave
-(docs/architecture.md draws the three phases). Nothing here adds, removes or preempts a request, or
-asks who is running: a request that cannot run even on its own is reported (`ShortOfMemory`) and
-the next schedule makes room for it. The outputs are host values (no tensor outlives the step);
-phase 3, `Lifecycle.update`, folds them in.
+(docs/architecture.md draws the phases). Nothing here adds, removes or preempts a request or asks who
+runs: one that cannot run even alone is reported (`ShortOfMemory`) for the next schedule. The outputs
+are host values (no tensor outlives the step) that phase 3, `Lifecycle.update`, folds in.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ShortOfMemory:
-    """A request whose share did not fit even on its own: the next schedule preempts the newest-admitted
-    request to make room, or fails this one if it ran alone."""
+    """A request that did not fit even on its own: the next schedule makes room (or fails it, if it ran alone)."""
 
     request: Request
     message: str  # the out-of-memory error's text
@@ -37,8 +35,7 @@ class ShortOfMemory:
 
 @dataclass(frozen=True)
 class SamplerOutput:
-    """One sampler call over the rows of one RunOptions, on the host. With `error` (an out-of-memory
-    under fail_on_oom) the call did not run and each row fails with it, `oom` its figures."""
+    """One sampler call over one RunOptions' rows, on the host; `error`: out of memory under fail_on_oom."""
 
     rows: list[Request]
     host: HostStep | None = None
@@ -93,8 +90,6 @@ class ModelPhases:
         self.clock.settle()  # a step none of whose rows sampled still counts its decoder
         return out
 
-    # -- encode
-
     def encode(self, rows: list[Request], out: ExecuteOutput) -> list[Request]:
         """Bring each row's KV cache up to date and start its canvas; returns the rows ready to decode.
         `pending_commit`: tokens for the cache, [] once they are in it (and the canvas not yet started)."""
@@ -129,8 +124,6 @@ class ModelPhases:
             out.starts = list(zip(streamed, canvases(self.pool, streamed).tolist(), strict=True))
         return ready
 
-    # -- decode
-
     def decode(self, rows: list[Request], out: ExecuteOutput) -> tuple[list[Request], torch.Tensor | None]:
         """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
         Returns the rows decoded and their hidden states [n, CL, hidden]."""
@@ -152,14 +145,12 @@ class ModelPhases:
         return left + right, (torch.cat(parts) if parts else None)
 
     def _decode_once(self, rows: list[Request]) -> torch.Tensor:
-        """One decoder call; its inputs are this frame's, so a split's halves do not hold the whole batch's."""
+        """One decoder call (its inputs are this frame's: a split's halves do not hold the whole batch's);
+        under a budget (virtual, or CUDA's) its transient counts, with none the tracker is skipped."""
         self.counts.decoder_calls += 1
         canvas, soft, caches = canvases(self.pool, rows), soft_embeds(self.pool, rows), [r.cache for r in rows]
-        # Under a budget (virtual, or CUDA's) the decoder's transient counts; with none, skip the tracker.
         with nullcontext() if isinstance(self.memory, HostMemory) else self.memory.measure():
             return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
-
-    # -- sample
 
     def sample(self, rows: list[Request], hidden: torch.Tensor, out: ExecuteOutput) -> None:
         """The sampler step for `rows` (all of one RunOptions). When even one request's tile does not

@@ -29,8 +29,7 @@ class Scheduler:
         """The running requests in slot order (the decoder batch's row order)."""
         return [req for _, req in sorted(self.running.items())]
 
-    def is_running(self, req: Request) -> bool:
-        """Whether `req` holds a slot: asked only while scheduling (tests/test_structure.py)."""
+    def is_running(self, req: Request) -> bool:  # asked only while scheduling (tests/test_structure.py)
         return req.slot is not None and self.running.get(req.slot) is req
 
     def admit(self) -> list[Request]:
@@ -48,8 +47,7 @@ class Scheduler:
     def remove_waiting(self, ids: set[int]) -> list[Request]:
         """Take the waiting requests with these ids out of the queue."""
         taken = [r for r in self.waiting if r.id in ids]
-        for req in taken:
-            self.waiting.remove(req)
+        self.waiting = deque(r for r in self.waiting if r.id not in ids)
         return taken
 
     def release(self, req: Request, ended: bool) -> bool:
