@@ -336,7 +336,7 @@ def membership_reads(source: str) -> set[str]:
 
 def test_only_the_scheduling_phase_asks_who_is_running():
     """Issue #56: execute (engine/phases.py) runs exactly the rows the schedule gave and update folds in what
-    they did; neither asks whether a request still runs, so only `schedule()` adds, removes or preempts one."""
+    they did; neither asks whether a request still runs, so only `schedule()` admits, cancels or preempts one."""
     engine = [p for p in sorted((PACKAGE / "engine").glob("*.py")) if p.name != "scheduler.py"]
     found = set().union(*(membership_reads(p.read_text(encoding="utf-8")) for p in engine))
     stray = found - SCHEDULING - OUTSIDE_THE_STEP

@@ -1,5 +1,5 @@
 """Phase 2 of an engine step, execute: encode, decode and sample exactly the rows the schedule gave
-(docs/architecture.md draws the phases). Nothing here adds, removes or preempts a request or asks who
+(docs/architecture.md draws the phases). Nothing here admits, ends or preempts a request or asks who
 runs: one that cannot run even alone is reported (`ShortOfMemory`) for the next schedule. The outputs
 are host values (no tensor outlives the step) that phase 3, `Lifecycle.update`, folds in.
 """
