@@ -1,7 +1,7 @@
 """Fault injection for the reliability tests, from outside the engine: wrappers, no engine hooks.
 
-`install_faults(core)` wraps the core's runner and its `step`; set the returned `Faults`'
-attributes from any thread:
+`install_faults(core)` wraps the core's runner (held by its one owner, the execute phase) and its
+`step`; set the returned `Faults`' attributes from any thread:
 
 - decoder_oom_above: a decoder call with more rows than this raises out-of-memory;
 - nan_requests: these request ids get NaN hidden states (so NaN logits) from their next decoder call;
@@ -52,15 +52,15 @@ class FaultyRunner:
 def install_faults(core: EngineCore) -> Faults:
     """Wrap `core`'s runner and step with injectable faults (all off until set)."""
     faults = Faults()
-    core.runner = core.phases.runner = FaultyRunner(core.runner, core, faults)
+    core.phases.runner = FaultyRunner(core.phases.runner, core, faults)
     step = core.step
 
     @functools.wraps(step)
-    def crashing_step() -> None:
+    def crashing_step():
         if faults.crash_steps > 0:
             faults.crash_steps -= 1
             raise RuntimeError("injected engine crash")
-        step()
+        return step()
 
     core.step = crashing_step
     return faults

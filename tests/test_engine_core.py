@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from dgemma.engine import Engine, EngineConfig, EngineCore
 from dgemma.events import RequestEvent, StepEvent
 from dgemma.sampling import RunOptions, SamplingParams
 from compare_runs import drive
+from faults import install_faults
 
 PROMPTS = ["add 1+2", "count 1 to 5", "reverse abc", "sort 3 1 2", "add 7+8"]
 
@@ -113,3 +115,37 @@ def test_a_runs_own_memory_budget_caps_its_sampler_step_and_the_tokens_stay(embe
     assert plans and all(p.budget_bytes == tight.memory_budget for p in plans)
 
 
+
+
+def test_a_step_returns_what_it_scheduled_and_what_the_model_and_sampler_did(tiny_model):
+    core = EngineCore(tiny_model, EngineConfig(max_num_seqs=2))
+    handles = [core.submit(p, params(i), max_new_tokens=16) for i, p in enumerate(PROMPTS[:3])]
+    first = core.step()
+    assert dataclasses.is_dataclass(first) and dataclasses.is_dataclass(first.scheduled)
+    ids = [h.id for h in handles[:2]]  # two slots: the third waits
+    assert [r.id for r in first.scheduled.rows] == [r.id for r in first.scheduled.admitted] == ids
+    assert [r.id for r, _ in first.executed.starts] == [r.id for r in first.executed.decoded] == ids
+    assert [[r.id for r in s.rows] for s in first.executed.sampled] == [ids]
+    assert first.executed.sampled[0].steps == [1, 1] and not first.executed.short
+    second = core.step()
+    assert second.scheduled.admitted == [] and not second.executed.starts  # the same canvases, denoising on
+    drive(core)
+    assert [h.result(0).status for h in handles] == ["done"] * 3
+
+
+def test_a_request_short_of_memory_is_reported_by_execute_and_preempted_by_the_next_schedule(tiny_model):
+    core = EngineCore(tiny_model, EngineConfig(max_num_seqs=2))
+    faults = install_faults(core)
+    older, newer = (core.submit(p, params(i), max_new_tokens=16) for i, p in enumerate(PROMPTS[:2]))
+    faults.decoder_oom_above = 0  # every decoder call runs out of memory, even one request's
+    short = core.step()
+    assert [s.request.id for s in short.executed.short] == [older.id, newer.id]
+    assert short.executed.decoded == [] and core.counts() == (2, 0)  # execute took no one out
+    faults.decoder_oom_above = None
+    after = core.step()
+    assert [r.id for r in after.scheduled.preempted] == [newer.id]  # the newest-admitted makes room
+    assert [r.id for r in after.scheduled.rows] == [r.id for r in after.executed.decoded] == [older.id]
+    preempted = [e for e in newer.events(timeout=0) if isinstance(e, RequestEvent) and e.extra.get("preempted")]
+    assert len(preempted) == 1 and "its decoder step does not fit" in preempted[0].extra["preempted"]
+    drive(core)
+    assert older.result(0).status == newer.result(0).status == "done"

@@ -363,6 +363,43 @@ def test_the_one_loop_rule_catches_a_loop_of_its_own(tmp_path):
     assert core_drivers(stray) == [2, 4]
 
 
+# ------------------------------------------------------------------ the step's three phases
+MEMBERSHIP = {"running", "is_running", "still_running"}  # who runs: a scheduler's slots, or a check against them
+SCHEDULING = {"EngineCore.schedule", "Lifecycle.make_room", "Lifecycle.preempt"}  # phase 1: it changes who runs
+OUTSIDE_THE_STEP = {"EngineCore.has_unfinished", "EngineCore.counts", "EngineCore.fail_running",
+                    "EngineCore.cancel_everything"}  # the thread-safe API and a failed step's clean-up
+
+
+def membership_reads(source: str) -> set[str]:
+    """The `Class.function`s that read who is running (`.running`, `.is_running`, `.still_running`)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Attribute) and child.attr in MEMBERSHIP:
+                found.add(where)
+            named = isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            visit(child, f"{where}.{child.name}".lstrip(".") if named else where)
+
+    visit(parsed(source), "")
+    return found
+
+
+def test_only_the_scheduling_phase_asks_who_is_running():
+    """Issue #56: execute (engine/phases.py) runs exactly the rows the schedule gave and update folds in what
+    they did; neither asks whether a request still runs, so only `schedule()` admits, cancels or preempts one."""
+    engine = [p for p in sorted((PACKAGE / "engine").glob("*.py")) if p.name != "scheduler.py"]
+    found = set().union(*(membership_reads(p.read_text(encoding="utf-8")) for p in engine))
+    stray = found - SCHEDULING - OUTSIDE_THE_STEP
+    assert not stray, f"who runs read outside the scheduling phase: {stray}"
+    assert {"EngineCore.schedule", "Lifecycle.make_room"} <= found
+
+
+def test_the_phase_rule_catches_a_membership_check_inside_execute():
+    bad = "class ModelPhases:\n    def sample(self, rows):\n        rows = [r for r in rows if self.lifecycle.is_running(r)]\n"
+    assert membership_reads(bad) == {"ModelPhases.sample"}
+
+
 # ------------------------------------------------------------------ every import runs downward
 def package_of(module: str) -> str:
     return ".".join(module.split(".")[:2])

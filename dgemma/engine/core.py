@@ -1,9 +1,10 @@
 """`EngineCore`: continuous batching over one loaded model, one `step()` at a time, no thread inside.
 
-Any thread may `submit`, `cancel` and `subscribe`; whoever drives the core calls `step()` until
-`has_unfinished()` is False (the `Engine` thread does, or a caller of its own, e.g. a forked GPU
-worker). `step()` takes what was submitted and cancelled, then runs schedule -> encode -> decode
--> sample -> emit once under `lock`. Every use of the weights is a request (the lesson's runs too,
+Any thread may `submit`, `cancel` and `subscribe`; `drive` (engine/driver.py) calls `step()` until
+`has_unfinished()` is False. A step is three phases under `lock`, vLLM v1's: `schedule()` (the only
+place a request joins, is preempted or cancelled) -> execute (engine/phases.py: encode, decode and
+sample exactly that set) -> update (engine/lifecycle.py: fold the outputs in, emit events), and
+returns them typed (`EngineStep`). Every use of the weights is a request (the lesson's runs too,
 with their own `RunOptions`), so nothing else runs on them between two steps.
 The algorithm and its memory handling: docs/design.md, "The engine".
 """
@@ -21,7 +22,7 @@ import torch
 from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.output import Detokenizer, Subscribers, request_event
-from dgemma.engine.phases import ModelPhases
+from dgemma.engine.phases import ExecuteOutput, ModelPhases
 from dgemma.engine.requests import RequestLimits, Request, RequestHandle, check_request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
@@ -49,6 +50,23 @@ class EngineConfig:
     max_restarts: int = 5  # ... at most this many times in a row without a successful step
 
 
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """What runs this step: every running request in slot order (the decoder batch's row order)."""
+
+    rows: list[Request]
+    admitted: list[Request]  # joined this step
+    preempted: list[Request]  # sent back to the queue to make room for last step's request short of memory
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """A step's typed output: what was scheduled and what the model and the sampler did with it."""
+
+    scheduled: SchedulerOutput
+    executed: ExecuteOutput
+
+
 class EngineCore:
     """Requests in, events out; `step()` advances every running request by one denoising step."""
 
@@ -63,7 +81,6 @@ class EngineCore:
         self.loaded = loaded
         self.config = config
         self.lock = threading.RLock()  # held by step() and by what must see no step (a failure, shutdown)
-        self.runner = Runner(loaded.model)
         self.default_params = SamplingParams.from_generation_config(getattr(loaded.model, "generation_config", None))
         self.resident = Resident(self.memory)
         try:
@@ -83,8 +100,9 @@ class EngineCore:
                               "the model weights") from None
         self.lifecycle = Lifecycle(self.scheduler, self.samplers, self.resident, self.subscribers, self.detok,
                                    set(loaded.eos_token_ids), self._forget_subscriber, loaded.tokenizer.pad_token_id)
-        self.phases = ModelPhases(self.runner, self.samplers, self.memory, self.lifecycle,
-                                  loaded.tokenizer.pad_token_id or 0)
+        self.phases = ModelPhases(Runner(loaded.model), self.samplers, self.memory, self.resident,
+                                  loaded.tokenizer.pad_token_id or 0)  # the runner's one owner
+        self._last = EngineStep(SchedulerOutput([], [], []), ExecuteOutput())  # its `short`: the next schedule's
         self._limits = RequestLimits(loaded.canvas_length, loaded.max_positions)
         self._ids = itertools.count(1)
         self.intake = threading.Condition()  # guards everything below; notified on submit and cancel
@@ -203,33 +221,30 @@ class EngineCore:
 
     # ------------------------------------------------------------------ the step
 
-    def step(self) -> None:
-        """Take the inbox and cancels, then schedule -> encode -> decode -> sample -> emit once."""
+    def step(self) -> EngineStep:
+        """schedule -> execute -> update, once."""
         with self.lock:
-            with self.intake:
-                inbox, self._inbox = self._inbox, deque()
-                cancels, self._cancels = self._cancels, {}
-            self.scheduler.waiting.extend(inbox)
-            self._apply_cancels(cancels)
-            self.lifecycle.admit()
-            rows = self.scheduler.rows()
-            self.phases.encode(rows)
-            rows = self.scheduler.rows()
-            if not rows:
-                return
-            rows, hidden = self.phases.timed_decode(rows)
-            rows, hidden = self.lifecycle.still_running(rows, hidden)  # a preemption may have taken a decoded row
-            if rows:
-                self.phases.sample_and_emit(rows, hidden)
-            self.steps += 1
+            scheduled = self.schedule()
+            executed = self.phases.execute(scheduled.rows)
+            self.lifecycle.update(executed)
+            self.steps += bool(scheduled.rows)
+            self._last = EngineStep(scheduled, executed)
+            return self._last
 
-    def _apply_cancels(self, cancels: dict[int, str]) -> None:
-        if not cancels:
-            return
-        for req in self.scheduler.remove_waiting(set(cancels)):
-            self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
-        for req in [r for r in self.scheduler.running.values() if r.id in cancels]:
-            self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+    def schedule(self) -> SchedulerOutput:
+        """Phase 1, the only place a request joins, is preempted or is cancelled: take the inbox and the
+        cancels, make room for last step's request short of memory, admit into free slots."""
+        with self.intake:
+            inbox, self._inbox = self._inbox, deque()
+            cancels, self._cancels = self._cancels, {}
+        self.scheduler.waiting.extend(inbox)
+        if cancels:
+            running = [r for r in self.scheduler.running.values() if r.id in cancels]
+            for req in self.scheduler.remove_waiting(set(cancels)) + running:
+                self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+        preempted = self.lifecycle.make_room(self._last.executed.short, len(self._last.scheduled.rows) == 1)
+        admitted = self.lifecycle.admit()
+        return SchedulerOutput(self.scheduler.rows(), admitted, preempted)
 
     # ------------------------------------------------------------------ failures
 
@@ -237,7 +252,7 @@ class EngineCore:
         """After a failed step: running requests end with `error`; the samplers' state is rebuilt on
         next use (a step that died half-way may have left it inconsistent). Waiting ones stay queued."""
         with self.lock:
-            self.fail_requests(list(self.scheduler.running.values()), error)
+            self.end_requests(list(self.scheduler.running.values()), "error", error)
             self.scheduler.clear_running()
             self.samplers.drop_all()
 
@@ -250,10 +265,10 @@ class EngineCore:
             self._inbox.clear()
         return stranded
 
-    def fail_requests(self, stranded: list, error: str) -> None:
-        """End requests taken by `take_unstarted` with `error`."""
-        for req in stranded:
-            self.lifecycle.finish(req, "error", error=error)
+    def end_requests(self, requests: list, status: str, error: str) -> None:
+        """End `requests` (running ones, or those `take_unstarted` took) with `status` and `error`."""
+        for req in requests:
+            self.lifecycle.finish(req, status, error=error)
 
     def cancel_everything(self, reason: str) -> None:
         """End every request with a final 'cancelled' event carrying `reason` (shutdown)."""
@@ -261,5 +276,4 @@ class EngineCore:
             with self.intake:
                 unfinished = list(self.scheduler.running.values()) + self.take_unstarted()
                 self._cancels.clear()
-            for req in unfinished:
-                self.lifecycle.finish(req, "cancelled", error=reason)
+            self.end_requests(unfinished, "cancelled", reason)

@@ -12,7 +12,7 @@ import itertools
 import time
 from collections.abc import Iterator
 
-from dgemma.engine.core import EngineConfig, EngineCore
+from dgemma.engine.core import EngineConfig, EngineCore, EngineStep
 from dgemma.events import Event
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import RunOptions
@@ -20,8 +20,8 @@ from dgemma.settings import RunRequest
 
 
 def drive(core: EngineCore, deadline: float | None = None, subscriber: str | None = None,
-          reason: str = "") -> Iterator[None]:  # fmt: skip
-    """Step `core` until nothing is left unfinished, yielding after each step (a caller may stop between
+          reason: str = "") -> Iterator[EngineStep]:  # fmt: skip
+    """Step `core` until nothing is left unfinished, yielding each step's output (a caller may stop between
     two). At `deadline` (time.monotonic()) `subscriber`'s requests are cancelled with `reason`: what runs
     stops, nothing new starts, and the loop steps on until they have ended."""
     timed_out = False
@@ -29,8 +29,7 @@ def drive(core: EngineCore, deadline: float | None = None, subscriber: str | Non
         if deadline is not None and not timed_out and time.monotonic() >= deadline:
             timed_out = True
             core.cancel_subscriber(subscriber, reason=reason)
-        core.step()
-        yield
+        yield core.step()
 
 
 class CallDriver:

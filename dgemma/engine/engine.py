@@ -166,4 +166,4 @@ class Engine:
             self.core.refusal = f"the engine stopped after repeated failures ({reason}); restart it"
             stranded = self.core.take_unstarted()
             self._thread = None
-        self.core.fail_requests(stranded, f"the engine stopped ({reason}); this request never started")
+        self.core.end_requests(stranded, "error", f"the engine stopped ({reason}); this request never started")

@@ -1,4 +1,5 @@
-"""What happens to a running request: admitted, a canvas committed, finished, or preempted.
+"""What happens to a request: admitted, preempted (the schedule's), a step folded in, a canvas
+committed, finished (the update's).
 
 Each transition frees what it must (slot, sampler state, KV cache) and emits its event.
 Out of memory for one request preempts the newest-admitted one (docs/design.md, "The engine").
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dgemma.engine.output import Detokenizer, Subscribers, request_event
+from dgemma.engine.output import Detokenizer, Subscribers, request_event, start_event, step_event
+from dgemma.engine.phases import ExecuteOutput, ShortOfMemory
 from dgemma.engine.requests import FINAL, Request
 from dgemma.engine.resident import Resident
 from dgemma.engine.samplers import SamplerPool
@@ -51,12 +53,10 @@ class Lifecycle:
         self._forget_subscriber = forget_subscriber
         self.pad_id = pad_id
 
-    def emit(self, req: Request, event) -> None:
-        self.subscribers.emit(req, event)
-
-    def admit(self) -> None:
-        """Phase 1: waiting requests into free slots; their prompts are prefilled in phase 2."""
-        for req in self.scheduler.admit():
+    def admit(self) -> list[Request]:
+        """Waiting requests into free slots (their prompts are prefilled by execute); returns them."""
+        admitted = self.scheduler.admit()
+        for req in admitted:
             req.started = time.monotonic()
             req.pending_commit = req.prompt_ids
             try:
@@ -64,7 +64,47 @@ class Lifecycle:
             except torch.OutOfMemoryError as err:
                 self.finish(req, "error", error=oom_sentence(err, "its sampler's per-slot state does not fit"))
                 continue
-            self.emit(req, request_event(req, "running"))
+            self.subscribers.emit(req, request_event(req, "running"))
+        return [r for r in admitted if r.status == "running"]
+
+    def make_room(self, shortfalls: list[ShortOfMemory], alone: bool) -> list[Request]:
+        """For last step's first request short of memory: preempt the newest-admitted (maybe that one) and
+        let it retry, or fail it with one sentence if it ran `alone`. Returns the preempted."""
+        short = next((s for s in shortfalls if self.scheduler.is_running(s.request)), None)
+        if short is None or (not alone and len(self.scheduler.running) == 1):  # the others ended: room to retry
+            return []
+        if alone:
+            self.finish(short.request, "error", error=oom_sentence(
+                short.message, f"{short.what} even with no other request running"))
+            return []
+        victim = self.scheduler.victim()
+        self.preempt(victim, oom_sentence(short.message, short.what))
+        return [victim]
+
+    def update(self, executed: ExecuteOutput) -> None:
+        """Fold a step's outputs into its requests and emit their events, in the order they happened."""
+        for req, tokens in executed.starts:
+            self.subscribers.emit(req, start_event(req, tokens, self.pool[req.options].vocab_size, self.detok))
+        for out in executed.sampled:
+            self.subscribers.emit_plan(out.plan, out.rows)
+            for i, req in enumerate(out.rows):
+                if out.error:  # the call ran out of memory under fail_on_oom
+                    self.finish(req, "error", error=out.error, extra=dict(oom=out.oom))
+                    continue
+                req.peak_sampler_bytes = max(req.peak_sampler_bytes, out.plan.peak_transient_bytes if out.plan else 0)
+                req.steps += 1
+                req.predictor_steps += not out.swept[i]
+                if not out.host.finite[i]:
+                    self.finish(req, "error", error=(
+                        f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
+                        f"step {out.steps[i]}; this request was stopped"))
+                    continue
+                if req.stream_steps:
+                    self.subscribers.emit(req, step_event(req, out.steps[i], out.host.draft[i], out.host.entropy[i],
+                                                          out.host.accepted[i], out.host.mean_entropy[i],
+                                                          bool(out.host.converged[i]), self.detok))
+                if out.host.converged[i]:
+                    self.converged(req, out.host.draft[i])
 
     def converged(self, req: Request, canvas: list[int]) -> None:
         """A canvas converged: keep its tokens up to EOS; finish, or commit it next step."""
@@ -83,9 +123,9 @@ class Lifecycle:
             del req.logprobs[req.max_new_tokens :]
             self.finish(req, "done")
             return
-        req.pending_commit = canvas  # phase 2 of the next step appends it to the cache
+        req.pending_commit = canvas  # the next step's encode appends it to the cache
         # The page shows each committed token's logprob on hover.
-        self.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
+        self.subscribers.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
 
     def finish(self, req: Request, status: str, error: str = "", extra: dict | None = None) -> None:
         """Final event for `req` (a cancel's reason goes in `error`, more about it in `extra`); frees
@@ -97,7 +137,7 @@ class Lifecycle:
         self.release(req, ended=True)
         if status == "done":
             self.counts.requests_done += 1
-        self.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
+        self.subscribers.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
             queued_s=(req.started or finished) - req.submitted, metrics=request_figures(req, finished), **(extra or {}))))
         self._forget_subscriber(req.id)
@@ -110,28 +150,6 @@ class Lifecycle:
         req.cache = None
         req.cache_bytes = self.resident.resize(req.cache_bytes, 0, "kv_caches")
 
-    def is_running(self, req: Request) -> bool:
-        return self.scheduler.is_running(req)
-
-    def still_running(self, rows: list[Request], hidden: torch.Tensor | None = None
-                      ) -> tuple[list[Request], torch.Tensor | None]:
-        """The rows a preemption has not taken (and their hidden states)."""
-        keep = [i for i, r in enumerate(rows) if self.is_running(r)]
-        if hidden is not None and len(keep) < len(rows):
-            hidden = hidden[keep]
-        return [rows[i] for i in keep], hidden
-
-    def make_room_for(self, req: Request, message: str, what: str) -> bool:
-        """`req` ran out of memory even on its own. Preempt the newest-admitted running request (`req`
-        itself if it is the newest) to make room; True when `req` still runs and should retry. With
-        no other request to preempt, `req` cannot fit at all and fails with one sentence."""
-        if len(self.scheduler.running) == 1:
-            self.finish(req, "error", error=oom_sentence(message, f"{what} even with no other request running"))
-            return False
-        victim = self.scheduler.victim()
-        self.preempt(victim, oom_sentence(message, what))
-        return victim is not req
-
     def preempt(self, req: Request, reason: str) -> None:
         """Free a running request's memory and queue it first, to restart from its prompt later."""
         self.release(req, ended=False)
@@ -139,7 +157,7 @@ class Lifecycle:
         self.scheduler.requeue_first(req)
         self.counts.preemptions += 1
         log.info("preempted request %d (%d running): %s", req.id, len(self.scheduler.running), reason)
-        self.emit(req, request_event(req, "queued", extra=dict(
+        self.subscribers.emit(req, request_event(req, "queued", extra=dict(
             preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "
                       "so its tokens will be the same")))
 

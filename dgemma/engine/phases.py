@@ -1,33 +1,59 @@
-"""The model-side phases of an engine step: encode, decode, sample and emit (docs/design.md).
-
-    encode   prefill admitted prompts together; append last step's converged canvases to their
-             request's KV cache; start each next canvas from keyed noise
-    decode   every denoising canvas in ONE decoder batch over per-row caches, up to the final
-             hidden states; an out-of-memory splits the batch in halves, down to one request
-    sample   one tiled sampler step per distinct RunOptions over its rows (the LM head per tile)
-    emit     step frames and tile plans; converged canvases commit next step or finish
-
-Out of memory that even one request cannot survive preempts (see `Lifecycle.make_room_for`).
+"""Phase 2 of an engine step, execute: encode, decode and sample exactly the rows the schedule gave
+(docs/architecture.md draws the phases). Nothing here admits, ends or preempts a request or asks who
+runs: one that cannot run even alone is reported (`ShortOfMemory`) for the next schedule. The outputs
+are host values (no tensor outlives the step) that phase 3, `Lifecycle.update`, folds in.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from dgemma.engine.lifecycle import Lifecycle
-from dgemma.engine.output import start_event, step_event, to_host
+from dgemma.engine.output import HostStep, to_host
 from dgemma.engine.requests import Request
-from dgemma.engine.resident import cache_bytes
-from dgemma.engine.timing import ShareClock
+from dgemma.engine.resident import Resident, cache_bytes
 from dgemma.engine.samplers import SamplerPool, by_options, canvases, soft_embeds
+from dgemma.engine.timing import ShareClock
+from dgemma.events import TilePlan
 from dgemma.memory import HostMemory, MemoryDevice
 from dgemma.model.runner import Runner
-from dgemma.sampling import StepOutput
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShortOfMemory:
+    """A request that did not fit even on its own: the next schedule makes room (or fails it, if it ran alone)."""
+
+    request: Request
+    message: str  # the out-of-memory error's text
+    what: str  # what did not fit, in the words of the request's error or preemption
+
+
+@dataclass(frozen=True)
+class SamplerOutput:
+    """One sampler call over one RunOptions' rows, on the host; `error`: out of memory under fail_on_oom."""
+
+    rows: list[Request]
+    host: HostStep | None = None
+    plan: TilePlan | None = None
+    steps: list[int] = field(default_factory=list)  # each row's steps done on its canvas, this one included
+    swept: list[bool] = field(default_factory=list)  # this step was a corrector sweep, not a predictor step
+    error: str = ""
+    oom: dict | None = None
+
+
+@dataclass
+class ExecuteOutput:
+    """What the model and the sampler did this step, in the order it happened."""
+
+    starts: list[tuple[Request, list[int]]] = field(default_factory=list)  # canvases started, streamed: step 0
+    decoded: list[Request] = field(default_factory=list)  # the decoder batch's rows
+    sampled: list[SamplerOutput] = field(default_factory=list)
+    short: list[ShortOfMemory] = field(default_factory=list)
 
 
 @dataclass
@@ -39,75 +65,68 @@ class DecoderCounts:
 
 
 class ModelPhases:
-    def __init__(self, runner: Runner, pool: SamplerPool, memory: MemoryDevice, lifecycle: Lifecycle, pad_id: int):
+    """The one owner of the model's `Runner`."""
+
+    def __init__(self, runner: Runner, pool: SamplerPool, memory: MemoryDevice, resident: Resident, pad_id: int):
         self.runner = runner
         self.pool = pool
         self.memory = memory
-        self.lifecycle = lifecycle
+        self.resident = resident
         self.pad_id = pad_id
         self.counts = DecoderCounts()
         self.clock = ShareClock(runner.device)  # the decoder's and sampler's shares, no sync of their own
 
-    # -- encode
+    def execute(self, rows: list[Request]) -> ExecuteOutput:
+        """Encode, decode and sample `rows` (every running request, in slot order)."""
+        out = ExecuteOutput()
+        ready = self.encode(rows, out)
+        if ready:
+            started = self.clock.mark()
+            out.decoded, hidden = self.decode(ready, out)
+            self.clock.charge(started, self.clock.mark(), out.decoded, "decoder_seconds")  # read at a host copy
+            for index in by_options(out.decoded).values():
+                same_hidden = hidden if len(index) == len(out.decoded) else hidden[index]
+                self.sample([out.decoded[i] for i in index], same_hidden, out)
+        self.clock.settle()  # a step none of whose rows sampled still counts its decoder
+        return out
 
-    def encode(self, running: list[Request]) -> None:
-        admitted = [r for r in running if r.pending_commit is not None and r.cache is None]
-        prefilled: set[int] = set()
+    def encode(self, rows: list[Request], out: ExecuteOutput) -> list[Request]:
+        """Bring each row's KV cache up to date and start its canvas; returns the rows ready to decode.
+        `pending_commit`: tokens for the cache, [] once they are in it (and the canvas not yet started)."""
+        admitted = [r for r in rows if r.cache is None]
         if admitted:
             try:
                 caches = self.runner.prefill([r.prompt_ids for r in admitted], self.pad_id)
             except torch.OutOfMemoryError:  # one prompt at a time below, so only the one that does not fit fails
-                caches = [None] * len(admitted)
+                caches = []
             for req, cache in zip(admitted, caches):
-                req.cache = cache
-                if cache is not None:
-                    prefilled.add(req.id)
-        started: list[Request] = []
-        for req in running:
-            while self.lifecycle.is_running(req) and req.pending_commit is not None:
+                req.cache, req.pending_commit = cache, []
+        ready, started = [], []  # of Request
+        for req in rows:
+            if req.pending_commit is not None:
                 try:
                     if req.cache is None:
                         req.cache = self.runner.prefill([req.prompt_ids], self.pad_id)[0]
-                    elif req.id not in prefilled:
+                    elif req.pending_commit:
                         self.runner.append_to_cache(req.cache, torch.tensor(req.pending_commit))
-                    req.cache_bytes = self.lifecycle.resident.resize(
-                        req.cache_bytes, cache_bytes(req.cache), "kv_caches")
+                    req.pending_commit = []  # in the cache (a failed forward adds nothing): not appended twice
+                    req.cache_bytes = self.resident.resize(req.cache_bytes, cache_bytes(req.cache), "kv_caches")
                 except torch.OutOfMemoryError as err:
-                    # A failed append added nothing (the cache grows only when the forward returns).
-                    self.lifecycle.make_room_for(req, str(err), "its KV cache does not fit")
+                    out.short.append(ShortOfMemory(req, str(err), "its KV cache does not fit"))
                     continue
                 req.pending_commit = None
                 self.pool[req.options].start_canvas(req.slot, req.params, req.canvas_index, req.start)
                 started.append(req)
-        self._emit_starts(started)
+            ready.append(req)
+        # Step 0 of every canvas started: the keyed random tokens it starts from, in one host copy.
+        streamed = [r for r in started if r.stream_steps]
+        if streamed:
+            out.starts = list(zip(streamed, canvases(self.pool, streamed).tolist(), strict=True))
+        return ready
 
-    def _emit_starts(self, started: list[Request]) -> None:
-        """Step 0 of every canvas started this step: the keyed random tokens it starts from, so a
-        page (or a recording) shows the noise before the first denoising step. One host copy."""
-        rows = [r for r in started if r.stream_steps and self.lifecycle.is_running(r)]
-        if not rows:
-            return
-        tokens = canvases(self.pool, rows).tolist()
-        for req, ids in zip(rows, tokens, strict=True):
-            vocab = self.pool[req.options].vocab_size
-            self.lifecycle.emit(req, start_event(req, ids, vocab, self.lifecycle.detok))
-
-    # -- decode
-
-    def timed_decode(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
-        """`decode_splitting_on_oom`, its time charged to every row it decoded (read at the step's
-        host copy: no wait for the device here)."""
-        started = self.clock.mark()
-        rows, hidden = self.decode_splitting_on_oom(rows)
-        self.clock.charge(started, self.clock.mark(), rows, "decoder_seconds")
-        return rows, hidden
-
-    def decode_splitting_on_oom(self, rows: list[Request]) -> tuple[list[Request], torch.Tensor | None]:
+    def decode(self, rows: list[Request], out: ExecuteOutput) -> tuple[list[Request], torch.Tensor | None]:
         """Decoder hidden states for `rows`; an out-of-memory splits the batch and retries.
-        Returns the surviving rows and their hidden states [n, CL, hidden]."""
-        rows, _ = self.lifecycle.still_running(rows)  # a preemption earlier in this split may have taken some
-        if not rows:
-            return [], None
+        Returns the rows decoded and their hidden states [n, CL, hidden]."""
         try:
             return rows, self._decode_once(rows)
         except torch.OutOfMemoryError as err:
@@ -115,96 +134,48 @@ class ModelPhases:
             # forward's frames, and with them every activation it had allocated.
             message = str(err)
         if len(rows) == 1:
-            if self.lifecycle.make_room_for(rows[0], message, "its decoder step does not fit"):
-                return self.decode_splitting_on_oom(rows)
+            out.short.append(ShortOfMemory(rows[0], message, "its decoder step does not fit"))
             return [], None
         self.counts.decoder_splits += 1
         log.info("decoder out of memory with %d requests; splitting: %s", len(rows), message)
         half = len(rows) // 2
-        left, left_hidden = self.decode_splitting_on_oom(rows[:half])
-        right, right_hidden = self.decode_splitting_on_oom(rows[half:])
+        left, left_hidden = self.decode(rows[:half], out)
+        right, right_hidden = self.decode(rows[half:], out)
         parts = [t for t in (left_hidden, right_hidden) if t is not None]
         return left + right, (torch.cat(parts) if parts else None)
 
     def _decode_once(self, rows: list[Request]) -> torch.Tensor:
+        """One decoder call (its inputs are this frame's: a split's halves do not hold the whole batch's);
+        under a budget (virtual, or CUDA's) its transient counts, with none the tracker is skipped."""
         self.counts.decoder_calls += 1
-        canvas = canvases(self.pool, rows)
-        soft = soft_embeds(self.pool, rows)
-        caches = [r.cache for r in rows]
-        if isinstance(self.memory, HostMemory):  # no budget: skip the tracker's per-op cost
-            return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
-        with self.memory.measure():  # virtual budget or CUDA: the decoder's transient counts
+        canvas, soft, caches = canvases(self.pool, rows), soft_embeds(self.pool, rows), [r.cache for r in rows]
+        with nullcontext() if isinstance(self.memory, HostMemory) else self.memory.measure():
             return self.runner.decode(canvas, soft, None, caches, hidden_only=True)
 
-    # -- sample and emit
-
-    def sample_and_emit(self, rows: list[Request], hidden: torch.Tensor) -> None:
-        """One sampler step per distinct RunOptions among `rows`, then its events."""
-        for index in by_options(rows).values():
-            same_hidden = hidden if len(index) == len(rows) else hidden[index]
-            # A preemption in another options' step may have taken some of these rows.
-            same_rows, same_hidden = self.lifecycle.still_running([rows[i] for i in index], same_hidden)
-            if not same_rows:
-                continue
-            started = self.clock.mark()
-            same_rows, out = self._sample(same_rows, same_hidden)
-            if out is not None:
-                self._emit(same_rows, out, started)
-        self.clock.settle()  # a step whose rows all left before their host copy still counts its decoder
-
-    def _sample(self, rows: list[Request], hidden: torch.Tensor) -> tuple[list[Request], StepOutput | None]:
-        """The sampler step for `rows` (all of one RunOptions); when even one request's tile does not
-        fit, preempt and retry the rows that have not stepped yet (tiles that ran have advanced theirs)."""
-        sampler = self.pool[rows[0].options]
-        stepped: list[Request] = []
-        plan = None
-        while rows:
-            before = [sampler.steps_done(r.slot) for r in rows]
-            try:
-                plan = sampler.step(None, [r.slot for r in rows], hidden=hidden).plan
-                stepped += rows
-                break
-            except torch.OutOfMemoryError as err:
-                message = str(err)  # retry outside the except block: the traceback holds the failed tile
-                failed = getattr(err, "sentence", message), getattr(err, "figures", None)  # a TileOutOfMemory's
-            if rows[0].options.fail_on_oom:  # the run fails with the step's sentence and numbers, as asked
-                oom = {**(failed[1] or {}), "held": dict(self.lifecycle.resident.by_term)}  # its ledger, drawn
-                for req in rows:
-                    self.lifecycle.finish(req, "error", error=failed[0], extra=dict(oom=oom))
-                return [], None
-            moved = [sampler.steps_done(r.slot) > b for r, b in zip(rows, before)]
-            stepped += [r for r, m in zip(rows, moved) if m]
-            left = [i for i, m in enumerate(moved) if not m]
-            self.lifecycle.make_room_for(rows[left[0]], message, "its sampler step does not fit")
-            rows, hidden = self.lifecycle.still_running([rows[i] for i in left], hidden[left])
-        stepped, _ = self.lifecycle.still_running(stepped)
-        if not stepped:
-            return [], None
-        if plan is not None:  # the call's ledger: what the engine held while it ran
-            plan = replace(plan, held=dict(self.lifecycle.resident.by_term))
-        return stepped, sampler.outputs([r.slot for r in stepped], plan)
-
-    def _emit(self, rows: list[Request], out: StepOutput, started: object) -> None:
-        host = to_host(out)  # waits for the step's end
+    def sample(self, rows: list[Request], hidden: torch.Tensor, out: ExecuteOutput) -> None:
+        """The sampler step for `rows` (all of one RunOptions). When even one request's tile does not
+        fit, the tiles that ran have advanced their rows; the first row that did not step is short of
+        memory, and the others step next time (fail_on_oom: every row fails with the step's sentence)."""
+        sampler, slots = self.pool[rows[0].options], [r.slot for r in rows]
+        started, before = self.clock.mark(), [sampler.steps_done(s) for s in slots]
+        try:
+            plan, failed = sampler.step(None, slots, hidden=hidden).plan, None
+        except torch.OutOfMemoryError as err:  # leave the except block: its traceback holds the failed tile
+            plan, failed = None, (str(err), getattr(err, "sentence", str(err)), getattr(err, "figures", None))
+        if failed and rows[0].options.fail_on_oom:  # the run fails with the step's sentence and its ledger
+            oom = {**(failed[2] or {}), "held": dict(self.resident.by_term)}
+            out.sampled.append(SamplerOutput(rows, error=failed[1], oom=oom))
+            return
+        if failed:
+            moved = [sampler.steps_done(s) > b for s, b in zip(slots, before)]
+            out.short.append(ShortOfMemory(rows[moved.index(False)], failed[0], "its sampler step does not fit"))
+            rows, slots = [r for r, m in zip(rows, moved) if m], [s for s, m in zip(slots, moved) if m]
+            if not rows:
+                return
+        elif plan is not None:  # the call's ledger: what the engine held while it ran
+            plan = replace(plan, held=dict(self.resident.by_term))
+        host = to_host(sampler.outputs(slots, plan))  # waits for the step's end
         self.clock.charge(started, self.clock.mark(), rows, "sampler_seconds")
-        self.clock.settle()  # after the host copy: before any row below finishes and reports its shares
-        peak = out.plan.peak_transient_bytes if out.plan is not None else 0
-        for req in rows:
-            req.peak_sampler_bytes = max(req.peak_sampler_bytes, peak)
-        life = self.lifecycle
-        life.subscribers.emit_plan(out.plan, rows)
-        for i, req in enumerate(rows):
-            req.steps += 1
-            sampler = self.pool[req.options]
-            req.predictor_steps += not sampler.swept(req.slot)
-            step = sampler.steps_done(req.slot)
-            if not host.finite[i]:
-                life.finish(req, "error", error=(
-                    f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
-                    f"step {step}; this request was stopped"))
-                continue
-            if req.stream_steps:
-                life.emit(req, step_event(req, step, host.draft[i], host.entropy[i], host.accepted[i],
-                                          host.mean_entropy[i], bool(host.converged[i]), life.detok))
-            if host.converged[i]:
-                life.converged(req, host.draft[i])
+        self.clock.settle()  # after the host copy: before any row finishes (in update) and reports its shares
+        out.sampled.append(SamplerOutput(rows, host, plan, [sampler.steps_done(s) for s in slots],
+                                         [sampler.swept(s) for s in slots]))

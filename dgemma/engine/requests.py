@@ -39,7 +39,7 @@ class Request:
     cache: object = None  # its KV cache (a DynamicCache) while it holds a slot
     cache_bytes: int = 0
     canvas_index: int = 0
-    pending_commit: list[int] | None = None  # a converged canvas (or the prompt) waiting for the encoder
+    pending_commit: list[int] | None = None  # a converged canvas (or the prompt) for the encoder; [] once in the cache
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     steps: int = 0  # decoder forwards, all canvases (a corrector sweep is one)

@@ -29,7 +29,7 @@ class Scheduler:
         """The running requests in slot order (the decoder batch's row order)."""
         return [req for _, req in sorted(self.running.items())]
 
-    def is_running(self, req: Request) -> bool:
+    def is_running(self, req: Request) -> bool:  # asked only while scheduling (tests/test_structure.py)
         return req.slot is not None and self.running.get(req.slot) is req
 
     def admit(self) -> list[Request]:
@@ -47,13 +47,12 @@ class Scheduler:
     def remove_waiting(self, ids: set[int]) -> list[Request]:
         """Take the waiting requests with these ids out of the queue."""
         taken = [r for r in self.waiting if r.id in ids]
-        for req in taken:
-            self.waiting.remove(req)
+        self.waiting = deque(r for r in self.waiting if r.id not in ids)
         return taken
 
     def release(self, req: Request, ended: bool) -> bool:
         """Free `req`'s slot; True if it held one. `ended`: it finished, so the cap may grow by one."""
-        held = self.is_running(req)
+        held = req.slot is not None  # a running request's; a slot is taken back here or by clear_running
         if held:
             del self.running[req.slot]
             self._free_slots.append(req.slot)
@@ -74,12 +73,10 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.admit_cap = len(self.running)
 
-    def clear_running(self) -> list[Request]:
-        """Forget every running request (after a failure); returns them."""
-        rows = list(self.running.values())
-        for req in rows:
+    def clear_running(self) -> None:
+        """Forget every running request (after a failure)."""
+        for req in self.running.values():
             req.slot = None
         self.running.clear()
         self._free_slots = list(range(self.max_num_seqs))
         self.admit_cap = None
-        return rows
