@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import replace
-
 import torch
 
 from dgemma.cli import ArgumentParser, positive_int
-from dgemma.sampling import SAMPLER_STEPS, RunOptions
+from dgemma.sampling import SAMPLER_STEPS
 
 
 def build_parser(prog: str = "python -m dgemma.bench lesson") -> ArgumentParser:
@@ -29,7 +27,7 @@ def build_parser(prog: str = "python -m dgemma.bench lesson") -> ArgumentParser:
     p.add_argument("--load-format", default="auto", choices=["auto", "dummy"],
                    help="dummy: random weights of --model's config, built on the device")
     p.add_argument("--requests", type=positive_int, default=16, help="the lesson's batch (the tab's default: 16)")
-    p.add_argument("--steps", type=positive_int, default=8, help="max denoising steps of the one canvas")
+    p.add_argument("--steps", type=positive_int, default=8, help="max denoising steps of the one canvas (the tab's cap: 48)")
     p.add_argument("--impl", nargs="+", choices=SAMPLER_STEPS, default=["reference", "chunked"], help="step implementations")
     p.add_argument("--repeats", type=positive_int, default=4, help="runs of each mode (median reported)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch's intra-op threads (default: torch's own)")
@@ -42,18 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from dgemma.engine import EngineConfig
-    from dgemma.examples import lesson_prompts
     from dgemma.gpus import RELEASED_VOCAB
     from dgemma.model.loading import load_model
     from dgemma.serving.engine_backend import EngineBackend
     from dgemma.settings import Limits
+    from dgemma.ui.lesson.tab import lesson_call
 
     loaded = load_model(args.model, load_format=args.load_format)
     backend = EngineBackend(loaded, EngineConfig(max_num_seqs=args.requests), Limits(max_prompts=args.requests), None)
     real_scale = not args.model_vocab
     budget = backend.suggest_budget(args.requests, real_scale)  # the tab's: the memory ledger's suggestion
-    call = backend.request(lesson_prompts(args.requests), {"max_denoising_steps": args.steps, "seed": 5,
-                                                           "max_new_tokens": loaded.canvas_length, "memory_budget": budget})
     vocab = f"vocab padded to {RELEASED_VOCAB:,}" if real_scale else f"vocab {loaded.vocab_size:,}"
     print(f"lesson: {args.requests} requests, CL {loaded.canvas_length}, {vocab}, tiled under {budget}, "
           f"{torch.get_num_threads()} threads; the sampler's seconds per run")
@@ -64,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             tokens, tiles = {}, Counter()
             for round_ in range(-1, args.repeats):  # round -1 warms up; then alternated, each mode first by turns
                 for mode in ("tiled", "untiled") if round_ % 2 == 0 else ("untiled", "tiled"):
-                    tiled = mode == "tiled"
-                    options = RunOptions(tiling="auto" if tiled else "off", sampler=impl,
-                                         memory_budget=call.settings.options.memory_budget if tiled else None, fail_on_oom=True,
-                                         pad_vocab=RELEASED_VOCAB if real_scale else None)
-                    ids, plans = lesson_run(backend, call, options, f"the {mode} {impl} run")
+                    tiled = mode == "tiled"  # through the tab's door, as the tab makes each of its runs
+                    call = lesson_call(backend, args.requests, args.steps, None, budget if tiled else None,
+                                       "auto" if tiled else "off", impl, real_scale)
+                    ids, plans = lesson_run(backend, call, f"the {mode} {impl} run")
                     if round_ < 0:
                         continue
                     seconds[mode].append(sum(plan.seconds for plan in plans))
@@ -83,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def lesson_run(backend, call, options, what: str) -> tuple[list[tuple[int, ...]], list]:
-    """The lesson's batch as one engine run with `options` (the backend's run, as the tab's): each request's
-    tokens and the run's tile plans; a request that failed is one ValueError naming `what`."""
+def lesson_run(backend, call, what: str) -> tuple[list[tuple[int, ...]], list]:
+    """The lesson's `call` as one engine run (the backend's run, as the tab's): each request's tokens and the
+    run's tile plans; a request that failed is one ValueError naming `what`."""
     from dgemma.serving.backend import read_run
 
-    run = backend.start(replace(call, settings=replace(call.settings, options=options)), stream=False)
+    run = backend.start(call, stream=False)
     progress = read_run(run)
     run.close()
     failed = next((e for e in progress.last.values() if e.status != "done"), None)
