@@ -19,6 +19,7 @@ import sys
 import time
 from typing import TextIO
 
+from dgemma.events import Status
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.errors import SettingsError
 from dgemma.sampling import SamplingParams
@@ -160,7 +161,7 @@ def run(argv: list[str] | None = None) -> int:
 
     failed = 0
     for i, final in enumerate(finals):
-        if final.status != "done":
+        if final.status != Status.DONE:
             failed += 1
             print(f"python -m dgemma.generate: error: request {final.request_id} ({final.prompt[:40]!r}): "
                   f"{final.error or final.status}", file=sys.stderr)
@@ -169,7 +170,7 @@ def run(argv: list[str] | None = None) -> int:
                                   steps=final.steps, canvases=final.canvases, seed=final.seed,
                                   status=final.status, error=final.error, warning=notes[i],
                                   metrics=final.extra.get("metrics"))))
-        elif final.status == "done":
+        elif final.status == Status.DONE:
             print(f"{final.prompt}\t->\t{final.text}")
     canvas_tokens = sum(f.canvases for f in finals) * loaded.canvas_length
     summary = dict(

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from dgemma.events import Status
 from dgemma.bench import bench_prompts, percentile, timed
 from dgemma.cli import ArgumentParser, positive_int
 
@@ -148,7 +149,7 @@ def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: i
 
 
 def _check(finals) -> None:
-    failed = [f for f in finals if f.status != "done"]
+    failed = [f for f in finals if f.status != Status.DONE]
     if failed:
         raise RuntimeError(f"{len(failed)} engine requests failed, first: {failed[0].error}")
 

@@ -17,6 +17,7 @@ import statistics
 from collections import Counter
 import torch
 
+from dgemma.events import Status
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.sampling import SAMPLER_STEPS
 
@@ -86,7 +87,7 @@ def lesson_run(backend, call, what: str) -> tuple[list[tuple[int, ...]], list]:
     run = backend.start(call, stream=False)
     progress = read_run(run)
     run.close()
-    failed = next((e for e in progress.last.values() if e.status != "done"), None)
+    failed = next((e for e in progress.last.values() if e.status != Status.DONE), None)
     if failed is not None:
         raise ValueError(f"{what} failed: {failed.error or failed.status}")
     return [e.token_ids for e in progress.last.values()], progress.plans

@@ -33,7 +33,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )  # fmt: skip
 
 from dgemma.embedded import corpus
-from dgemma.events import RequestEvent
+from dgemma.events import RequestEvent, Status
 from dgemma.model.source import DEFAULT_MODEL
 from dgemma.sampling.schedulers import SCHEDULERS
 
@@ -148,9 +148,9 @@ def generate_engine(
         for handle in handles:
             # Committed and done events carry the running step counts: their differences are per-canvas steps
             # (forwards, and predictor steps: fewer by DDIM's corrector sweeps).
-            events = [e for e in handle.events() if isinstance(e, RequestEvent) and e.status == "committed"]
+            events = [e for e in handle.events() if isinstance(e, RequestEvent) and e.status == Status.COMMITTED]
             final = handle.result()
-            if final.status != "done":
+            if final.status != Status.DONE:
                 raise RuntimeError(f"engine request {handle.id} ended {final.status}: {final.error}")
             forwards, predicted = (per_canvas([*(pick(e) for e in events), pick(final)])
                                    for pick in (lambda e: e.steps, lambda e: e.extra["predictor_steps"]))  # fmt: skip

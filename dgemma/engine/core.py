@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from dgemma.events import Status
 from dgemma.engine.lifecycle import Lifecycle
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.output import Detokenizer, Subscribers, request_event
@@ -136,11 +137,11 @@ class EngineCore:
             if not error:
                 req.max_canvases = math.ceil(max_new_tokens / self.loaded.canvas_length)
                 # 'queued' goes out before step() can see the request (and say 'running').
-                self.subscribers.emit(req, request_event(req, "queued"))
+                self.subscribers.emit(req, request_event(req, Status.QUEUED))
                 self._inbox.append(req)
                 self.intake.notify_all()
                 return handle
-        self.lifecycle.finish(req, "error", error=error)
+        self.lifecycle.finish(req, Status.ERROR, error=error)
         return handle
 
     def submit_run(self, call: RunRequest, options: RunOptions, subscriber: str | None,
@@ -241,7 +242,7 @@ class EngineCore:
         if cancels:
             running = [r for r in self.scheduler.running.values() if r.id in cancels]
             for req in self.scheduler.remove_waiting(set(cancels)) + running:
-                self.lifecycle.finish(req, "cancelled", error=cancels[req.id])
+                self.lifecycle.finish(req, Status.CANCELLED, error=cancels[req.id])
         preempted = self.lifecycle.make_room(self._last.executed.short, len(self._last.scheduled.rows) == 1)
         admitted = self.lifecycle.admit()
         return SchedulerOutput(self.scheduler.rows(), admitted, preempted)
@@ -252,7 +253,7 @@ class EngineCore:
         """After a failed step: running requests end with `error`; the samplers' state is rebuilt on
         next use (a step that died half-way may have left it inconsistent). Waiting ones stay queued."""
         with self.lock:
-            self.end_requests(list(self.scheduler.running.values()), "error", error)
+            self.end_requests(list(self.scheduler.running.values()), Status.ERROR, error)
             self.scheduler.clear_running()
             self.samplers.drop_all()
 
@@ -276,4 +277,4 @@ class EngineCore:
             with self.intake:
                 unfinished = list(self.scheduler.running.values()) + self.take_unstarted()
                 self._cancels.clear()
-            self.end_requests(unfinished, "cancelled", reason)
+            self.end_requests(unfinished, Status.CANCELLED, reason)

@@ -15,7 +15,7 @@ from dgemma.engine.driver import drive
 from dgemma.engine.mailbox import Mailbox
 from dgemma.engine.requests import RequestHandle
 from dgemma.errors import first_line
-from dgemma.events import RequestEvent
+from dgemma.events import RequestEvent, Status
 from dgemma.model.loading import LoadedModel
 from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.sampling.start import CanvasStart
@@ -166,4 +166,4 @@ class Engine:
             self.core.refusal = f"the engine stopped after repeated failures ({reason}); restart it"
             stranded = self.core.take_unstarted()
             self._thread = None
-        self.core.end_requests(stranded, "error", f"the engine stopped ({reason}); this request never started")
+        self.core.end_requests(stranded, Status.ERROR, f"the engine stopped ({reason}); this request never started")

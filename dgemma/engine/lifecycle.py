@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dgemma.events import Status
 from dgemma.engine.output import Detokenizer, Subscribers, request_event, start_event, step_event
 from dgemma.engine.phases import ExecuteOutput, ShortOfMemory
 from dgemma.engine.requests import FINAL, Request
@@ -62,10 +63,10 @@ class Lifecycle:
             try:
                 self.pool.get(req.options, req.slot)
             except torch.OutOfMemoryError as err:
-                self.finish(req, "error", error=oom_sentence(err, "its sampler's per-slot state does not fit"))
+                self.finish(req, Status.ERROR, error=oom_sentence(err, "its sampler's per-slot state does not fit"))
                 continue
-            self.subscribers.emit(req, request_event(req, "running"))
-        return [r for r in admitted if r.status == "running"]
+            self.subscribers.emit(req, request_event(req, Status.RUNNING))
+        return [r for r in admitted if r.status == Status.RUNNING]
 
     def make_room(self, shortfalls: list[ShortOfMemory], alone: bool) -> list[Request]:
         """For last step's first request short of memory: preempt the newest-admitted (maybe that one) and
@@ -74,7 +75,7 @@ class Lifecycle:
         if short is None or (not alone and len(self.scheduler.running) == 1):  # the others ended: room to retry
             return []
         if alone:
-            self.finish(short.request, "error", error=oom_sentence(
+            self.finish(short.request, Status.ERROR, error=oom_sentence(
                 short.message, f"{short.what} even with no other request running"))
             return []
         victim = self.scheduler.victim()
@@ -89,13 +90,13 @@ class Lifecycle:
             self.subscribers.emit_plan(out.plan, out.rows)
             for i, req in enumerate(out.rows):
                 if out.error:  # the call ran out of memory under fail_on_oom
-                    self.finish(req, "error", error=out.error, extra=dict(oom=out.oom))
+                    self.finish(req, Status.ERROR, error=out.error, extra=dict(oom=out.oom))
                     continue
                 req.peak_sampler_bytes = max(req.peak_sampler_bytes, out.plan.peak_transient_bytes if out.plan else 0)
                 req.steps += 1
                 req.predictor_steps += not out.swept[i]
                 if not out.host.finite[i]:
-                    self.finish(req, "error", error=(
+                    self.finish(req, Status.ERROR, error=(
                         f"the model produced NaN or infinite logits at canvas {req.canvas_index + 1}, "
                         f"step {out.steps[i]}; this request was stopped"))
                     continue
@@ -121,11 +122,11 @@ class Lifecycle:
             req.stop_reason = "eos" if cut is not None else "length"
             del req.tokens[req.max_new_tokens :]
             del req.logprobs[req.max_new_tokens :]
-            self.finish(req, "done")
+            self.finish(req, Status.DONE)
             return
         req.pending_commit = canvas  # the next step's encode appends it to the cache
         # The page shows each committed token's logprob on hover.
-        self.subscribers.emit(req, request_event(req, "committed", self.detok, extra=dict(logprobs=list(req.logprobs))))
+        self.subscribers.emit(req, request_event(req, Status.COMMITTED, self.detok, extra=dict(logprobs=list(req.logprobs))))
 
     def finish(self, req: Request, status: str, error: str = "", extra: dict | None = None) -> None:
         """Final event for `req` (a cancel's reason goes in `error`, more about it in `extra`); frees
@@ -135,7 +136,7 @@ class Lifecycle:
         req.status = status
         finished = time.monotonic()
         self.release(req, ended=True)
-        if status == "done":
+        if status == Status.DONE:
             self.counts.requests_done += 1
         self.subscribers.emit(req, request_event(req, status, self.detok, error=error, extra=dict(
             stop_reason=req.stop_reason, latency_s=finished - req.submitted, logprobs=list(req.logprobs),
@@ -157,7 +158,7 @@ class Lifecycle:
         self.scheduler.requeue_first(req)
         self.counts.preemptions += 1
         log.info("preempted request %d (%d running): %s", req.id, len(self.scheduler.running), reason)
-        self.subscribers.emit(req, request_event(req, "queued", extra=dict(
+        self.subscribers.emit(req, request_event(req, Status.QUEUED, extra=dict(
             preempted=f"preempted to free memory ({reason}); it restarts with the same seed, "
                       "so its tokens will be the same")))
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dgemma.engine.mailbox import Mailbox
-from dgemma.events import FINAL, Event, RequestEvent
+from dgemma.events import FINAL, Event, RequestEvent, Status
 from dgemma.sampling import RunOptions, SamplingParams
 from dgemma.sampling.start import CanvasStart
 
@@ -33,7 +33,7 @@ class Request:
     handle: RequestHandle
     max_canvases: int = 1
     start: CanvasStart = field(default_factory=CanvasStart)  # the first canvas's start tokens and pins
-    status: str = "queued"
+    status: Status = Status.QUEUED
     admitted: int = 0  # admission order: the newest-admitted request is preempted first
     slot: int | None = None
     cache: object = None  # its KV cache (a DynamicCache) while it holds a slot
@@ -57,7 +57,7 @@ class Request:
 
     def restart_from_prompt(self) -> None:
         """Forget all progress (a preempted request recomputes; its keyed randomness repeats)."""
-        self.status = "queued"
+        self.status = Status.QUEUED
         self.canvas_index, self.steps, self.predictor_steps, self.stop_reason = 0, 0, 0, ""
         self.tokens, self.logprobs, self.pending_commit = [], [], None
         self.canvas_tokens, self.decoder_seconds, self.sampler_seconds = 0, 0.0, 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 
+from dgemma.events import Status
 from dgemma.engine.requests import Request
 
 
@@ -39,7 +40,7 @@ class Scheduler:
             req = self.waiting.popleft()
             req.slot = self._free_slots.pop(0)
             req.admitted = next(self._admissions)
-            req.status = "running"
+            req.status = Status.RUNNING
             self.running[req.slot] = req
             admitted.append(req)
         return admitted

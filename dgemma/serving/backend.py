@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from dgemma.errors import sentence
 from dgemma.examples import lesson_prompts
-from dgemma.events import FINAL, Event, RequestEvent, TilePlan
+from dgemma.events import FINAL, Event, RequestEvent, Status, TilePlan
 from dgemma.gpus import RELEASED_VOCAB
 from dgemma.memory.ledger import Ledger, budget_text, refusal
 from dgemma.recording import Recording
@@ -97,7 +97,7 @@ class Progress:
         return len(self.last) >= self.size and self.ended() == len(self.last)
 
     def outputs(self) -> list[Output]:
-        return [Output(e.prompt, e.text, e.steps, e.seed or 0, e.error or ("" if e.status == "done" else e.status),
+        return [Output(e.prompt, e.text, e.steps, e.seed or 0, e.error or ("" if e.status == Status.DONE else e.status),
                        e.extra.get("metrics")) for e in self.last.values()]
 
 
