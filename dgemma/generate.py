@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from typing import TextIO
 
 from dgemma.cli import ArgumentParser, positive_int
@@ -179,7 +180,7 @@ def run(argv: list[str] | None = None) -> int:
         max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
         engine=stats,  # steps, decoder calls and splits, preemptions
         metrics=figures,  # tokens/s, tokens per forward, steps per canvas, decoder/sampler shares, peak sampler memory
-        tile_plans=[p.as_dict() for p in tile_plans],
+        tile_plans=[asdict(p) for p in tile_plans],
     )
     if args.json:
         print(json.dumps({"summary": summary}))

@@ -189,17 +189,6 @@ class PlanError(ValueError):
     """Bad input to the plan: one sentence for the user."""
 
 
-def model_from_config(config, name: str) -> ModelSpec:
-    """A checkpoint's shapes from its DiffusionGemmaConfig; weights estimated in bf16 (meta, no memory)."""
-    from dgemma.model.loading import estimate_weight_bytes
-
-    text = config.get_text_config()
-    return ModelSpec(
-        name, estimate_weight_bytes(config, torch.bfloat16), int(config.canvas_length), int(text.vocab_size),
-        int(text.hidden_size), getattr(text, "final_logit_softcapping", None),
-    )  # fmt: skip
-
-
 def model_from_facts(facts: dict) -> ModelSpec:
     """The model a server has loaded, from its facts (`LoadedModel.facts()`, the /info endpoint's
     source), its weights counted in bf16."""
@@ -208,7 +197,8 @@ def model_from_facts(facts: dict) -> ModelSpec:
 
 
 def resolve_model(name: str | None) -> ModelSpec:
-    """None or the released id: its published size; a local checkpoint directory: its config.
+    """None or the released id: its published size; a local checkpoint directory: the shapes of its
+    DiffusionGemmaConfig, its weights estimated in bf16 (meta, no memory).
 
     Never downloads: a hub id is read from the local Hugging Face cache or refused.
     """
@@ -216,7 +206,7 @@ def resolve_model(name: str | None) -> ModelSpec:
         return RELEASED
     from transformers import AutoConfig
 
-    from dgemma.model.loading import HUB_ID
+    from dgemma.model.loading import HUB_ID, estimate_weight_bytes
 
     path = Path(name).expanduser()
     if path.is_dir() and not (path / "config.json").is_file():
@@ -230,7 +220,9 @@ def resolve_model(name: str | None) -> ModelSpec:
                         f"and the plan never downloads; pass a directory, or {RELEASED_ID} for the released size") from None
     if config.model_type != "diffusion_gemma":
         raise PlanError(f"{name} is a {config.model_type!r} model, not a DiffusionGemma checkpoint")
-    return model_from_config(config, name)
+    text = config.get_text_config()
+    return ModelSpec(name, estimate_weight_bytes(config, torch.bfloat16), int(config.canvas_length), int(text.vocab_size),
+                     int(text.hidden_size), getattr(text, "final_logit_softcapping", None))
 
 
 # --------------------------------------------------------------------------- the command

@@ -156,9 +156,6 @@ class Recording:
         """The last step: the number of sampler calls recorded (step 0 is before the first)."""
         return len(self._plan_at)
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def end_of_step(self, step: int) -> int:
         """How many events make up the state at `step` (clamped to 0..steps)."""
         plans = self._plan_at
@@ -247,9 +244,7 @@ def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:
                 "entropy": [_finite(x) for x in item.entropy], "accepted": "".join("1" if a else "0" for a in item.accepted),
                 "mean_entropy": _finite(item.mean_entropy), "confidence_threshold": item.confidence_threshold,
                 "converged": item.converged}  # fmt: skip
-    if isinstance(item, TilePlan):
-        return {"type": "plan", **item.as_dict()}
-    return {"type": "request", **asdict(item)}
+    return {"type": "plan" if isinstance(item, TilePlan) else "request", **asdict(item)}
 
 
 def _finite(x: float) -> float | str:

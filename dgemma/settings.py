@@ -272,7 +272,7 @@ def resolve_canvases(settings: Settings, prompts: int, canvas_model: Callable[[]
     model, canvases = canvas_model(), []
     for i in range(prompts):
         start = settings.start[i] if settings.start else None
-        pins = dict(settings.pins[i]) if settings.pins else None
+        pins = settings.pins[i] if settings.pins else ()
         error, canvas = resolve_start(start, pins, model.canvas_length, model.encode)
         if error:
             raise SettingsError(f"prompt {i + 1}: {error}" if prompts > 1 else error)

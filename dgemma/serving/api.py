@@ -6,6 +6,7 @@ gr.Error with one sentence, and no traceback in the log (a visitor's mistake is 
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 import gradio as gr
 
@@ -64,7 +65,7 @@ def register(service: RunService, embedded: bool = False) -> None:
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
                          "warning": prompt_note(embedded, o.prompt), "metrics": o.metrics} for o in done.outputs],
             "summary": done.summary,
-            "tile_plans": [p.as_dict() for p in done.plans],
+            "tile_plans": [asdict(p) for p in done.plans],
             "pid": done.pid or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
         if done.recording is not None:
