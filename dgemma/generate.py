@@ -45,13 +45,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="many experts per canvas (batch-invariant; CPU default) or whole batch (CUDA default)")
     p.add_argument("--max-num-seqs", type=positive_int, default=8, help="requests denoising at once (default 8)")
     for setting in SETTINGS:  # one flag per setting of the one table, its help the page's and the API's
+        flag = "--" + setting.name.replace("_", "-")
         if setting.widget == "checkbox":
-            p.add_argument(setting.flag, dest=setting.name, action="store_true", default=None, help=setting.help)
-        elif setting.widget == "pins":
-            p.add_argument(setting.flag, dest=setting.name, action="append", default=[], metavar="POSITION=TEXT",
+            p.add_argument(flag, dest=setting.name, action="store_true", default=None, help=setting.help)
+        elif setting.widget == "pins":  # one --pin POSITION=TEXT a pin
+            p.add_argument("--pin", dest=setting.name, action="append", default=[], metavar="POSITION=TEXT",
                            help=f"{setting.help} (repeatable)")
         else:
-            p.add_argument(setting.flag, dest=setting.name, help=setting.help)
+            p.add_argument(flag, dest=setting.name, help=setting.help)
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
     p.add_argument("--record", metavar="FILE", help="also save the run, every step of every request, as the app's "
                                                     "run file (JSON lines; the app's 'Load a run' replays it)")

@@ -59,11 +59,6 @@ class Setting:
     custom: bool = False
 
     @property
-    def flag(self) -> str:
-        """The command line's flag (pins: one --pin POSITION=TEXT each)."""
-        return "--pin" if self.widget == "pins" else "--" + self.name.replace("_", "-")
-
-    @property
     def bound(self) -> Bound | None:
         return BOUNDS.get(self.name) or next((s.Params.BOUNDS[self.name] for s in SCHEDULER_TABLE.values()
                                               if self.name in s.Params.BOUNDS), None)
