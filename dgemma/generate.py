@@ -151,8 +151,7 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(str(err), EXIT_USAGE)
     finally:
         backend.close()
-    finals, tile_plans = list(progress.last.values()), progress.plans
-    options = settings.options
+    finals, tile_plans, options = list(progress.last.values()), progress.plans, settings.options
     wall = time.monotonic() - started
     figures = run_summary([f.extra.get("metrics") for f in finals], wall)
     if record is not None:

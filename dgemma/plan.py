@@ -66,14 +66,6 @@ RELEASED = ModelSpec(RELEASED_ID, 26 * 10**9 * 2, 256, RELEASED_VOCAB, 2816)
 262,144, hidden 2816 (the hidden size only sizes the [CL, hidden] soft embedding)."""
 
 
-# --------------------------------------------------------------------------- the seed's rule
-
-
-def seed_group(num_decode: int, free_bytes: int, canvas_length: int, vocab_size: int) -> int:
-    """The seed's (vLLM's) group size, exactly: ×10 fp32 copies assumed, half of free memory."""
-    return int(max(1, min(num_decode, 0.5 * free_bytes // (canvas_length * vocab_size * 4 * SEED_COPIES))))
-
-
 # --------------------------------------------------------------------------- calibrations (meta)
 
 
@@ -128,7 +120,8 @@ def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | Non
     fits_weights = ledger.holds_weights
     free = ledger.free if fits_weights else 0
     untiled = untiled_calibration(cl, vocab, model.hidden_size)
-    group = seed_group(requests, free, cl, vocab)
+    # The seed's (vLLM's) group size, exactly: ×10 fp32 copies assumed, half of free memory.
+    group = int(max(1, min(requests, 0.5 * free // (cl * vocab * 4 * SEED_COPIES))))
     tile_size, tiles, tiled_peak = _tiles(requests, free, tiled)
     chunk = chunked_tile_size = chunked_tiles = chunked_peak = None
     if fits_weights:
@@ -253,13 +246,6 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
 
 
-def _text_row(r: dict) -> str:
-    tiled = "-" if r["tile_size"] is None else f"{r['tiles']}x{r['tile_size']}"
-    return (f"{r['gpu']:<20} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
-            f"{'' if r['fits_untiled'] else '!':<1} {r['seed_group']:>5} {_gib(r['seed_peak_bytes']):>9} "
-            f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
-
-
 def _share(part: int, free: int) -> str:
     share = 100 * part / free
     return "under 1 % of free" if share < 1 else f"{share:.0f} % of free"
@@ -312,8 +298,11 @@ def main(argv: list[str] | None = None) -> int:
           f"canvas {rows[0]['canvas_length']}, vocab {model.vocab_size:,}; GiB; ! = untiled runs out of memory")  # fmt: skip
     print(f"{'gpu':<20} {'reqs':>4} {'free':>8} {'untiled':>10} {'seed':>5} {'seed pk':>9} {'tiles':>7} "
           f"{'tiled pk':>9} {'chunked':>9}")  # fmt: skip
-    for row in rows:
-        print(_text_row(row))
+    for r in rows:
+        tiled = "-" if r["tile_size"] is None else f"{r['tiles']}x{r['tile_size']}"
+        print(f"{r['gpu']:<20} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
+              f"{'' if r['fits_untiled'] else '!':<1} {r['seed_group']:>5} {_gib(r['seed_peak_bytes']):>9} "
+              f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
     for gpu in args.gpus:  # each GPU's rows read in one sentence, as the lesson's explorer reads them
         print(plan_sentence([r for r in rows if r["gpu"] == gpu.label], model.name))
     copies = closing["copies_per_request"]

@@ -23,17 +23,6 @@ def model_info(facts: dict, max_num_seqs: int) -> dict:
     return {**{key: facts.get(key) for key in MODEL_KEYS}, "max_num_seqs": max_num_seqs, "examples": example_prompts(facts)}
 
 
-def _record_option(settings: object) -> tuple[object, bool]:
-    """`record` is not a sampling setting: the settings without it, and whether to return the run file."""
-    if not isinstance(settings, dict):
-        return settings, False
-    settings = dict(settings)
-    record = settings.pop("record", None)
-    if record is not None and not isinstance(record, bool):
-        raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
-    return settings, bool(record)
-
-
 def register(service: RunService, embedded: bool = False) -> None:
     """Add the endpoints to the Blocks being built (call inside `with gr.Blocks()`); `service`: the runs of
     the page's backend, whose caps a call counts against; `embedded`: the served model is the teaching
@@ -51,8 +40,13 @@ def register(service: RunService, embedded: bool = False) -> None:
         (transformers' definition), steps_per_canvas, decoder_share, sampler_share and
         peak_sampler_bytes (dgemma/metrics.py)."""
         try:
-            settings, record = _record_option(settings)
-            done = service.results(tab_of(request), prompts, settings, record)
+            record = None
+            if isinstance(settings, dict):  # `record` is not a sampling setting: whether to return the run file
+                settings = dict(settings)
+                record = settings.pop("record", None)
+            if record is not None and not isinstance(record, bool):
+                raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
+            done = service.results(tab_of(request), prompts, settings, bool(record))
         except gr.Error:  # already one sentence (ZeroGPU's quota)
             raise
         except ValueError as err:  # SettingsError is one; the tab's cap; no room for the recording

@@ -28,10 +28,8 @@ def page_value(setting: Setting, settings: Settings) -> Any:
 
 
 def raw_value(value: Any) -> Any:
-    """A field's value as the one parser takes it: empty text is the default."""
-    if isinstance(value, str) and not value.strip():
-        return None
-    return value.strip() if isinstance(value, str) else value
+    """A field's value as the one parser takes it: text stripped, empty text the default."""
+    return (value.strip() or None) if isinstance(value, str) else value
 
 
 def read_panel(values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
