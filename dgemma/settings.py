@@ -143,10 +143,6 @@ class Settings:
             return getattr(self.options, name)
         return getattr(self, name)
 
-    def values(self) -> dict[str, Any]:
-        """Every setting but the first canvas's, by name, as a call passes them (`/info`'s defaults)."""
-        return {s.name: self.value(s.name) for s in SETTINGS if s.name not in CANVAS_NAMES}
-
 
 @dataclass(frozen=True)
 class Limits:

@@ -14,7 +14,7 @@ from dgemma.errors import SettingsError
 from dgemma.examples import example_prompts, prompt_note
 from dgemma.recording import MODEL_KEYS
 from dgemma.serving.runs import RunService, tab_of
-from dgemma.settings import api_help
+from dgemma.settings import CANVAS_NAMES, SETTINGS, api_help
 
 
 def model_info(facts: dict, max_num_seqs: int) -> dict:
@@ -74,6 +74,7 @@ def register(service: RunService, embedded: bool = False) -> None:
         "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs", "examples"
         (prompts that fit it), "defaults" (every setting a call may give, by name, as this server fills it in:
         the scheduler and its options among them)}."""
-        return {**model_info(backend.info(), backend.max_num_seqs), "defaults": backend.defaults.values()}
+        defaults = {s.name: backend.defaults.value(s.name) for s in SETTINGS if s.name not in CANVAS_NAMES}
+        return {**model_info(backend.info(), backend.max_num_seqs), "defaults": defaults}
 
     gr.api(info, api_name="info", concurrency_limit=None)

@@ -27,15 +27,11 @@ def page_value(setting: Setting, settings: Settings) -> Any:
     return str(value) if setting.widget == "choice" else value
 
 
-def raw_value(value: Any) -> Any:
-    """A field's value as the one parser takes it: text stripped, empty text the default."""
-    return (value.strip() or None) if isinstance(value, str) else value
-
-
 def read_panel(values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """The panel's prompts and raw settings, from its values by name, as `Backend.request` takes them
     (ValueError: one sentence, from a template the page cannot read)."""
-    raw = {s.name: raw_value(values[s.name]) for s in PANEL_SETTINGS}
+    raw = {s.name: values[s.name] for s in PANEL_SETTINGS}
+    raw = {name: (v.strip() or None) if isinstance(v, str) else v for name, v in raw.items()}  # empty text: the default
     raw.update(canvas_settings(values["start"], values["pins"], values["template"]))
     return prompts_from_text(values["prompts"], values["concurrent"]), raw
 
