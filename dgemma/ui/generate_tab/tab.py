@@ -96,12 +96,25 @@ def wire(service: RunService, tab: GenerateTab, side_by_side: compare.Compare, e
     views = {"cards": tab.cards, "entropy": tab.entropy_plot, "tiles": tab.tile_plot}  # by playback.view's names
     streamed = dict(outputs=[*views.values(), tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel,
                     concurrency_limit=None, show_progress="minimal")  # tabs share the engine; the engine batches
-    tab.run.click(run_handler(service, embedded, tab), inputs=[tab.player.state], api_name="generate_stream",
-                  api_visibility="undocumented", **streamed)
+
+    def run_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
+        """Run: the panel's prompts and settings (by name, Gradio's `inputs_kwargs`)."""
+        yield from stream_run(service, embedded, lambda: service.backend.request(*read_panel(values)), played, request, tab)
+
+    def stop_runs(request: gr.Request) -> None:
+        """Stop cancels the tab's requests, not the stream: the cards then show "cancelled" and the stream
+        ends by itself once the engine has freed every slot (within one step)."""
+        n = service.stop(tab_of(request))
+        log.info("stop: cancelled %d requests", n)
+        if not n:
+            gr.Info("Nothing to stop.")
+
+    tab.run.click(run_stream, inputs=[tab.player.state], api_name="generate_stream", api_visibility="undocumented",
+                  **streamed)
     for side, cards in [(None, tab.cards), *enumerate(side_by_side.cards)]:
         cards.refine(refine_handler(service, embedded, tab, side), inputs=[tab.player.state, side_by_side.state],
                      api_visibility="private", **streamed)
-    tab.stop.click(stop_handler(service), None, None, api_visibility="private", concurrency_limit=None)
+    tab.stop.click(stop_runs, None, None, api_visibility="private", concurrency_limit=None)
     playback.wire(service, tab.player, views, tab.status)
     compare.wire(service, side_by_side, tab.panel, embedded)
 
@@ -120,14 +133,6 @@ def failed(tab: GenerateTab, sentence: str) -> dict:
     return {tab.status: f"⚠️ {sentence}"}
 
 
-def run_handler(service: RunService, embedded: bool, tab: GenerateTab) -> Callable[..., Iterator]:
-    """Run's handler: the panel's prompts and settings (by name, Gradio's `inputs_kwargs`)."""
-    def run_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
-        yield from stream_run(service, embedded, lambda: service.backend.request(*read_panel(values)), played, request, tab)
-
-    return run_stream
-
-
 def refine_handler(service: RunService, embedded: bool, tab: GenerateTab, side: int | None) -> Callable[..., Iterator]:
     """A card's Refine, in the tab's own view (`side` None) or a compare side's (0, 1): the card's prompt and
     seed, its first canvas starting from its text, the panel's other settings; streamed as a Run."""
@@ -143,18 +148,6 @@ def refine_handler(service: RunService, embedded: bool, tab: GenerateTab, side: 
         yield from stream_run(service, embedded, call, played, request, tab)
 
     return refine_stream
-
-
-def stop_handler(service: RunService) -> Callable[[gr.Request], None]:
-    """Stop cancels the tab's requests, not the stream: the cards then show "cancelled" and the stream
-    ends by itself once the engine has freed every slot (within one step)."""
-    def stop_runs(request: gr.Request) -> None:
-        n = service.stop(tab_of(request))
-        log.info("stop: cancelled %d requests", n)
-        if not n:
-            gr.Info("Nothing to stop.")
-
-    return stop_runs
 
 
 def stream_run(service: RunService, embedded: bool, make_call: Callable[[], RunRequest], played: playback.Playback,
