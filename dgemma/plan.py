@@ -228,20 +228,6 @@ def gpu_arg(text: str) -> Gpu:
     raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: choose from {', '.join(g.key for g in GPUS)}")
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m dgemma.plan", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help=f"checkpoint directory or hub id in the local cache (default: {RELEASED_ID}, "
-                        "by its published size)")  # fmt: skip
-    parser.add_argument("--gpus", nargs="+", type=gpu_arg, default=list(GPUS), metavar="GPU",
-                        help=f"of {', '.join(g.key for g in GPUS)} (default: all)")  # fmt: skip
-    parser.add_argument("--requests", nargs="+", type=positive_int, default=list(REQUESTS), metavar="N")
-    parser.add_argument("--canvas-length", type=positive_int, default=None, help="default: the model's (256 released)")
-    parser.add_argument("--reserve", type=size_arg, default=RUNTIME_RESERVE,
-                        help="memory held back from every GPU before the sampler (default 2GiB)")  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="one JSON line per row, then a summary line")
-    return parser
-
-
 def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
 
@@ -281,7 +267,16 @@ def plan_sentence(rows: Sequence[dict], model: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
-    parser = build_parser()
+    parser = ArgumentParser(prog="python -m dgemma.plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help=f"checkpoint directory or hub id in the local cache (default: {RELEASED_ID}, "
+                        "by its published size)")  # fmt: skip
+    parser.add_argument("--gpus", nargs="+", type=gpu_arg, default=list(GPUS), metavar="GPU",
+                        help=f"of {', '.join(g.key for g in GPUS)} (default: all)")  # fmt: skip
+    parser.add_argument("--requests", nargs="+", type=positive_int, default=list(REQUESTS), metavar="N")
+    parser.add_argument("--canvas-length", type=positive_int, default=None, help="default: the model's (256 released)")
+    parser.add_argument("--reserve", type=size_arg, default=RUNTIME_RESERVE,
+                        help="memory held back from every GPU before the sampler (default 2GiB)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="one JSON line per row, then a summary line")
     args = parser.parse_args(argv)
     try:
         model = resolve_model(args.model)
