@@ -1,12 +1,13 @@
 """The event stream: what the engine tells its consumers (UI, CLI, tests).
 
 Plain frozen dataclasses of Python scalars and lists, so an event can cross threads,
-be JSON-encoded (`dataclasses.asdict`) and be compared in tests without touching torch.
+be JSON-encoded (`dataclasses.asdict`: the API's `tile_plans`, the CLI's and a run file's) and be
+compared in tests without touching torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -40,10 +41,6 @@ class TilePlan:
     # What the engine held during the call, by the memory ledger's term (dgemma/memory/ledger.py's TERMS
     # keys: weights, engine_state, run_state, kv_caches): with the peak and free, the call's whole ledger.
     held: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        """This plan as plain JSON-able data: the API's `tile_plans`, the CLI's and a run file's."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)

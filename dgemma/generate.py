@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from typing import TextIO
 
 from dgemma.events import Status
@@ -45,13 +46,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="many experts per canvas (batch-invariant; CPU default) or whole batch (CUDA default)")
     p.add_argument("--max-num-seqs", type=positive_int, default=8, help="requests denoising at once (default 8)")
     for setting in SETTINGS:  # one flag per setting of the one table, its help the page's and the API's
+        flag = "--" + setting.name.replace("_", "-")
         if setting.widget == "checkbox":
-            p.add_argument(setting.flag, dest=setting.name, action="store_true", default=None, help=setting.help)
-        elif setting.widget == "pins":
-            p.add_argument(setting.flag, dest=setting.name, action="append", default=[], metavar="POSITION=TEXT",
+            p.add_argument(flag, dest=setting.name, action="store_true", default=None, help=setting.help)
+        elif setting.widget == "pins":  # one --pin POSITION=TEXT a pin
+            p.add_argument("--pin", dest=setting.name, action="append", default=[], metavar="POSITION=TEXT",
                            help=f"{setting.help} (repeatable)")
         else:
-            p.add_argument(setting.flag, dest=setting.name, help=setting.help)
+            p.add_argument(flag, dest=setting.name, help=setting.help)
     p.add_argument("--json", action="store_true", help="one JSON object per request, then a summary line")
     p.add_argument("--record", metavar="FILE", help="also save the run, every step of every request, as the app's "
                                                     "run file (JSON lines; the app's 'Load a run' replays it)")
@@ -150,8 +152,7 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(str(err), EXIT_USAGE)
     finally:
         backend.close()
-    finals, tile_plans = list(progress.last.values()), progress.plans
-    options = settings.options
+    finals, tile_plans, options = list(progress.last.values()), progress.plans, settings.options
     wall = time.monotonic() - started
     figures = run_summary([f.extra.get("metrics") for f in finals], wall)
     if record is not None:
@@ -180,7 +181,7 @@ def run(argv: list[str] | None = None) -> int:
         max_num_seqs=args.max_num_seqs, tiling=str(options.tiling), sampler=options.sampler, memory_budget=args.memory_budget,
         engine=stats,  # steps, decoder calls and splits, preemptions
         metrics=figures,  # tokens/s, tokens per forward, steps per canvas, decoder/sampler shares, peak sampler memory
-        tile_plans=[p.as_dict() for p in tile_plans],
+        tile_plans=[asdict(p) for p in tile_plans],
     )
     if args.json:
         print(json.dumps({"summary": summary}))

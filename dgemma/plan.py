@@ -66,14 +66,6 @@ RELEASED = ModelSpec(RELEASED_ID, 26 * 10**9 * 2, 256, RELEASED_VOCAB, 2816)
 262,144, hidden 2816 (the hidden size only sizes the [CL, hidden] soft embedding)."""
 
 
-# --------------------------------------------------------------------------- the seed's rule
-
-
-def seed_group(num_decode: int, free_bytes: int, canvas_length: int, vocab_size: int) -> int:
-    """The seed's (vLLM's) group size, exactly: ×10 fp32 copies assumed, half of free memory."""
-    return int(max(1, min(num_decode, 0.5 * free_bytes // (canvas_length * vocab_size * 4 * SEED_COPIES))))
-
-
 # --------------------------------------------------------------------------- calibrations (meta)
 
 
@@ -128,7 +120,8 @@ def plan_row(gpu: Gpu, requests: int, model: ModelSpec, canvas_length: int | Non
     fits_weights = ledger.holds_weights
     free = ledger.free if fits_weights else 0
     untiled = untiled_calibration(cl, vocab, model.hidden_size)
-    group = seed_group(requests, free, cl, vocab)
+    # The seed's (vLLM's) group size, exactly: ×10 fp32 copies assumed, half of free memory.
+    group = int(max(1, min(requests, 0.5 * free // (cl * vocab * 4 * SEED_COPIES))))
     tile_size, tiles, tiled_peak = _tiles(requests, free, tiled)
     chunk = chunked_tile_size = chunked_tiles = chunked_peak = None
     if fits_weights:
@@ -189,17 +182,6 @@ class PlanError(ValueError):
     """Bad input to the plan: one sentence for the user."""
 
 
-def model_from_config(config, name: str) -> ModelSpec:
-    """A checkpoint's shapes from its DiffusionGemmaConfig; weights estimated in bf16 (meta, no memory)."""
-    from dgemma.model.loading import estimate_weight_bytes
-
-    text = config.get_text_config()
-    return ModelSpec(
-        name, estimate_weight_bytes(config, torch.bfloat16), int(config.canvas_length), int(text.vocab_size),
-        int(text.hidden_size), getattr(text, "final_logit_softcapping", None),
-    )  # fmt: skip
-
-
 def model_from_facts(facts: dict) -> ModelSpec:
     """The model a server has loaded, from its facts (`LoadedModel.facts()`, the /info endpoint's
     source), its weights counted in bf16."""
@@ -208,7 +190,8 @@ def model_from_facts(facts: dict) -> ModelSpec:
 
 
 def resolve_model(name: str | None) -> ModelSpec:
-    """None or the released id: its published size; a local checkpoint directory: its config.
+    """None or the released id: its published size; a local checkpoint directory: the shapes of its
+    DiffusionGemmaConfig, its weights estimated in bf16 (meta, no memory).
 
     Never downloads: a hub id is read from the local Hugging Face cache or refused.
     """
@@ -216,7 +199,7 @@ def resolve_model(name: str | None) -> ModelSpec:
         return RELEASED
     from transformers import AutoConfig
 
-    from dgemma.model.loading import HUB_ID
+    from dgemma.model.loading import HUB_ID, estimate_weight_bytes
 
     path = Path(name).expanduser()
     if path.is_dir() and not (path / "config.json").is_file():
@@ -230,7 +213,9 @@ def resolve_model(name: str | None) -> ModelSpec:
                         f"and the plan never downloads; pass a directory, or {RELEASED_ID} for the released size") from None
     if config.model_type != "diffusion_gemma":
         raise PlanError(f"{name} is a {config.model_type!r} model, not a DiffusionGemma checkpoint")
-    return model_from_config(config, name)
+    text = config.get_text_config()
+    return ModelSpec(name, estimate_weight_bytes(config, torch.bfloat16), int(config.canvas_length), int(text.vocab_size),
+                     int(text.hidden_size), getattr(text, "final_logit_softcapping", None))
 
 
 # --------------------------------------------------------------------------- the command
@@ -243,29 +228,8 @@ def gpu_arg(text: str) -> Gpu:
     raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: choose from {', '.join(g.key for g in GPUS)}")
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m dgemma.plan", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help=f"checkpoint directory or hub id in the local cache (default: {RELEASED_ID}, "
-                        "by its published size)")  # fmt: skip
-    parser.add_argument("--gpus", nargs="+", type=gpu_arg, default=list(GPUS), metavar="GPU",
-                        help=f"of {', '.join(g.key for g in GPUS)} (default: all)")  # fmt: skip
-    parser.add_argument("--requests", nargs="+", type=positive_int, default=list(REQUESTS), metavar="N")
-    parser.add_argument("--canvas-length", type=positive_int, default=None, help="default: the model's (256 released)")
-    parser.add_argument("--reserve", type=size_arg, default=RUNTIME_RESERVE,
-                        help="memory held back from every GPU before the sampler (default 2GiB)")  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="one JSON line per row, then a summary line")
-    return parser
-
-
 def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
-
-
-def _text_row(r: dict) -> str:
-    tiled = "-" if r["tile_size"] is None else f"{r['tiles']}x{r['tile_size']}"
-    return (f"{r['gpu']:<20} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
-            f"{'' if r['fits_untiled'] else '!':<1} {r['seed_group']:>5} {_gib(r['seed_peak_bytes']):>9} "
-            f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
 
 
 def _share(part: int, free: int) -> str:
@@ -303,7 +267,16 @@ def plan_sentence(rows: Sequence[dict], model: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
-    parser = build_parser()
+    parser = ArgumentParser(prog="python -m dgemma.plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help=f"checkpoint directory or hub id in the local cache (default: {RELEASED_ID}, "
+                        "by its published size)")  # fmt: skip
+    parser.add_argument("--gpus", nargs="+", type=gpu_arg, default=list(GPUS), metavar="GPU",
+                        help=f"of {', '.join(g.key for g in GPUS)} (default: all)")  # fmt: skip
+    parser.add_argument("--requests", nargs="+", type=positive_int, default=list(REQUESTS), metavar="N")
+    parser.add_argument("--canvas-length", type=positive_int, default=None, help="default: the model's (256 released)")
+    parser.add_argument("--reserve", type=size_arg, default=RUNTIME_RESERVE,
+                        help="memory held back from every GPU before the sampler (default 2GiB)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="one JSON line per row, then a summary line")
     args = parser.parse_args(argv)
     try:
         model = resolve_model(args.model)
@@ -320,8 +293,11 @@ def main(argv: list[str] | None = None) -> int:
           f"canvas {rows[0]['canvas_length']}, vocab {model.vocab_size:,}; GiB; ! = untiled runs out of memory")  # fmt: skip
     print(f"{'gpu':<20} {'reqs':>4} {'free':>8} {'untiled':>10} {'seed':>5} {'seed pk':>9} {'tiles':>7} "
           f"{'tiled pk':>9} {'chunked':>9}")  # fmt: skip
-    for row in rows:
-        print(_text_row(row))
+    for r in rows:
+        tiled = "-" if r["tile_size"] is None else f"{r['tiles']}x{r['tile_size']}"
+        print(f"{r['gpu']:<20} {r['requests']:>4} {_gib(r['free_bytes']):>8} {_gib(r['untiled_peak_bytes']):>9}"
+              f"{'' if r['fits_untiled'] else '!':<1} {r['seed_group']:>5} {_gib(r['seed_peak_bytes']):>9} "
+              f"{tiled:>7} {_gib(r['tiled_peak_bytes']):>9} {_gib(r['chunked_peak_bytes']):>9}")  # fmt: skip
     for gpu in args.gpus:  # each GPU's rows read in one sentence, as the lesson's explorer reads them
         print(plan_sentence([r for r in rows if r["gpu"] == gpu.label], model.name))
     copies = closing["copies_per_request"]

@@ -104,9 +104,8 @@ def run_header(model: dict[str, Any], settings: Settings | None, prompts: list[s
 class Recording:
     """Every event of one run, in order, with the index where each step ends."""
 
-    def __init__(self, header: dict[str, Any] | None = None, max_positions: int = MAX_POSITIONS):
+    def __init__(self, header: dict[str, Any] | None = None):
         self.header = header if header is not None else run_header({}, None, [])
-        self.max_positions = max_positions
         self.positions = 0  # canvas positions kept
         self.dropped_frames = 0  # step frames past the bound, not kept
         self._item_bytes = 0  # what the kept events and pieces hold, counted as each is added
@@ -119,7 +118,7 @@ class Recording:
 
     def add(self, event: Event) -> None:
         if isinstance(event, StepEvent):
-            if self.positions + len(event.token_ids) > self.max_positions:
+            if self.positions + len(event.token_ids) > MAX_POSITIONS:
                 self.dropped_frames += 1
                 return
             self.positions += len(event.token_ids)
@@ -156,9 +155,6 @@ class Recording:
     def steps(self) -> int:
         """The last step: the number of sampler calls recorded (step 0 is before the first)."""
         return len(self._plan_at)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
     def end_of_step(self, step: int) -> int:
         """How many events make up the state at `step` (clamped to 0..steps)."""
@@ -248,9 +244,7 @@ def _encode(item: _Frame | RequestEvent | TilePlan) -> dict:
                 "entropy": [_finite(x) for x in item.entropy], "accepted": "".join("1" if a else "0" for a in item.accepted),
                 "mean_entropy": _finite(item.mean_entropy), "confidence_threshold": item.confidence_threshold,
                 "converged": item.converged}  # fmt: skip
-    if isinstance(item, TilePlan):
-        return {"type": "plan", **item.as_dict()}
-    return {"type": "request", **asdict(item)}
+    return {"type": "plan" if isinstance(item, TilePlan) else "request", **asdict(item)}
 
 
 def _finite(x: float) -> float | str:
@@ -292,25 +286,20 @@ def _too_big(size: int) -> RecordingError:
                           f"({MAX_FILE_BYTES // 2**20} MB); it is not a dgemma run.")
 
 
-def read_run_file(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of the file at `path`, reading at most `limit` of them: a larger file is refused
-    (RecordingError) by its size before any byte is read, or, if it grows meanwhile, after `limit`."""
+def load_file(path: str) -> Recording:
+    """A recording from the run file at `path`, never reading more than MAX_FILE_BYTES of it: a larger
+    file is refused (RecordingError) by its size before any byte is read, or, if it grows meanwhile, after them."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size > limit:
+        if size > MAX_FILE_BYTES:
             raise _too_big(size)
-        data = f.read(limit)
+        data = f.read(MAX_FILE_BYTES)
         if f.read(1):
-            raise _too_big(limit + 1)
-    return data
+            raise _too_big(MAX_FILE_BYTES + 1)
+    return load(data)
 
 
-def load_file(path: str, max_positions: int = MAX_POSITIONS) -> Recording:
-    """A recording from the run file at `path`, never reading more than MAX_FILE_BYTES of it."""
-    return load(read_run_file(path), max_positions)
-
-
-def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
+def load(data: bytes | str) -> Recording:
     """A recording from a run file's bytes; RecordingError (one sentence) for anything else. The
     bytes are checked and decoded where they lie, one line at a time: a load holds the file and the
     recording it makes, never a second copy of the file (a run file can be 256 MB)."""
@@ -341,7 +330,7 @@ def load(data: bytes | str, max_positions: int = MAX_POSITIONS) -> Recording:
         raise RecordingError("This run file was changed after it was recorded: its checksum does not match.")
     try:
         pieces = {int(k): str(v) for k, v in end["pieces"].items()}
-        recording = Recording(header, max_positions)
+        recording = Recording(header)
         at = first_end + 1
         while at < end_start:
             line_end = data.index(b"\n", at)

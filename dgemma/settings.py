@@ -59,11 +59,6 @@ class Setting:
     custom: bool = False
 
     @property
-    def flag(self) -> str:
-        """The command line's flag (pins: one --pin POSITION=TEXT each)."""
-        return "--pin" if self.widget == "pins" else "--" + self.name.replace("_", "-")
-
-    @property
     def bound(self) -> Bound | None:
         return BOUNDS.get(self.name) or next((s.Params.BOUNDS[self.name] for s in SCHEDULER_TABLE.values()
                                               if self.name in s.Params.BOUNDS), None)
@@ -118,9 +113,8 @@ NAMES = tuple(s.name for s in SETTINGS)
 BY_NAME = {s.name: s for s in SETTINGS}
 PARAM_NAMES = tuple(f.name for f in fields(SamplingParams) if f.name in BY_NAME)
 OPTION_NAMES = tuple(f.name for f in fields(RunOptions) if f.name in BY_NAME)  # a run's internal options are no setting
-# Each scheduler's own options (sampling/schedulers/), by name: the schedulers' parameters' classes that have it.
-SCHEDULER_OPTIONS = {option: [s.Params for s in SCHEDULER_TABLE.values() if option in s.Params.options()]
-                     for scheduler in SCHEDULER_TABLE.values() for option in scheduler.Params.options()}
+# Each scheduler's own options (sampling/schedulers/), by name: the first scheduler's parameters' class that has it.
+SCHEDULER_OPTIONS = {option: s.Params for s in reversed(SCHEDULER_TABLE.values()) for option in s.Params.options()}
 CANVAS_NAMES = ("start", "pins")
 
 PinTexts = tuple[tuple[int, str], ...]  # (position, token text), positions ascending
@@ -144,14 +138,10 @@ class Settings:
         if name in PARAM_NAMES:
             return getattr(self.params, name)
         if name in SCHEDULER_OPTIONS:
-            return getattr(self.params.scheduler, name, getattr(SCHEDULER_OPTIONS[name][0](), name))
+            return getattr(self.params.scheduler, name, getattr(SCHEDULER_OPTIONS[name](), name))
         if name in OPTION_NAMES:
             return getattr(self.options, name)
         return getattr(self, name)
-
-    def values(self) -> dict[str, Any]:
-        """Every setting but the first canvas's, by name, as a call passes them (`/info`'s defaults)."""
-        return {s.name: self.value(s.name) for s in SETTINGS if s.name not in CANVAS_NAMES}
 
 
 @dataclass(frozen=True)
@@ -272,7 +262,7 @@ def resolve_canvases(settings: Settings, prompts: int, canvas_model: Callable[[]
     model, canvases = canvas_model(), []
     for i in range(prompts):
         start = settings.start[i] if settings.start else None
-        pins = dict(settings.pins[i]) if settings.pins else None
+        pins = settings.pins[i] if settings.pins else ()
         error, canvas = resolve_start(start, pins, model.canvas_length, model.encode)
         if error:
             raise SettingsError(f"prompt {i + 1}: {error}" if prompts > 1 else error)
@@ -364,7 +354,7 @@ def _scheduler(name: Any, given: Mapping[str, Any], default: SchedulerParams) ->
     own = SCHEDULER_TABLE[name].Params.options()
     for option, value in given.items():
         if option not in own:
-            SCHEDULER_OPTIONS[option][0].parse({option: value})
+            SCHEDULER_OPTIONS[option].parse({option: value})
     mine = SCHEDULER_TABLE[name].Params.parse(given)
     return replace(default, **mine) if default.name == name else SCHEDULER_TABLE[name].Params(**mine)
 

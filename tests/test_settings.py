@@ -109,3 +109,19 @@ def test_name_value_parts_keep_the_value_as_written_and_skip_blank_parts():
 def test_a_part_without_a_name_or_an_equals_sign_is_the_callers_sentence(part):
     with pytest.raises(SettingsError, match=f"^got {part.strip()!r}\\.$"):
         name_value_pairs(["a=1", part], "got {part!r}.")
+
+
+@pytest.mark.parametrize("pins, sentence", [
+    ({"-1": "a"}, "Setting 'pins': a pin's position must be a whole number from 0, got '-1'."),
+    ({"two": "a"}, "Setting 'pins': a pin's position must be a whole number from 0, got 'two'."),
+    ({2: ""}, "Setting 'pins': the token at position 2 must be text, got empty text."),
+    ("2=a", "Setting 'pins' must be an object of position: token text pairs, got str."),
+])  # fmt: skip
+def test_a_pin_that_is_not_a_position_and_a_token_is_refused_at_the_door(pins, sentence):
+    with pytest.raises(SettingsError) as refused:
+        parse_settings({"pins": pins}, Settings())
+    assert str(refused.value) == sentence
+
+
+def test_pins_from_json_keys_are_positions_at_the_door():
+    assert parse_settings({"pins": {"5": "xy", 0: "c"}}, Settings()).pins == (((0, "c"), (5, "xy")),)

@@ -13,7 +13,7 @@ one sentence why it cannot. No torch here: the engine checks a request with it a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 Pins = tuple[tuple[int, int], ...]  # (position, token id), positions ascending
@@ -45,36 +45,27 @@ def pin_position(key: object) -> int:
     return int(text)
 
 
-def resolve_start(start: str | None, pins: Mapping[object, str] | None, canvas_length: int,
+def resolve_start(start: str | None, pins: Iterable[tuple[int, str]], canvas_length: int,
                   encode: Callable[[str], list[int]]) -> tuple[str, CanvasStart]:
     """One sentence if the start or a pin cannot be used, else '' and the request's CanvasStart.
 
-    `encode` turns text into token ids without special tokens. A start longer than the canvas, a
-    position outside it, or a piece that is not exactly one token of the vocabulary is refused.
+    `start` (text) and `pins` ((position, piece) pairs, a piece non-empty text) as the door
+    (dgemma/settings.py) has checked them; `encode` turns text into token ids without special tokens.
+    A start longer than the canvas, a position outside it, or a piece that is not exactly one token of
+    the vocabulary is refused.
     """
-    tokens: list[int] = []
-    if start is not None:
-        if not isinstance(start, str):
-            return f"the start must be text, got {type(start).__name__}", CanvasStart()
-        tokens = encode(start) if start else []
-        if len(tokens) > canvas_length:
-            return (f"the start text is {len(tokens)} tokens but the canvas holds {canvas_length}; "
-                    f"shorten it to the first canvas"), CanvasStart()
+    tokens = encode(start) if start else []
+    if len(tokens) > canvas_length:
+        return (f"the start text is {len(tokens)} tokens but the canvas holds {canvas_length}; "
+                f"shorten it to the first canvas"), CanvasStart()
     held: dict[int, int] = {}
-    if pins:
-        if not isinstance(pins, Mapping):
-            return f"pins must be position: token pairs, got {type(pins).__name__}", CanvasStart()
-        for key, piece in pins.items():
-            try:
-                position = pin_position(key)
-            except ValueError as err:
-                return str(err), CanvasStart()
-            if position >= canvas_length:
-                return (f"pin position {position} is outside the canvas (positions 0 to {canvas_length - 1})",
-                        CanvasStart())
-            ids = encode(piece) if isinstance(piece, str) and piece else []
-            if len(ids) != 1:
-                return (f"the pin at position {position} ({str(piece)[:40]!r}) is not one token of the vocabulary "
-                        f"(it is {len(ids)} tokens)"), CanvasStart()
-            held[position] = ids[0]
+    for position, piece in pins:
+        if position >= canvas_length:
+            return (f"pin position {position} is outside the canvas (positions 0 to {canvas_length - 1})",
+                    CanvasStart())
+        ids = encode(piece)
+        if len(ids) != 1:
+            return (f"the pin at position {position} ({piece[:40]!r}) is not one token of the vocabulary "
+                    f"(it is {len(ids)} tokens)"), CanvasStart()
+        held[position] = ids[0]
     return "", CanvasStart(tuple(tokens), tuple(sorted(held.items())))

@@ -119,14 +119,6 @@ def paces_by_acks(request: object) -> bool:
         return False
 
 
-def parse(body: bytes) -> tuple[str, int] | None:
-    """("TOKEN", SEQ) from b"TOKEN SEQ", or None (a token that is not ASCII is no stream's: it decodes to none)."""
-    parts = body.split()
-    if len(parts) != 2 or not parts[1].isdigit() or len(parts[1]) > 9:
-        return None
-    return parts[0].decode("ascii", "replace"), int(parts[1])
-
-
 class AckRoute:
     """ASGI middleware: POST ACK_PATH "TOKEN SEQ" marks that frame drawn in `acks` (an empty body: the
     page says it acknowledges); every other request passes to the app."""
@@ -153,9 +145,9 @@ class AckRoute:
             body += chunk
             if len(body) > MAX_BODY:  # a body longer than it said
                 return Response(status_code=413)
-        ack = parse(body)
-        if ack is not None:
-            self.acks.drawn(*ack)
+        parts = body.split()  # b"TOKEN SEQ" (a token that is not ASCII is no stream's: it decodes to none)
+        if len(parts) == 2 and parts[1].isdigit() and len(parts[1]) <= 9:
+            self.acks.drawn(parts[0].decode("ascii", "replace"), int(parts[1]))
         response = Response(status_code=204)
         # A Space's page is in another site's frame, behind a proxy that ends TLS: only a partitioned cookie keeps.
         https = "https" in (request.url.scheme, request.headers.get("x-forwarded-proto"))

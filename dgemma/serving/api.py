@@ -6,6 +6,7 @@ gr.Error with one sentence, and no traceback in the log (a visitor's mistake is 
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 import gradio as gr
 
@@ -13,24 +14,13 @@ from dgemma.errors import SettingsError
 from dgemma.examples import example_prompts, prompt_note
 from dgemma.recording import MODEL_KEYS
 from dgemma.serving.runs import RunService, tab_of
-from dgemma.settings import api_help
+from dgemma.settings import CANVAS_NAMES, SETTINGS, api_help
 
 
 def model_info(facts: dict, max_num_seqs: int) -> dict:
     """What `/info` returns and the page header shows, from a backend's `info()`: the model's
     facts, the batch limit and example prompts that fit it."""
     return {**{key: facts.get(key) for key in MODEL_KEYS}, "max_num_seqs": max_num_seqs, "examples": example_prompts(facts)}
-
-
-def _record_option(settings: object) -> tuple[object, bool]:
-    """`record` is not a sampling setting: the settings without it, and whether to return the run file."""
-    if not isinstance(settings, dict):
-        return settings, False
-    settings = dict(settings)
-    record = settings.pop("record", None)
-    if record is not None and not isinstance(record, bool):
-        raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
-    return settings, bool(record)
 
 
 def register(service: RunService, embedded: bool = False) -> None:
@@ -50,8 +40,13 @@ def register(service: RunService, embedded: bool = False) -> None:
         (transformers' definition), steps_per_canvas, decoder_share, sampler_share and
         peak_sampler_bytes (dgemma/metrics.py)."""
         try:
-            settings, record = _record_option(settings)
-            done = service.results(tab_of(request), prompts, settings, record)
+            record = None
+            if isinstance(settings, dict):  # `record` is not a sampling setting: whether to return the run file
+                settings = dict(settings)
+                record = settings.pop("record", None)
+            if record is not None and not isinstance(record, bool):
+                raise SettingsError(f"Setting 'record' must be true or false, got {str(record)[:40]!r}.")
+            done = service.results(tab_of(request), prompts, settings, bool(record))
         except gr.Error:  # already one sentence (ZeroGPU's quota)
             raise
         except ValueError as err:  # SettingsError is one; the tab's cap; no room for the recording
@@ -64,7 +59,7 @@ def register(service: RunService, embedded: bool = False) -> None:
             "outputs": [{"prompt": o.prompt, "text": o.text, "steps": o.steps, "seed": o.seed,
                          "warning": prompt_note(embedded, o.prompt), "metrics": o.metrics} for o in done.outputs],
             "summary": done.summary,
-            "tile_plans": [p.as_dict() for p in done.plans],
+            "tile_plans": [asdict(p) for p in done.plans],
             "pid": done.pid or os.getpid(),  # the process that ran the model (ZeroGPU: a worker)
         }
         if done.recording is not None:
@@ -79,6 +74,7 @@ def register(service: RunService, embedded: bool = False) -> None:
         "parameters", "dtype", "device", "vocab_size", "canvas_length", "max_num_seqs", "examples"
         (prompts that fit it), "defaults" (every setting a call may give, by name, as this server fills it in:
         the scheduler and its options among them)}."""
-        return {**model_info(backend.info(), backend.max_num_seqs), "defaults": backend.defaults.values()}
+        defaults = {s.name: backend.defaults.value(s.name) for s in SETTINGS if s.name not in CANVAS_NAMES}
+        return {**model_info(backend.info(), backend.max_num_seqs), "defaults": defaults}
 
     gr.api(info, api_name="info", concurrency_limit=None)

@@ -111,8 +111,7 @@ def read_run(run: Run, recording: Recording | None = None) -> Progress:
 
 def backend_state(backend: Backend) -> LoadState:
     """A backend that loads its model after the page is served has a state; any other is ready."""
-    state = getattr(backend, "state", None)
-    return state() if state is not None else LoadState(True, False, "")
+    return backend.state() if hasattr(backend, "state") else LoadState(True, False, "")
 
 
 class ModelBackend:

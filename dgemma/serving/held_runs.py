@@ -43,27 +43,27 @@ class HeldRuns:
         with self._lock:
             return len(self._held)
 
-    def hold(self, key: str, holder: Holder) -> list[str]:
+    def hold(self, key: str, holder: Holder) -> None:
         """Count what `holder` holds now under `key`; evict the least recently used idle holders of
-        other keys while the total passes the cap. The keys evicted."""
+        other keys while the total passes the cap."""
         holder.last_used = time.monotonic()  # held now: a run just made or loaded is in use
-        return self._hold(key, holder, holder.held_bytes()) or []
+        self._hold(key, holder, holder.held_bytes())
 
     def admit(self, key: str, most: int) -> bool:
         """Reserve `most` bytes under `key` (an API call's recording, live until released), unless the total
         would still pass the cap with every idle holder evicted: then nothing is held or evicted, and False."""
-        return self._hold(key, None, most, refuse=True) is not None
+        return self._hold(key, None, most, refuse=True)
 
-    def _hold(self, key: str, holder: Holder | None, size: int, refuse: bool = False) -> list[str] | None:
+    def _hold(self, key: str, holder: Holder | None, size: int, refuse: bool = False) -> bool:
         with self._lock:
             if refuse and sum(n for k, (h, n) in self._held.items() if _live(h) and k != key) + size > self.max_bytes:
-                return None
+                return False
             self._total += size - self._held.get(key, (None, 0))[1]
             self._held[key] = (holder, size)
             victims = self._over_cap(key) if self._total > self.max_bytes else []
-        for _, victim in victims:  # outside the lock: a holder's evict takes its own
+        for victim in victims:  # outside the lock: a holder's evict takes its own
             victim.evict(EVICTED)
-        return [k for k, _ in victims]
+        return True
 
     def release(self, key: str) -> int:
         """Free what `key` holds and forget it (its tab closed: Gradio keeps a closed tab's state
@@ -75,7 +75,7 @@ class HeldRuns:
             holder.evict("")
         return size
 
-    def _over_cap(self, keep: str) -> list[tuple[str, Holder]]:
+    def _over_cap(self, keep: str) -> list[Holder]:
         idle = sorted((holder.last_used, key) for key, (holder, _) in self._held.items()
                       if key != keep and not _live(holder))
         victims = []
@@ -84,7 +84,7 @@ class HeldRuns:
                 break
             holder, size = self._held.pop(key)
             self._total -= size
-            victims.append((key, holder))
+            victims.append(holder)
         self.evicted += len(victims)
         return victims
 

@@ -106,7 +106,7 @@ class RunFiles:
     def remove(self, path: str) -> int:
         """Remove `path` if it lies in this directory (an upload once read, an expired file); its size."""
         path = os.path.abspath(path)
-        if not _inside(path, self.root) or os.path.basename(path) == LOCK:
+        if os.path.commonpath([path, str(self.root)]) != str(self.root) or os.path.basename(path) == LOCK:
             return 0
         try:
             size = os.stat(path).st_size
@@ -116,7 +116,7 @@ class RunFiles:
         for hook in self.removed_hooks:
             hook(path)
         parent = os.path.dirname(path)
-        if _is_hash(os.path.basename(parent)):
+        if len(name := os.path.basename(parent)) >= 32 and all(c in "0123456789abcdef" for c in name):
             with contextlib.suppress(OSError):
                 os.rmdir(parent)  # Gradio's folder of one upload, now empty
         return size
@@ -202,14 +202,6 @@ def _abandoned(folder: Path) -> bool:
         os.close(fd)
 
 
-def _is_hash(name: str) -> bool:
-    return len(name) >= 32 and all(c in "0123456789abcdef" for c in name)
-
-
-def _inside(path: str, root: Path) -> bool:
-    return os.path.commonpath([path, str(root)]) == str(root)
-
-
 # A multipart body is the file plus its part headers and boundaries: a few hundred bytes.
 FORM_OVERHEAD = 64 * 1024
 
@@ -228,10 +220,11 @@ class UploadGuard:
         if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
             await self.app(scope, receive, send)
             return
-        length = _declared_length(request)
-        if length is None:
+        declared = request.headers.get("content-length")  # none, or chunked: the body does not say its size
+        if declared is None or "transfer-encoding" in request.headers or not declared.isdigit():
             await _refuse(scope, receive, send, 411, "A file upload must say its size (a Content-Length header).")
             return
+        length = int(declared)
         if length > self.max_file_bytes + FORM_OVERHEAD:
             await _refuse(scope, receive, send, 413, f"This file is {length / 2**20:.0f} MB, more than any run file can "
                                                      f"be ({self.max_file_bytes / 2**20:.0f} MB); it was not stored.")
@@ -243,14 +236,6 @@ class UploadGuard:
             await self.app(scope, receive, send)
         finally:
             self.files.unreserve(length)
-
-
-def _declared_length(request: Request) -> int | None:
-    """The body's size as the request declares it; None when it does not (or streams it in chunks)."""
-    value = request.headers.get("content-length")
-    if value is None or "transfer-encoding" in request.headers or not value.isdigit():
-        return None
-    return int(value)
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, sentence: str) -> None:

@@ -288,27 +288,23 @@ class RunService:
         """The tab's run (a loaded one) counted under the memory cap."""
         self.keeping.held.hold(tab_of(request), keeper)
 
-    def read_upload(self, request: object, file: object) -> Recording:
+    def read_upload(self, request: object, file: object, busy: str = "") -> Recording:
         """The run in an uploaded file (at most MAX_FILE_BYTES read), the file removed whatever it held, and
         the tab's last run file released (Download run then offers nothing); gr.Error with one sentence for
-        anything that is not a run."""
+        anything that is not a run, or `busy` when the tab cannot take one now (the file goes unread)."""
         path = file if isinstance(file, str) else getattr(file, "name", None)
-        if not path:
-            raise gr.Error("No file arrived; choose a run file (.jsonl) again.", print_exception=False)
         try:
+            if busy or not path:
+                raise gr.Error(busy or "No file arrived; choose a run file (.jsonl) again.", print_exception=False)
             recording = load_file(path)
         except RecordingError as err:
             raise gr.Error(str(err), print_exception=False) from None
         except OSError as err:
             raise gr.Error(f"The file could not be read: {err.strerror or err}.", print_exception=False) from None
         finally:
-            self.keeping.files.remove(path)
+            self.keeping.files.remove(path or "")
         self.keeping.files.release(tab_of(request))
         return recording
-
-    def discard_upload(self, file: object) -> None:
-        """An upload not read (the tab is busy): removed."""
-        self.keeping.files.remove(file if isinstance(file, str) else getattr(file, "name", None) or "")
 
     # ------------------------------------------------------------------ the API
 

@@ -16,7 +16,7 @@ import gradio as gr
 from dgemma.examples import abilities, example_prompts, example_sets
 from dgemma.serving.api import model_info
 from dgemma.serving.backend import Backend, backend_state
-from dgemma.ui.generate_tab.controls import model_defaults_of
+from dgemma.ui.generate_tab.controls import PANEL_SETTINGS, page_value
 from dgemma.ui.generate_tab.tab import GenerateTab
 
 # Installed when the page opens: every element with an id around what the visitor types in, picks or
@@ -76,7 +76,8 @@ def loading_tick(backend: Backend, replaying: bool, ids: Mapping[str, str], buil
         return {"status": state.message, "timer": gr.Timer(active=not state.failed)}
     facts = backend.info()  # once: it counts the weights and sizes the lesson's budget
     sets = example_sets(example_prompts(facts))
-    values = {**model_defaults_of(backend), "lesson_budget": facts.get("lesson_budget", built.get("lesson_budget")), "prompts": sets[0][0]}
+    defaults = {s.name: page_value(s, backend.defaults) for s in PANEL_SETTINGS}  # the panel's, by name
+    values = {**defaults, "lesson_budget": facts.get("lesson_budget", built.get("lesson_budget")), "prompts": sets[0][0]}
     fill = {"values": values, "ids": dict(ids), "built": dict(built)}
     shown = {"header": header_markdown(facts, backend.max_num_seqs), "run": gr.Button(interactive=True), "fill": fill,
              "examples": gr.Dataset(samples=sets), "timer": gr.Timer(active=False)}

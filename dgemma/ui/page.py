@@ -10,6 +10,7 @@ from dgemma.serving import api
 from dgemma.serving.backend import Backend, backend_state
 from dgemma.serving.runs import Keeping, RunService, tab_of
 from dgemma.ui.generate_tab import compare, tab as generate_tab
+from dgemma.ui.generate_tab.controls import PANEL_SETTINGS
 from dgemma.ui.lesson import tab as lesson
 from dgemma.ui import loading_tick
 from dgemma.ui.loading_tick import header_markdown
@@ -40,7 +41,8 @@ def build_demo(backend: Backend, keeping: Keeping | None = None) -> gr.Blocks:
         api.register(service, embedded)
         # Page first: until the model has loaded, a timer refreshes the status line; at ready it
         # enables Run and fills in the model's own defaults and example prompts where the visitor has not typed.
-        fields = {**gen.panel.settings(), "lesson_budget": lesson_parts.budget, "prompts": gen.panel["prompts"]}
+        fields = {**{s.name: gen.panel[s.name] for s in PANEL_SETTINGS}, "lesson_budget": lesson_parts.budget,
+                  "prompts": gen.panel["prompts"]}
         loading_tick.wire(demo, backend, loading.ready, header, gen, fields)
 
         def closed(request: gr.Request) -> None:

@@ -23,7 +23,7 @@ from dgemma.ui.board import Board
 from dgemma.ui.charts import entropy_figure, plot
 from dgemma.ui.compact import frame
 from dgemma.ui.generate_tab import first_canvas, playback
-from dgemma.ui.generate_tab.controls import Panel, read_panel
+from dgemma.ui.generate_tab.controls import read_panel
 
 SIDES = ("A", "B")
 # (figure, how it reads, format): the rows of the comparison table.
@@ -72,13 +72,6 @@ def build() -> Compare:
                                                                                     delete_callback=lambda sides: [s.evict("") for s in sides]))
 
 
-def changed_settings(text: str | None) -> dict[str, str]:
-    """`greedy=true, entropy_bound=0.5` (commas or lines) -> {"greedy": "true", "entropy_bound": "0.5"}."""
-    changes = name_value_pairs((text or "").replace("\n", ",").split(","),
-                               "Compare: write name=value (for example greedy=true), got {part!r}.")
-    return {name: value.strip() for name, value in changes.items()}
-
-
 def table(boards: list[Board], summaries: list[dict]) -> str:
     """Both runs' figures (their summaries, dgemma/metrics.py) and B's difference from A, plus how many
     texts are the same."""
@@ -103,7 +96,7 @@ def table(boards: list[Board], summaries: list[dict]) -> str:
             + f'</table><div class="compare-same">same text in {same} of {len(texts[0])} requests</div>' + differing)
 
 
-def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) -> None:
+def wire(service: RunService, compare: Compare, panel: dict[str, gr.components.Component], embedded: bool) -> None:
     """Compare runs A then B on the panel's prompts and settings (`panel`: the Generate tab's, by name)."""
     backend = service.backend
 
@@ -111,7 +104,11 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
             **values: Any) -> Iterator[dict]:
         try:  # each side: the panel's settings with its changes, through the one door
             batch, raw = read_panel(values)
-            calls = [backend.request(batch, {**raw, **changed_settings(text)}) for text in (a_text, b_text)]
+            # `greedy=true, entropy_bound=0.5` (commas or lines) -> {"greedy": "true", "entropy_bound": "0.5"}
+            changes = [name_value_pairs((text or "").replace("\n", ",").split(","),
+                                        "Compare: write name=value (for example greedy=true), got {part!r}.")
+                       for text in (a_text, b_text)]
+            calls = [backend.request(batch, {**raw, **{k: v.strip() for k, v in c.items()}}) for c in changes]
         except ValueError as err:
             yield {compare.table: f'<div class="compare-error">⚠️ {html.escape(str(err))}</div>'}
             return
@@ -138,6 +135,6 @@ def wire(service: RunService, compare: Compare, panel: Panel, embedded: bool) ->
                     yield {compare.table: f"<div class='compare-status'>{SIDES[i]} running…</div>", **shown}
         yield {compare.table: table(boards, summaries), **shown}
 
-    compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel.fields,
+    compare.run.click(run, inputs=[compare.state, *compare.changes], inputs_kwargs=panel,
                       outputs=[compare.table, *compare.cards, *compare.curves, *compare.downloads],
                       api_visibility="private", concurrency_limit=None, show_progress="minimal")

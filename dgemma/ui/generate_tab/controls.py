@@ -1,11 +1,10 @@
 """The Generate tab's inputs by setting name (the panel made from dgemma/settings.py's `SETTINGS`) and
-how their values become a run's settings. Handlers take them as one dict (`Panel.fields`, Gradio's
-`inputs_kwargs`), so a new setting is a row of the table and nothing here."""
+how their values become a run's settings. Handlers take them as one dict (the panel: each name of FIELDS
+to its component, Gradio's `inputs_kwargs`), so a new setting is a row of the table and nothing here."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -20,20 +19,6 @@ PANEL_SETTINGS = tuple(s for s in SETTINGS if s.group in PANEL_ROWS)
 FIELDS = ("prompts", "concurrent", *(s.name for s in SETTINGS), "template")
 
 
-@dataclass
-class Panel:
-    """The tab's inputs: `fields` maps each name of FIELDS to its component."""
-
-    fields: dict[str, gr.components.Component]
-
-    def __getitem__(self, name: str) -> gr.components.Component:
-        return self.fields[name]
-
-    def settings(self) -> dict[str, gr.components.Component]:
-        """The panel's settings fields by name, which the model's defaults fill in once it has loaded."""
-        return {s.name: self.fields[s.name] for s in PANEL_SETTINGS}
-
-
 def page_value(setting: Setting, settings: Settings) -> Any:
     """What the page's field for `setting` shows for `settings` (a memory budget: empty, the server's)."""
     if setting.name == "memory_budget":
@@ -42,22 +27,11 @@ def page_value(setting: Setting, settings: Settings) -> Any:
     return str(value) if setting.widget == "choice" else value
 
 
-def model_defaults_of(backend: Backend) -> dict[str, Any]:
-    """The loaded model's defaults, by the names of `Panel.settings`."""
-    return {s.name: page_value(s, backend.defaults) for s in PANEL_SETTINGS}
-
-
-def raw_value(value: Any) -> Any:
-    """A field's value as the one parser takes it: empty text is the default."""
-    if isinstance(value, str) and not value.strip():
-        return None
-    return value.strip() if isinstance(value, str) else value
-
-
 def read_panel(values: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """The panel's prompts and raw settings, from its values by name, as `Backend.request` takes them
     (ValueError: one sentence, from a template the page cannot read)."""
-    raw = {s.name: raw_value(values[s.name]) for s in PANEL_SETTINGS}
+    raw = {s.name: values[s.name] for s in PANEL_SETTINGS}
+    raw = {name: (v.strip() or None) if isinstance(v, str) else v for name, v in raw.items()}  # empty text: the default
     raw.update(canvas_settings(values["start"], values["pins"], values["template"]))
     return prompts_from_text(values["prompts"], values["concurrent"]), raw
 

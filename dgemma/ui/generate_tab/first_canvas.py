@@ -66,22 +66,14 @@ def build() -> dict[str, gr.Textbox]:
     return fields
 
 
-def template_pins(template: str) -> dict[str, str]:
-    """`4|_|_|1` -> {"0": "4", "3": "1"}: cells by |, `_` or nothing free."""
-    if not (template or "").strip():
-        return {}
-    return {str(i): cell for i, cell in enumerate(template.split("|")) if cell not in ("", "_")}
-
-
-def pin_lines(text: str) -> dict[str, str]:
-    """`position=token` lines -> {position: token} (the token as written, spaces kept)."""
-    return name_value_pairs((text or "").splitlines(),
-                            "Pins: write one position=token per line (for example 3=x), got {part!r}.")
-
-
 def canvas_settings(start: str | None, pins: str | None, template: str | None) -> dict[str, Any]:
-    """The first-canvas inputs as the settings `start` and `pins` (a pin line wins over the template)."""
-    held = {**template_pins(template or ""), **pin_lines(pins or "")}
+    """The first-canvas inputs as the settings `start` and `pins`: the template's cells by | (`4|_|_|1` ->
+    {"0": "4", "3": "1"}: `_` or nothing free), then the `position=token` lines (the token as written,
+    spaces kept), a pin line winning over the template."""
+    cells = enumerate(template.split("|")) if (template or "").strip() else ()
+    held = {str(i): cell for i, cell in cells if cell not in ("", "_")}
+    held.update(name_value_pairs((pins or "").splitlines(),
+                                 "Pins: write one position=token per line (for example 3=x), got {part!r}."))
     return {"start": start or None, "pins": held or None}
 
 

@@ -236,11 +236,8 @@ def wire(service: RunService, player: Player, views: dict[str, gr.components.Com
             playback.clock.next_step(int(step or 0), pace)
 
     def load_run(playback: Playback, file, request: gr.Request) -> dict:
-        if playback.live:
-            service.discard_upload(file)
-            raise gr.Error("A run is streaming in this tab; wait for it or press Stop before loading another.",
-                           print_exception=False)
-        recording = service.read_upload(request, file)  # the upload removed, whatever it held; the last run's file too
+        busy = "A run is streaming in this tab; wait for it or press Stop before loading another." if playback.live else ""
+        recording = service.read_upload(request, file, busy)  # the upload removed, whatever it held; the last run's file too
         playback.set_run(recording)
         playback.kept.index(recording)  # every keyframe now: any jump on the slider folds a few steps at most
         service.hold(request, playback)

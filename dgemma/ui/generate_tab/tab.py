@@ -24,7 +24,7 @@ from dgemma.ui import board_view
 from dgemma.ui.board import Board
 from dgemma.ui.charts import board_tile_figure, entropy_figure, plot
 from dgemma.ui.generate_tab import compare, first_canvas, playback
-from dgemma.ui.generate_tab.controls import FIELDS, Panel, read_panel, settings_panel
+from dgemma.ui.generate_tab.controls import FIELDS, read_panel, settings_panel
 from dgemma.ui.generate_tab.first_canvas import refine_request
 from dgemma.ui.slider import Slider
 
@@ -47,7 +47,7 @@ TILE_TEXT = (
 class GenerateTab:
     """The tab's components that its events (and the page's loading tick) refer to."""
 
-    panel: Panel
+    panel: dict[str, gr.components.Component]  # each name of controls.FIELDS: its input
     run: gr.Button
     stop: gr.Button
     examples: gr.Examples
@@ -73,7 +73,7 @@ def build(backend: Backend, examples: list[list[str]], ready: bool, loading_mess
     with gr.Row(equal_height=False):  # closed, side by side: one click away, one line high
         canvas, settings = first_canvas.build(), settings_panel(backend)
     found = {"prompts": prompts, "concurrent": concurrent, **settings, **canvas}
-    panel = Panel({name: found[name] for name in FIELDS})
+    panel = {name: found[name] for name in FIELDS}
     status = gr.Markdown("Idle." if ready else loading_message, elem_id="status")
     # On a projector (1366 x 768) the overview and both charts are on screen at once: the charts
     # beside the board, level with its overview; the cards below the overview.
@@ -94,14 +94,27 @@ def wire(service: RunService, tab: GenerateTab, side_by_side: compare.Compare, e
     """Run, each view's Refine (`side_by_side`'s too: the Compare tab's) and Stop; playback of the last (or a
     loaded) run in the same views; Compare. The handlers take the panel by name."""
     views = {"cards": tab.cards, "entropy": tab.entropy_plot, "tiles": tab.tile_plot}  # by playback.view's names
-    streamed = dict(outputs=[*views.values(), tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel.fields,
+    streamed = dict(outputs=[*views.values(), tab.status, tab.player.slider, tab.player.download], inputs_kwargs=tab.panel,
                     concurrency_limit=None, show_progress="minimal")  # tabs share the engine; the engine batches
-    tab.run.click(run_handler(service, embedded, tab), inputs=[tab.player.state], api_name="generate_stream",
-                  api_visibility="undocumented", **streamed)
+
+    def run_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
+        """Run: the panel's prompts and settings (by name, Gradio's `inputs_kwargs`)."""
+        yield from stream_run(service, embedded, lambda: service.backend.request(*read_panel(values)), played, request, tab)
+
+    def stop_runs(request: gr.Request) -> None:
+        """Stop cancels the tab's requests, not the stream: the cards then show "cancelled" and the stream
+        ends by itself once the engine has freed every slot (within one step)."""
+        n = service.stop(tab_of(request))
+        log.info("stop: cancelled %d requests", n)
+        if not n:
+            gr.Info("Nothing to stop.")
+
+    tab.run.click(run_stream, inputs=[tab.player.state], api_name="generate_stream", api_visibility="undocumented",
+                  **streamed)
     for side, cards in [(None, tab.cards), *enumerate(side_by_side.cards)]:
         cards.refine(refine_handler(service, embedded, tab, side), inputs=[tab.player.state, side_by_side.state],
                      api_visibility="private", **streamed)
-    tab.stop.click(stop_handler(service), None, None, api_visibility="private", concurrency_limit=None)
+    tab.stop.click(stop_runs, None, None, api_visibility="private", concurrency_limit=None)
     playback.wire(service, tab.player, views, tab.status)
     compare.wire(service, side_by_side, tab.panel, embedded)
 
@@ -120,53 +133,32 @@ def failed(tab: GenerateTab, sentence: str) -> dict:
     return {tab.status: f"⚠️ {sentence}"}
 
 
-def run_handler(service: RunService, embedded: bool, tab: GenerateTab) -> Callable[..., Iterator]:
-    """Run's handler: the panel's prompts and settings (by name, Gradio's `inputs_kwargs`)."""
-    def run_stream(played: playback.Playback, request: gr.Request, **values: Any) -> Iterator:
-        try:
-            call = service.backend.request(*read_panel(values))
-        except ValueError as err:
-            yield failed(tab, str(err))
-            return
-        yield from stream_run(service, embedded, call, played, request, tab)
-
-    return run_stream
-
-
 def refine_handler(service: RunService, embedded: bool, tab: GenerateTab, side: int | None) -> Callable[..., Iterator]:
     """A card's Refine, in the tab's own view (`side` None) or a compare side's (0, 1): the card's prompt and
     seed, its first canvas starting from its text, the panel's other settings; streamed as a Run."""
     def refine_stream(played: playback.Playback, sides: list[playback.Playback], event: gr.EventData,
                       request: gr.Request, **values: Any) -> Iterator:
         source = played if side is None else sides[side]  # the run of the view the card is in
-        try:
-            prompt, changes = refine_request(getattr(event, "_data", None), source.recording, source.kept,
-                                                 source.evicted)
+
+        def call() -> RunRequest:
+            prompt, changes = refine_request(getattr(event, "_data", None), source.recording, source.kept, source.evicted)
             batch, raw = read_panel({**values, "prompts": prompt, "concurrent": 1})
-            call = service.backend.request(batch, {**raw, **changes})
-        except ValueError as err:
-            yield failed(tab, str(err))
-            return
+            return service.backend.request(batch, {**raw, **changes})
+
         yield from stream_run(service, embedded, call, played, request, tab)
 
     return refine_stream
 
 
-def stop_handler(service: RunService) -> Callable[[gr.Request], None]:
-    """Stop cancels the tab's requests, not the stream: the cards then show "cancelled" and the stream
-    ends by itself once the engine has freed every slot (within one step)."""
-    def stop_runs(request: gr.Request) -> None:
-        n = service.stop(tab_of(request))
-        log.info("stop: cancelled %d requests", n)
-        if not n:
-            gr.Info("Nothing to stop.")
-
-    return stop_runs
-
-
-def stream_run(service: RunService, embedded: bool, call: RunRequest, played: playback.Playback,
+def stream_run(service: RunService, embedded: bool, make_call: Callable[[], RunRequest], played: playback.Playback,
                request: gr.Request, tab: GenerateTab) -> Iterator[dict]:
-    """One call's cards, both charts, the status line, the slider and the download as it streams (by component)."""
+    """One call (`make_call()`: ValueError, one sentence on the status line) as it streams: its cards, both charts,
+    the status line, the slider and the download (by component)."""
+    try:
+        call = make_call()
+    except ValueError as err:
+        yield failed(tab, str(err))
+        return
     # Cards at every frame; each chart at most once a playback.CHART_PERIOD_S (one period, live and
     # replayed), the two half a period apart, and both at the end: a Plotly redraw costs the browser
     # far more than the cards do, and two at once would stall a busy laptop's page for a moment.

@@ -205,8 +205,9 @@ def wire(service: RunService, parts: LessonParts) -> None:
     def suggest(n: float, real: bool) -> str:
         return backend.suggest_budget(int(n), bool(real))
 
-    parts.requests.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
-    parts.real_scale.change(suggest, [parts.requests, parts.real_scale], parts.budget, api_visibility="private")
+    gr.on([parts.requests.change, parts.real_scale.change], suggest, [parts.requests, parts.real_scale], parts.budget,
+          api_visibility="private")
+
     def run(n: float, budget: str, real: bool, steps: float, scheduler: str, runs: dict[str, LessonOutcome],
             request: gr.Request) -> Iterator[dict]:
         for update in run_lesson(service, request, n, budget, real, steps, runs, scheduler):  # by name: the parts
