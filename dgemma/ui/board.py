@@ -90,7 +90,7 @@ def apply(board: Board, event: Event) -> Board:
         if event.step:  # step 0 is the random start: no model output to plot yet
             view.entropy_curve.append((view.steps, event.mean_entropy))
         if view.status not in FINAL:
-            view.status = "converged" if event.converged else "running"
+            view.status = "converged" if event.converged else Status.RUNNING
         board.confidence_threshold = event.confidence_threshold
         board.canvas_length = len(event.token_ids)
     elif isinstance(event, RequestEvent):
@@ -111,14 +111,14 @@ def apply(board: Board, event: Event) -> Board:
             _commit_pieces(view, event)
         if event.steps:
             view.steps = max(view.steps, event.steps)
-        if event.status == "committed":
+        if event.status == Status.COMMITTED:
             view.steps_before_canvas = event.steps
             # The converged canvas is now part of the text; the next canvas starts from noise.
-            view.status = "running"
+            view.status = Status.RUNNING
             view.last_step = None
         elif event.status in (Status.QUEUED, Status.RUNNING, *FINAL):
             view.status = event.status
-        if event.status == "done":
+        if event.status == Status.DONE:
             view.last_step = None
         if event.error:  # an out-of-memory run's sentence is its notice's, said once: its cards keep their canvases
             view.error = "out of memory" if "oom" in event.extra else event.error

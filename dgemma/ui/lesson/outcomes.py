@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dgemma.errors import sentence
-from dgemma.events import Event, RequestEvent, StepEvent, TilePlan
+from dgemma.events import Event, RequestEvent, Status, StepEvent, TilePlan
 from dgemma.memory.ledger import Ledger
 from dgemma.units import format_bytes
 
@@ -63,9 +63,9 @@ def summarize(events: Iterable[Event], seconds: float, budget: int | None) -> Le
         if isinstance(e, StepEvent):
             if e.step and calls:
                 calls[-1].append(i)
-        elif isinstance(e, RequestEvent) and e.status == "done":
+        elif isinstance(e, RequestEvent) and e.status == Status.DONE:
             tokens[i] = tuple(e.token_ids)
-        elif isinstance(e, RequestEvent) and e.status in ("error", "cancelled"):
+        elif isinstance(e, RequestEvent) and e.status in (Status.ERROR, Status.CANCELLED):
             errors.append(e.error or e.status)
             if "oom" in e.extra:
                 if oom is None:
