@@ -13,12 +13,15 @@ from browser_page import chromium_page
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from test_lesson_overview import set_number
 
-# The lesson's count of the out-of-memory sentence and of the cards saying "out of memory", every 100 ms.
+# The lesson's count of the out-of-memory sentence and of the cards saying "out of memory", at every change of
+# the page (a MutationObserver, not a timer: the untiled board's last frame can stand for less than a timer's period
+# before the tiled run's first frame replaces it, and a busy CI machine delays timers further).
 COUNT = """() => {
-  window.__said = [];  // textContent: no layout forced every 100 ms (the tab's result boxes and its board hold all it says)
+  window.__said = [];  // textContent: no layout forced at each change (the tab's result boxes and its board hold all it says)
   const said = () => [...document.querySelectorAll('.lesson-result, #lesson-board')].map(e => e.textContent).join(' ');
-  setInterval(() => window.__said.push([said().split('torch.OutOfMemoryError').length - 1,
-    [...document.querySelectorAll('#lesson-board .card .status')].filter(s => s.innerText.includes('out of memory')).length]), 100);
+  const count = () => window.__said.push([said().split('torch.OutOfMemoryError').length - 1,
+    [...document.querySelectorAll('#lesson-board .card .status')].filter(s => s.textContent.includes('out of memory')).length]);
+  new MutationObserver(count).observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
 # Each bar's stack in the step-through's chart: [call, held + tile (what the call needed), budget, annotations].
 BARS = """() => { const p = document.querySelector('#lesson-memory .js-plotly-plot'); if (!p?.data?.length) return null;
