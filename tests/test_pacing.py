@@ -1,9 +1,10 @@
 """A replay's pace: each tick shows the step due by the wall clock, so late ticks catch up and
-the last step comes on time; the charts redraw at most once a period while playing."""
+the last step comes on time; the charts redraw at most once a period while playing; a pause holds
+where play got to."""
 
 from __future__ import annotations
 
-from dgemma.ui.generate_tab.playback import PlayClock
+from dgemma.ui.generate_tab.playback import PlayClock, Playback
 from fake_clock import Clock
 
 
@@ -63,3 +64,14 @@ def test_the_wait_is_until_the_next_step_is_due_less_the_time_a_frame_takes_to_a
     assert abs(play.wait(4, ahead=0.4) - 0.25) < 1e-9  # never more than half a step early
     clock.now += 0.2
     assert abs(play.wait(4, ahead=0.0) - 0.3) < 1e-9 and play.wait(3) == 0.0  # never negative
+
+
+def test_a_pause_holds_at_the_step_play_sent_last_when_the_page_still_shows_an_earlier_one():
+    tab = Playback()
+    tab.playing, tab.clock = True, PlayClock(0, 1.0, Clock())
+    tab.clock.sent = 5  # step 5 is on its way to the page, whose slider still reads 4 as the user presses pause
+    assert tab.hold(4, pause=True) == 5 and not tab.playing and tab.clock is None
+    assert tab.hold(3, pause=True) == 3  # nothing playing: the pause holds the page's step
+    tab.playing, tab.clock = True, PlayClock(0, 1.0, Clock())
+    tab.clock.sent = 5
+    assert tab.hold(2) == 2 and not tab.playing  # a hand on the slider (or back) goes where it says, back too

@@ -31,10 +31,10 @@ SEND_AHEAD_S = 0.1
 
 
 class PlayClock:
-    """Play started at `step`, `pace` seconds a step; when it started, and when the charts were last drawn."""
+    """Play started at `step`, `pace` seconds a step; when it started, the step sent last, when the charts were drawn."""
 
     def __init__(self, step: int, pace: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.step, self.pace, self.clock = step, pace, clock
+        self.step, self.sent, self.pace, self.clock = step, step, pace, clock
         self.started = self.charts_at = clock()  # play shows the charts of the step it starts from
 
     def next_step(self, shown: int, pace: float) -> int:
@@ -79,8 +79,15 @@ class Playback:
     def set_run(self, recording: Recording, live: bool = False) -> Recording:
         """`recording` is the tab's run now (a live one, followed; or a loaded one); the last run's boards go."""
         self.recording, self.live, self.follow, self.playing = recording, live, live, False
-        self.kept, self.evicted, self.last_used = Seeker(), "", time.monotonic()
+        self.kept, self.evicted, self.last_used, self.clock = Seeker(), "", time.monotonic(), None
         return recording
+
+    def hold(self, step: int, pause: bool = False) -> int:
+        """Stop play and the following of a live run (the user has the controls); the step to show: `step`, or for
+        a pause the step play sent last if later (its frame may be on its way as the page sends its slider's)."""
+        clock, self.playing = self.clock, False  # stop, then read (play writes `sent` before it reads `playing`)
+        self.follow, self.clock = False, None
+        return max(step, clock.sent) if pause and clock is not None else step
 
     def held_bytes(self) -> int:
         """What this tab's run holds in memory: its recording, the board last shown and the keyframes."""
@@ -179,27 +186,22 @@ def wire(service: RunService, player: Player, views: dict[str, gr.components.Com
         shown = {views[name]: value for name, value in view(recording, step, playback.kept, charts).items()}
         return {**shown, status_line: line, p.slider: gr.Slider(maximum=max(1, recording.steps), value=step)}
 
-    def take(playback: Playback, step: float) -> dict:
-        # The user has the slider now: the live stream leaves the view alone, and play stops.
-        playback.follow = playback.playing = False
-        return show(playback, step)
+    def take(playback: Playback, step: float, pause: bool = False) -> dict:  # the user has the controls
+        return show(playback, playback.hold(int(step or 0), pause))
 
     def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[dict]:
         # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
         # or a busy page delays each step by its transfer alone, never by a tick's request too.
-        again = False
-        if playback.recording is not None:
-            playback.follow, playback.playing = False, True
-            if again := int(step or 0) >= playback.recording.steps:
-                step = 0  # at the end, play starts over
-            playback.clock = PlayClock(int(step or 0), pace)
-        clock = playback.clock
-        first = show(playback, int(step or 0), True, pace, charts=again)
+        recording = playback.recording  # None: `show` says why
+        again = recording is not None and int(step or 0) >= recording.steps  # at the end, play starts over
+        step = 0 if again else int(step or 0)
+        playback.follow, playback.playing, playback.clock = False, True, (clock := PlayClock(step, pace))
+        first = show(playback, step, True, pace, charts=again)
         # The view already shows the step play starts from, unless it starts over: only the status line changes.
         yield first if again else {status_line: first[status_line], p.slider: first[p.slider]}
 
         def due_steps() -> Iterator[tuple[int, bool]]:  # (step, the last?) as each falls due, until play stops
-            shown = int(step or 0)
+            shown = step
             while True:
                 time.sleep(clock.wait(shown))
                 # Paused, taken by the user, played again, or a new Run that the view follows: stop here.
@@ -218,6 +220,7 @@ def wire(service: RunService, player: Player, views: dict[str, gr.components.Com
                 playback.playing = False
                 playback.follow = playback.live  # caught up with a run still streaming: follow it again
             shown_now = show(playback, nxt, not at_end, clock.pace, charts=False)
+            clock.sent = nxt  # before reading `playing`, which pause writes before reading this: one sees the other
             if not (playback.playing or at_end) or playback.clock is not clock:
                 break  # paused while this step was drawn: the pause's view stays
             yield {**shown_now, cards: pace.stamp(shown_now[cards])}
@@ -248,7 +251,7 @@ def wire(service: RunService, player: Player, views: dict[str, gr.components.Com
     stops = dict(cancels=[playing], **quiet)  # a hand on the controls ends the play stream at once
     p.back.click(lambda playback, step: take(playback, (step or 0) - 1), [p.state, p.slider], outputs, **stops)
     p.forward.click(lambda playback, step: take(playback, (step or 0) + 1), [p.state, p.slider], outputs, **stops)
-    p.pause.click(take, [p.state, p.slider], outputs, **stops)
+    p.pause.click(lambda playback, step: take(playback, step, pause=True), [p.state, p.slider], outputs, **stops)
     p.slider.input(take, [p.state, p.slider], outputs, trigger_mode="always_last", **stops)
     p.pace.release(repace, [p.state, p.slider, p.pace], None, **quiet)
     # Whatever the load made of it, the upload area is emptied for the next file.
