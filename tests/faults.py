@@ -5,7 +5,9 @@
 
 - decoder_oom_above: a decoder call with more rows than this raises out-of-memory;
 - nan_requests: these request ids get NaN hidden states (so NaN logits) from their next decoder call;
-- crash_steps: the next this-many core steps raise (inside the engine thread, if one drives it).
+- crash_steps: the next this-many core steps raise (inside the engine thread, if one drives it);
+- kv_oom_after_append: the next this-many KV caches that grew by a commit run out of memory as their
+  new bytes are held (the cache holds the commit already: a retry must not append it again).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class Faults:
     decoder_oom_above: int | None = None
     nan_requests: set[int] = field(default_factory=set)
     crash_steps: int = 0
+    kv_oom_after_append: int = 0
+    appended: bool = False  # a KV cache grew since the last holding of KV-cache bytes
 
 
 class FaultyRunner:
@@ -48,6 +52,10 @@ class FaultyRunner:
                     out[i] = float("nan")
         return out
 
+    def append_to_cache(self, cache, tokens):
+        self._runner.append_to_cache(cache, tokens)
+        self._faults.appended = True
+
 
 def install_faults(core: EngineCore) -> Faults:
     """Wrap `core`'s runner and step with injectable faults (all off until set)."""
@@ -63,4 +71,14 @@ def install_faults(core: EngineCore) -> Faults:
         return step()
 
     core.step = crashing_step
+    hold = core.resident.hold
+
+    def holding(nbytes: int, term: str) -> None:
+        grew, faults.appended = faults.appended, False
+        if term == "kv_caches" and grew and faults.kv_oom_after_append > 0:
+            faults.kv_oom_after_append -= 1
+            raise torch.OutOfMemoryError("injected out of memory: a KV cache's commit")
+        hold(nbytes, term)
+
+    core.resident.hold = holding
     return faults

@@ -221,6 +221,22 @@ def test_requests_whose_kv_caches_fill_the_budget_are_preempted_and_restart_with
     assert [r.token_ids for r in squeezed] == [r.token_ids for r in reference]
 
 
+def test_a_commit_whose_kv_bytes_cannot_be_held_is_not_appended_again_on_the_retry(embedded_model):
+    from dgemma.embedded import corpus
+
+    prompts = [ex.prompt for ex in corpus.heldout("prose", 8)]  # two canvases each: the first is committed
+    settings = [SamplingParams(seed=i) for i in range(8)]
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8)) as eng:
+        reference = eng.run_until_done(prompts, settings, max_new_tokens=32)
+    with Engine(embedded_model, EngineConfig(max_num_seqs=8)) as eng:
+        faults = install_faults(eng.core)
+        faults.kv_oom_after_append = 3  # three caches grow by their commit, then their bytes do not fit
+        retried = eng.run_until_done(prompts, settings, max_new_tokens=32)
+    assert faults.kv_oom_after_append == 0
+    assert [r.status for r in retried] == ["done"] * 8
+    assert [r.token_ids for r in retried] == [r.token_ids for r in reference]  # each commit in the cache once
+
+
 def test_an_untiled_sampler_step_that_runs_out_of_memory_preempts_and_keeps_the_tokens(embedded_model):
     from dgemma.embedded import corpus
 
