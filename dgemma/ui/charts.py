@@ -35,17 +35,11 @@ CHART_HEIGHT = 330  # px: two charts stacked beside the board fit a 768 px high 
 
 
 def _layout(title: str, **extra: Any) -> dict:
-    return dict(
-        title=dict(text=title, font=dict(size=14)),
-        height=CHART_HEIGHT,
-        margin=dict(l=60, r=60, t=40, b=110),
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        # Below the x-axis title: above the plot, a wrapped legend of five or more entries covers the title.
-        legend=dict(orientation="h", yanchor="top", y=-0.45, x=0, font=dict(size=10)),
-        uirevision="keep",  # keep the user's zoom across live updates
-        **extra,
-    )
+    # The legend below the x-axis title: above the plot, a wrapped legend of five or more entries covers the title.
+    # uirevision: keep the user's zoom across live updates.
+    return dict(title=dict(text=title, font=dict(size=14)), height=CHART_HEIGHT, margin=dict(l=60, r=60, t=40, b=110),
+                paper_bgcolor="white", plot_bgcolor="white",
+                legend=dict(orientation="h", yanchor="top", y=-0.45, x=0, font=dict(size=10)), uirevision="keep", **extra)
 
 
 def entropy_figure(board: Board) -> Spec:
