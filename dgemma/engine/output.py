@@ -70,19 +70,11 @@ class Detokenizer:
 
 def step_event(req: Request, step: int, draft: list[int], entropy: list[float], accepted: list[bool],
                mean_entropy: float, converged: bool, detok: Detokenizer) -> StepEvent:
-    return StepEvent(
-        request_id=req.id,
-        canvas_index=req.canvas_index,
-        step=step,
-        max_steps=req.params.max_denoising_steps,
-        token_ids=tuple(draft),
-        pieces=tuple(detok.piece(t) for t in draft),
-        entropy=tuple(entropy),
-        accepted=tuple(accepted),
-        mean_entropy=mean_entropy,
-        confidence_threshold=req.params.confidence_threshold,
-        converged=converged,
-    )
+    params = req.params
+    return StepEvent(request_id=req.id, canvas_index=req.canvas_index, step=step, max_steps=params.max_denoising_steps,
+                     token_ids=tuple(draft), pieces=tuple(detok.piece(t) for t in draft), entropy=tuple(entropy),
+                     accepted=tuple(accepted), mean_entropy=mean_entropy,
+                     confidence_threshold=params.confidence_threshold, converged=converged)
 
 
 def start_event(req: Request, canvas: list[int], vocab_size: int, detok: Detokenizer) -> StepEvent:
