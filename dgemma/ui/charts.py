@@ -73,8 +73,7 @@ def entropy_figure(board: Board) -> Spec:
         xaxis=dict(title=dict(text="denoising steps taken (all canvases)"), **_AXIS),
         yaxis=dict(title=dict(text="mean entropy (nats)"), type="log", range=[low - 0.25, max(high, low + 2) + 0.5],
                    exponentformat="power", automargin=True, **_AXIS),
-        shapes=shapes,
-        annotations=annotations,
+        shapes=shapes, annotations=annotations,
     )
     return {"data": data, "layout": layout}
 
