@@ -36,11 +36,9 @@ def to_host(out: StepOutput) -> HostStep:
     """The step's outputs as Python lists in ONE device->host copy (one sync per step on CUDA).
     Token ids are exact in float64."""
     n, cl = out.draft.shape
-    packed = torch.cat(
-        [out.draft.double(), out.entropy.double(), out.accepted.double(),
-         torch.stack([out.mean_entropy.double(), out.converged.double(), out.finite.double()], dim=1)],
-        dim=1,
-    ).cpu()
+    packed = torch.cat([out.draft.double(), out.entropy.double(), out.accepted.double(),
+                        torch.stack([out.mean_entropy.double(), out.converged.double(), out.finite.double()], dim=1)],
+                       dim=1).cpu()
     draft = packed[:, :cl].long().tolist()
     entropy = packed[:, cl : 2 * cl].float().tolist()
     accepted = packed[:, 2 * cl : 3 * cl].bool().tolist()
