@@ -53,10 +53,8 @@ def launch(args: list[str], log_path: Path, timeout: float = 90.0, env: dict[str
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
     started = time.monotonic()
     with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [python, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *args],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        process = subprocess.Popen([python, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *args],
+                                   cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = AppServer(f"http://127.0.0.1:{port}", process, log_path, 0.0)
     while time.monotonic() - started < timeout:
         if process.poll() is not None:

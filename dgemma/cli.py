@@ -46,12 +46,9 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     prog = prog or argparse.ArgumentParser().prog
     try:
         code = main(argv)
-    except (ValueError, FileNotFoundError, OSError) as err:
+    except (ValueError, OSError, torch.OutOfMemoryError) as err:  # OSError: FileNotFoundError's too
         print(f"{prog}: error: {first_line(err)}", file=sys.stderr)
-        sys.exit(2)
-    except torch.OutOfMemoryError as err:
-        print(f"{prog}: error: {first_line(err)}", file=sys.stderr)
-        sys.exit(3)
+        sys.exit(3 if isinstance(err, torch.OutOfMemoryError) else 2)
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code or 0)

@@ -283,7 +283,7 @@ def test_engine_thread_death_fails_running_requests_keeps_queued_ones_and_restar
         assert died.status == "error" and "injected engine crash" in died.error and "\n" not in died.error
         assert queued.result(30).status == "done"  # not dropped: it ran on the restarted thread
         assert eng.submit("add 2+2", params(seed=2), max_new_tokens=16).result(30).status == "done"
-        assert eng.alive and eng.deaths == 1 and "injected engine crash" in eng.health()["last_error"]
+        assert eng.alive and eng.deaths == 1 and "injected engine crash" in eng.last_error
 
 
 def test_a_prompt_beyond_the_models_positions_fails_that_request_with_one_line_while_others_run(engine):

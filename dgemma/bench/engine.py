@@ -68,10 +68,8 @@ class Baseline:
         pad = tok.pad_token_id or 0
         input_ids = torch.tensor([[pad] * (width - len(i)) + i for i in ids])  # left padding
         mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
-        out = self.loaded.model.generate(
-            input_ids.to(self.loaded.device), attention_mask=mask.to(self.loaded.device),
-            max_new_tokens=self.max_new_tokens, **self.settings,
-        )
+        out = self.loaded.model.generate(input_ids.to(self.loaded.device), attention_mask=mask.to(self.loaded.device),
+                                         max_new_tokens=self.max_new_tokens, **self.settings)
         new = out.sequences[:, width:].tolist()
         canvases = 0
         for row in new:

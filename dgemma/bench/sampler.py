@@ -106,10 +106,9 @@ def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch
         return TiledSampler(SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
                                           memory=memory, tiling="off", impl="seed", tile_fn=seed_tile))  # fmt: skip
     head = LMHead(embed, SOFTCAP)
-    return TiledSampler(SamplerConfig(
-        case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
-        memory=memory, tiling=tiling, impl=impl, lm_head=head, chunk_size=case.chunk_size,
-    ))  # fmt: skip
+    config = SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5, memory=memory,
+                           tiling=tiling, impl=impl, lm_head=head, chunk_size=case.chunk_size)
+    return TiledSampler(config)
 
 
 def _start(sampler: TiledSampler, case: Case, pinned: bool = False) -> None:

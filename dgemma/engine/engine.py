@@ -72,13 +72,6 @@ class Engine:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def health(self) -> dict:
-        running, waiting = self.core.counts()
-        memory = self.core.memory
-        return dict(alive=self.alive, last_error=self.last_error, deaths=self.deaths, running=running,
-                    waiting=waiting, max_num_seqs=self.config.max_num_seqs, memory=memory.name,
-                    free_bytes=memory.free_bytes(), **self.core.stats)
-
     # ------------------------------------------------------------------ the core's API
 
     @property

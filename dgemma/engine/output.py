@@ -36,11 +36,9 @@ def to_host(out: StepOutput) -> HostStep:
     """The step's outputs as Python lists in ONE device->host copy (one sync per step on CUDA).
     Token ids are exact in float64."""
     n, cl = out.draft.shape
-    packed = torch.cat(
-        [out.draft.double(), out.entropy.double(), out.accepted.double(),
-         torch.stack([out.mean_entropy.double(), out.converged.double(), out.finite.double()], dim=1)],
-        dim=1,
-    ).cpu()
+    packed = torch.cat([out.draft.double(), out.entropy.double(), out.accepted.double(),
+                        torch.stack([out.mean_entropy.double(), out.converged.double(), out.finite.double()], dim=1)],
+                       dim=1).cpu()
     draft = packed[:, :cl].long().tolist()
     entropy = packed[:, cl : 2 * cl].float().tolist()
     accepted = packed[:, 2 * cl : 3 * cl].bool().tolist()
@@ -70,19 +68,11 @@ class Detokenizer:
 
 def step_event(req: Request, step: int, draft: list[int], entropy: list[float], accepted: list[bool],
                mean_entropy: float, converged: bool, detok: Detokenizer) -> StepEvent:
-    return StepEvent(
-        request_id=req.id,
-        canvas_index=req.canvas_index,
-        step=step,
-        max_steps=req.params.max_denoising_steps,
-        token_ids=tuple(draft),
-        pieces=tuple(detok.piece(t) for t in draft),
-        entropy=tuple(entropy),
-        accepted=tuple(accepted),
-        mean_entropy=mean_entropy,
-        confidence_threshold=req.params.confidence_threshold,
-        converged=converged,
-    )
+    params = req.params
+    return StepEvent(request_id=req.id, canvas_index=req.canvas_index, step=step, max_steps=params.max_denoising_steps,
+                     token_ids=tuple(draft), pieces=tuple(detok.piece(t) for t in draft), entropy=tuple(entropy),
+                     accepted=tuple(accepted), mean_entropy=mean_entropy,
+                     confidence_threshold=params.confidence_threshold, converged=converged)
 
 
 def start_event(req: Request, canvas: list[int], vocab_size: int, detok: Detokenizer) -> StepEvent:

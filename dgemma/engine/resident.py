@@ -65,11 +65,8 @@ class Resident:
 
 def cache_bytes(cache) -> int:
     """Bytes of one request's KV cache (a DynamicCache)."""
-    return sum(
-        layer.keys.untyped_storage().nbytes() + layer.values.untyped_storage().nbytes()
-        for layer in cache.layers
-        if getattr(layer, "keys", None) is not None
-    )
+    return sum(layer.keys.untyped_storage().nbytes() + layer.values.untyped_storage().nbytes()
+               for layer in cache.layers if getattr(layer, "keys", None) is not None)
 
 
 class RunBudget(MemoryDevice):

@@ -49,10 +49,8 @@ class SamplerConfig:
 def _chunked(config: SamplerConfig, free_bytes: int) -> TileFn:
     chunk_size = config.chunk_size
     if chunk_size is None:
-        chunk_size = choose_chunk_size(
-            config.vocab_size, config.canvas_length, config.max_num_seqs, free_bytes,
-            config.embed_weight, config.lm_head, config.fraction,
-        )  # fmt: skip
+        chunk_size = choose_chunk_size(config.vocab_size, config.canvas_length, config.max_num_seqs, free_bytes,
+                                       config.embed_weight, config.lm_head, config.fraction)
     elif chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return functools.partial(chunked_tile, chunk_size=chunk_size)

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import gradio as gr
 
 from dgemma.serving.runs import Tick
+from dgemma.ui import asset
 from dgemma.ui.board import Board, fail_unfinished, fold
 from dgemma.ui.compact import SCHEMA, frame
 
 # The frames' constants, from the module that makes them, ahead of the script that reads them.
-SCRIPT = f"const SCHEMA = {json.dumps(SCHEMA)};\n" + (
-    Path(__file__).resolve().parents[2] / "assets" / "board_view.js").read_text(encoding="utf-8")
+SCRIPT = f"const SCHEMA = {json.dumps(SCHEMA)};\n" + asset("board_view.js")
 
 LEGEND = (
     '<div class="legend"><b>Overview</b>: one row per request, one cell per canvas position: '

@@ -35,17 +35,11 @@ CHART_HEIGHT = 330  # px: two charts stacked beside the board fit a 768 px high 
 
 
 def _layout(title: str, **extra: Any) -> dict:
-    return dict(
-        title=dict(text=title, font=dict(size=14)),
-        height=CHART_HEIGHT,
-        margin=dict(l=60, r=60, t=40, b=110),
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        # Below the x-axis title: above the plot, a wrapped legend of five or more entries covers the title.
-        legend=dict(orientation="h", yanchor="top", y=-0.45, x=0, font=dict(size=10)),
-        uirevision="keep",  # keep the user's zoom across live updates
-        **extra,
-    )
+    # The legend below the x-axis title: above the plot, a wrapped legend of five or more entries covers the title.
+    # uirevision: keep the user's zoom across live updates.
+    return dict(title=dict(text=title, font=dict(size=14)), height=CHART_HEIGHT, margin=dict(l=60, r=60, t=40, b=110),
+                paper_bgcolor="white", plot_bgcolor="white",
+                legend=dict(orientation="h", yanchor="top", y=-0.45, x=0, font=dict(size=10)), uirevision="keep", **extra)
 
 
 def entropy_figure(board: Board) -> Spec:
@@ -74,15 +68,11 @@ def entropy_figure(board: Board) -> Spec:
                                 text=f"confidence threshold {board.confidence_threshold:g}"))
     # Not Plotly's: at step 0 only the threshold is drawn, one value, one long label. 2+ decades, room above for the label.
     low, high = (min(logs), max(logs)) if logs else (0.0, 0.0)
-    layout = _layout(
-        "Mean entropy per request per step",
+    return {"data": data, "layout": _layout(
+        "Mean entropy per request per step", shapes=shapes, annotations=annotations,
         xaxis=dict(title=dict(text="denoising steps taken (all canvases)"), **_AXIS),
         yaxis=dict(title=dict(text="mean entropy (nats)"), type="log", range=[low - 0.25, max(high, low + 2) + 0.5],
-                   exponentformat="power", automargin=True, **_AXIS),
-        shapes=shapes,
-        annotations=annotations,
-    )
-    return {"data": data, "layout": layout}
+                   exponentformat="power", automargin=True, **_AXIS))}
 
 
 def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
@@ -126,14 +116,11 @@ def tile_figure(plans: Sequence[TilePlan], first_call: int = 1) -> Spec:
     if splits:
         data.append(dict(type="scatter", mode="markers", x=[c for c, _ in splits], y=[n for _, n in splits],
                          name="OOM split and retried", marker=dict(symbol="x", color="black", size=10)))
-    layout = _layout(
-        "How each sampler call was tiled against free memory",
-        xaxis=dict(title=dict(text="sampler call"), **_AXIS),
+    return {"data": data, "layout": _layout(
+        "How each sampler call was tiled against free memory", xaxis=dict(title=dict(text="sampler call"), **_AXIS),
         yaxis=dict(title=dict(text="requests"), rangemode="tozero", **_AXIS),
         yaxis2=dict(title=dict(text="MiB (log)" if log else "MiB"), overlaying="y", side="right", showgrid=False,
-                    **(dict(type="log") if log else dict(rangemode="tozero"))),
-    )
-    return {"data": data, "layout": layout}
+                    **(dict(type="log") if log else dict(rangemode="tozero"))))}
 
 
 def _mib(nbytes: int) -> float:
@@ -205,10 +192,7 @@ def plan_figure(rows: Sequence[dict]) -> Spec:
                                 font=dict(color="crimson", size=12),
                                 text=f"the weights ({rows[0]['weights_bytes'] / GiB:.1f} GiB) do not fit: nothing runs"))
     title = f"Sampler peak vs requests on {rows[0]['gpu']}, canvas {rows[0]['canvas_length']}" if rows else "Sampler peak"
-    layout = _layout(
-        title,
+    return {"data": data, "layout": _layout(
+        title, annotations=annotations,
         xaxis=dict(title=dict(text="concurrent requests"), type="log", tickvals=requests, ticktext=[str(n) for n in requests], **_AXIS),
-        yaxis=dict(title=dict(text="peak transient of one sampler call (GiB, log)"), type="log", **_AXIS),
-        annotations=annotations,
-    )  # fmt: skip
-    return {"data": data, "layout": layout}
+        yaxis=dict(title=dict(text="peak transient of one sampler call (GiB, log)"), type="log", **_AXIS))}  # fmt: skip

@@ -16,27 +16,11 @@ import gradio as gr
 from dgemma.examples import abilities, example_prompts, example_sets
 from dgemma.serving.api import model_info
 from dgemma.serving.backend import Backend, backend_state
+from dgemma.ui import asset
 from dgemma.ui.generate_tab.controls import PANEL_SETTINGS, page_value
 from dgemma.ui.generate_tab.tab import GenerateTab
 
-# Installed when the page opens: every element with an id around what the visitor types in, picks or
-# ticks is theirs from then on (window.dgemmaTouched). Once a page: a second run of the page's load
-# events would otherwise forget what the visitor had touched.
-MARK_TOUCHED_JS = """() => {
-  if (window.dgemmaTouched) return;
-  window.dgemmaTouched = new Set();
-  for (const kind of ["input", "change"]) document.addEventListener(kind, (e) => {
-    if (!e.isTrusted) return;
-    for (let node = e.target; node; node = node.parentElement) if (node.id) window.dgemmaTouched.add(node.id);
-  }, true);
-}"""
-# Runs after each tick, in the browser: per field (`fill.ids`' names, in order), the model's value where untouched, else nothing (undefined).
-FILL_JS = """(fill, ...shown) => shown.map((value, i) => {
-  if (!fill || !fill.values) return undefined;
-  const name = Object.keys(fill.ids)[i], id = fill.ids[name], box = document.getElementById(id);  // none: a tab not shown yet
-  const theirs = (window.dgemmaTouched || new Set()).has(id) || (box && box.contains(document.activeElement));
-  return !theirs && JSON.stringify(value) === JSON.stringify(fill.built[name]) ? fill.values[name] : undefined;
-})"""
+MARK_TOUCHED_JS, FILL_JS = asset("mark_touched.js"), asset("fill_untouched.js")
 
 
 def _count(n: int | None) -> str:

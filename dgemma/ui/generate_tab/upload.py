@@ -1,5 +1,5 @@
 """Loading a run file, saying how far its upload has come. Gradio's upload area sends the file with an
-`upload_id` and follows `/gradio_api/upload_progress`, drawing a small bar; NOTE_JS reads that bar
+`upload_id` and follows `/gradio_api/upload_progress`, drawing a small bar; assets/upload_note.js reads that bar
 and says it in words ("Uploading run.jsonl: 1.2 of 4.6 MB (26 %)"), then "reading the run ..." until
 the run is shown or refused: a real-scale run file over a visitor's uplink takes seconds to minutes."""
 
@@ -7,48 +7,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-# The script of the note (gr.HTML's js_on_load: `element` is the note). The size comes from the file
-# chosen or dropped (Gradio's bar knows only the percentage); the bar is polled, not observed, since
-# Gradio changes its value attribute without a mutation the note could wait for in one place.
-NOTE_JS = r"""
-const note = element.querySelector('.upload-note');
-const area = () => document.querySelector('#load-run');
-let picked = null, phase = '', since = 0, toasts = 0;
-// A size in the unit of the file's own size (MB from 0.1 MB, else KB), so that both read alike.
-const mb = (b, of = b) => of >= 1e5 ? `${(b / 1e6).toFixed(1)} MB` : `${(b / 1e3).toFixed(0)} KB`;
-const say = text => { if (note.textContent !== text) note.textContent = text; };
-const remember = files => { if (files && files[0]) picked = {name: files[0].name, size: files[0].size}; };
-document.addEventListener('change', e => { if (area()?.contains(e.target) && e.target.files) remember(e.target.files); }, true);
-document.addEventListener('drop', e => { if (area()?.contains(e.target)) remember(e.dataTransfer?.files); }, true);
-setInterval(() => {
-  const uploading = area()?.querySelector('.progress-bar');
-  const toastCount = document.querySelectorAll('.toast-body').length;
-  if (uploading) {
-    // Gradio's own bar is a 14 px pie drawn from this variable: the share of the file the server has.
-    const share = parseFloat(document.documentElement.style.getPropertyValue('--upload-progress-width')) || 0;
-    const pct = Math.max(0, Math.min(100, share));
-    const name = picked?.name || area().querySelector('.file-name')?.textContent || 'the file';
-    const of = picked ? `${mb(pct / 100 * picked.size, picked.size)} of ${mb(picked.size)} ` : '';
-    say(`Uploading ${name}: ${of}(${Math.floor(pct)} %)`);
-    if (phase !== 'up') toasts = toastCount;
-    phase = 'up';
-  } else if (phase === 'up') {
-    // The bar is gone: uploaded (the run is being read), or refused (an error says why).
-    phase = 'read';
-    since = Date.now();
-    say(`Uploaded ${picked?.name || 'the file'}${picked ? ` (${mb(picked.size)})` : ''}; reading the run ...`);
-  } else if (phase === 'read' && (toastCount > toasts
-                                  || (Date.now() - since > 300 && area()?.querySelector('.upload-container')))) {
-    // Read and shown, or refused: the upload area is empty again (or an error said why).
-    phase = '';
-    picked = null;
-    say('');
-  }
-}, 100);
-"""
+from dgemma.ui import asset
 
 
 def note() -> gr.HTML:
     """The note of an upload under way, empty when none is (call where it goes: under the upload area)."""
-    return gr.HTML('<div class="upload-note" role="status" aria-live="polite"></div>', js_on_load=NOTE_JS,
+    return gr.HTML('<div class="upload-note" role="status" aria-live="polite"></div>', js_on_load=asset("upload_note.js"),
                    elem_id="upload-note", padding=False, apply_default_css=False)
