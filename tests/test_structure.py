@@ -208,7 +208,7 @@ def test_importing_every_view_loads_neither_torch_nor_spaces():
 # the old one. MAX_APP_LINES is where the redesign stands, a ratchet that only ever comes down (lower it
 # when a change takes lines out; never raise it to make room). Issue #44 retired the 3,800-line goal.
 MAX_APP_LINES = 4_074
-APP_FILES = ("dgemma/serving/*.py", "dgemma/ui/*.py", "dgemma/ui/*/*.py", "assets/*.js")
+APP_FILES = ("dgemma/serving/*.py", "dgemma/ui/*.py", "dgemma/ui/*/*.py", "assets/*.js", "assets/*.html")
 # Issue #54 granted the memory ledger's stacked view its own lines on top (the budget arithmetic it moved out
 # of serving paid for the rest): the view's file, counted in app_lines, is added to the cap at its size.
 STACKED_VIEW = ROOT / "dgemma" / "ui" / "ledger_chart.py"
@@ -216,13 +216,13 @@ STACKED_VIEW_MAX = 46
 
 
 def app_lines() -> int:
-    """As `wc -l dgemma/serving/*.py dgemma/ui/*.py dgemma/ui/*/*.py assets/*.js | tail -1` counts them."""
+    """As `wc -l dgemma/serving/*.py dgemma/ui/*.py dgemma/ui/*/*.py assets/*.js assets/*.html | tail -1` counts them."""
     return sum(path.read_bytes().count(b"\n") for pattern in APP_FILES for path in ROOT.glob(pattern))
 
 
 def test_serving_and_the_views_stay_within_their_line_budget():
     view = min(STACKED_VIEW_MAX, STACKED_VIEW.read_bytes().count(b"\n"))
-    assert app_lines() <= MAX_APP_LINES + view, f"serving + views + assets/*.js: {app_lines()} lines, over {MAX_APP_LINES} + {view}"
+    assert app_lines() <= MAX_APP_LINES + view, f"serving + views + their scripts and template: {app_lines()} lines, over {MAX_APP_LINES} + {view}"
 
 
 # ------------------------------------------------------------------ one door for a call, one door to the engine

@@ -1,6 +1,7 @@
 """The live view as one component: compact frames in (dgemma/ui/compact.py), drawn by the browser
-(assets/board_view.js): the overview of the batch, a focus card, the cards. Its template never
-changes, so Gradio never redraws it; a finished card's Refine is the component's own `refine` event.
+(assets/board_view.js): the overview of the batch, a focus card, the cards. Its template
+(assets/board_view.html) never changes, so Gradio never redraws it; a finished card's Refine is the
+component's own `refine` event.
 `frames` is the one loop from a run's ticks to the frames its views send (Run, Compare, the lesson)."""
 
 from __future__ import annotations
@@ -18,27 +19,8 @@ from dgemma.ui.compact import SCHEMA, frame
 # The frames' constants, from the module that makes them, ahead of the script that reads them.
 SCRIPT = f"const SCHEMA = {json.dumps(SCHEMA)};\n" + asset("board_view.js")
 
-LEGEND = (
-    '<div class="legend"><b>Overview</b>: one row per request, one cell per canvas position: '
-    '<span class="swatch acc">accepted</span> <span class="swatch noise">re-noised</span> '
-    '<span class="swatch committed">committed</span>, darker = surer (confidence = e<sup>−entropy</sup>; '
-    "a committed token's probability). Hover a cell for its token, or focus the overview (Tab) and move "
-    "with the arrow keys; click a row or press Enter to see that request in full below.<br>"
-    '<b>Cards</b>: <span class="tok acc" style="--c:0.9">sure</span>'
-    '<span class="tok acc" style="--c:0.3">unsure</span> accepted · '
-    '<span class="tok noise" style="--c:0.5">re-noised</span> replaced by random tokens next step · '
-    "grey box = committed text (its end, when long) · ■ end of text, ▫ padding, ◆ other special tokens · "
-    "long pieces are clipped (hover for all)</div>"
-)
-# The overview first, level with the charts beside the view; its legend under it.
-TEMPLATE = (
-    '<div class="dgv">'
-    '<div class="dgv-overview"><canvas tabindex="0" role="img" '
-    'aria-label="Overview of every request\'s canvas: arrow keys move, Enter shows a request in full"></canvas>'
-    f'<div class="dgv-tip" role="status" aria-live="polite" hidden></div></div>{LEGEND}'
-    '<div class="dgv-focus"></div><div class="board dgv-cards"><div class="empty-board">Press <b>{action}</b> to watch '
-    'the canvases denoise.</div></div></div>'
-)
+# The overview first, level with the charts beside the view; its legend under it; `{action}`: the button to press.
+TEMPLATE = asset("board_view.html")
 
 
 def build(elem_id: str = "cards", clicks_js: str = "", action: str = "Run") -> gr.HTML:
