@@ -1,26 +1,12 @@
 """A run, kept: every event its board folds, bounded in memory, saved as JSON lines, loaded strictly.
 
-The page, the API (`record: true`) and the CLI (`--record FILE`) record a run the same way: each
-event the reader polls is appended here (the reader's own fold sees the same events). Playback is
-the fold of the events up to a step (dgemma/ui/generate_tab/playback.py): one way to fold, live and replayed.
-
-Steps. Step k is the state after the run's k-th sampler call: the events before the (k+1)-th
-`TilePlan`. Step 0 is what came before the first call (queued, running, every canvas's random
-start); the last step holds every final text.
-
-Memory. A step frame is kept compact (token ids int32, entropies float64, accepted as bytes; its
-pieces once per token id in one table, at most the vocabulary). The bound: MAX_POSITIONS = the
-released model's canvas (256) x 32 requests x the step limit (512 denoising steps) = 4,194,304
-canvas positions; filled to it a recording holds 80 MB (19 bytes a position, the piece table of
-the whole 262,144 vocabulary included) where the same frames as event objects hold 375 MB, and
-its file is 127 MB (`python -m dgemma.bench recording`). Frames past the bound are counted in
-`dropped_frames` and not kept (request events and tile plans still are: the final texts stay right).
-
-File (JSON lines, UTF-8): a header line {"format": "dgemma-run", "version": 1, model, settings,
-prompts, seeds, versions, ...}; one line per event {"type": "step" | "request" | "plan", ...};
-an end line {"end": {"events", "steps", "dropped_frames", "pieces", "sha256", "summary"}} whose sha256
-covers every byte before it; "summary" (when the run ended) holds the run's quoted figures
-(dgemma/metrics.py), each request's own are in its final event's extra["metrics"]. `load` refuses a foreign, truncated or edited file with one sentence.
+The page, the API (`record: true`) and the CLI (`--record FILE`) record a run the same way, and
+playback is the fold of the events up to a step (dgemma/ui/generate_tab/playback.py): one way to
+fold, live and replayed. Step k is the state after the run's k-th sampler call: the events before
+the (k+1)-th `TilePlan` (step 0: before the first call). Step frames are kept compactly up to
+MAX_POSITIONS canvas positions, the released model's canvas (256) x 32 requests x the step limit
+(512); frames past it are counted in `dropped_frames`, request events and tile plans always kept.
+The bound's sizes, the file's lines and what `load` refuses: docs/architecture.md, "dgemma/recording.py".
 """
 
 from __future__ import annotations

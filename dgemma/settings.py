@@ -1,27 +1,10 @@
 """One call's settings: declared once (`SETTINGS`), parsed the same way by the CLI, the API and the UI.
 
-`SETTINGS` is the one table of every setting a visitor can give: its name (the same on the page,
-the command line, the API and in Compare), its bound (dgemma/sampling/params.py's `BOUNDS`, or its
-scheduler's: dgemma/sampling/schedulers/), its label, widget and help. The page's panel
-(dgemma/ui/generate_tab/controls.py), the CLI's flags (dgemma/generate.py), the API's documentation (`api_help`) and Compare's panel are made from it; a
-new setting is a field of `SamplingParams`, `RunOptions` or a scheduler's parameters (its check
-beside it) and a row here.
-
-`Settings` = `SamplingParams` (what decides the tokens) + `RunOptions` (how the run is laid out in
-memory) + `max_new_tokens`. `parse_settings` takes name: value pairs as any front end has them
-(CLI names, dashes or underscores; text, JSON numbers or None for "the default") and lets the
-types check them against their bounds (dgemma/sampling/bounds.py), so a mistake reads the same
-sentence everywhere; a scheduler's option is its scheduler's (another scheduler's is checked and
-left aside: the page sends every scheduler's). `seed` S gives the i-th prompt the seed S + i.
-
-`start` (text for the first canvas to start from) and `pins` ({position: token text} held in the
-first canvas) are one value for every prompt or a list aligned with the prompts; they are kept one
-per prompt. Whether a piece is one token and a position inside the canvas is the model's to say
-(dgemma/sampling/start.py).
-
-`make_request` is the one door a call comes in by (the page, Compare, the lesson, the API and the
-CLI): its prompts, its settings and each prompt's resolved first canvas become one `RunRequest`, the
-only place a prompt, a start, a pin or a size is checked; past it nothing parses again.
+`SETTINGS` is the one table of every setting a visitor can give; the page's panel, the CLI's flags, the
+API's documentation (`api_help`) and Compare's panel are made from it. A new setting is a field of
+`SamplingParams`, `RunOptions` or a scheduler's parameters (its check beside it) and a row here.
+`make_request` is the one door a call comes in by: past it nothing parses again (docs/architecture.md,
+"dgemma/settings.py", says what each piece checks and why).
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -26,8 +25,6 @@ class MemoryDevice:
         """The budget the user sees (virtual capacity or CUDA cap); None for the whole device."""
         return None
 
-    @contextlib.contextmanager
-    def measure(self) -> Iterator[Measurement]:
+    def measure(self) -> contextlib.AbstractContextManager[Measurement]:
         """Measure the peak bytes allocated inside the block (above what was live at entry)."""
         raise NotImplementedError
-        yield  # pragma: no cover

@@ -50,15 +50,12 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
     """Every distinct meta parameter of `model` allocated (uninitialised) on `device`, each module
     that shared one sharing the new one; the buffers moved there as they are."""
     made: dict[int, torch.Tensor] = {}
+    allocate = (lambda meta: torch.nn.Parameter(torch.empty_like(meta, device=device), requires_grad=False),
+                lambda buffer: buffer.to(device))
     for module in model.modules():
-        for name, meta in list(module._parameters.items()):
-            if meta is None:
-                continue
-            if id(meta) not in made:
-                made[id(meta)] = torch.nn.Parameter(torch.empty_like(meta, device=device), requires_grad=False)
-            module._parameters[name] = made[id(meta)]
-        for name, buffer in list(module._buffers.items()):
-            if buffer is not None:
-                if id(buffer) not in made:
-                    made[id(buffer)] = buffer.to(device)
-                module._buffers[name] = made[id(buffer)]
+        for table, make in zip((module._parameters, module._buffers), allocate):
+            for name, tensor in list(table.items()):
+                if tensor is not None:
+                    if id(tensor) not in made:
+                        made[id(tensor)] = make(tensor)
+                    table[name] = made[id(tensor)]

@@ -137,24 +137,20 @@ def chunk_draft(block_max: torch.Tensor, values: torch.Tensor, start: int) -> tu
     return value, start + block * BLOCK + within
 
 
-def race_noise(rows: Sequence[RowKey], canvas_length: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block race's noise for `rows`' n x CL positions (flattened), keyed by (seed, canvas,
-    step): every block's Gumbel noise [n x CL, vocab / BLOCK] and the pick's uniform [n x CL].
-    All blocks in one draw: it is 1/BLOCK of a copy, and drawing it per chunk cost some 25 small
-    ops a chunk (each a wait for every thread)."""
-    noise = keyed_block_gumbel(row_keys(rows, GUMBEL, device), canvas_length, 0, num_blocks(vocab_size))
-    return noise.flatten(0, 1), keyed_uniform(row_keys(rows, PICK, device), canvas_length).flatten()
-
-
 class BlockRace:
     """The sample, over chunks: the running winner of the block race (its score, its vocab block
     and its shifted values), then the pick inside it. Its state is per position ([positions],
     a tile's [n, CL] flattened); an update may cover a span of them."""
 
-    def __init__(self, noise: torch.Tensor, uniform: torch.Tensor, vocab_size: int):
-        """`noise`: every block's Gumbel noise [positions, vocab / BLOCK]; `uniform`: the pick's [positions]."""
-        positions, device = noise.shape[0], noise.device
-        self.noise, self.uniform = noise, uniform
+    def __init__(self, rows: Sequence[RowKey], canvas_length: int, vocab_size: int, device: torch.device):
+        """The race of `rows`' n x CL positions, its noise keyed by (seed, canvas, step): every block's
+        Gumbel noise [positions, vocab / BLOCK] and the pick's uniform [positions]. All blocks in one
+        draw: it is 1/BLOCK of a copy, and drawing it per chunk cost some 25 small ops a chunk (each a
+        wait for every thread)."""
+        noise = keyed_block_gumbel(row_keys(rows, GUMBEL, device), canvas_length, 0, num_blocks(vocab_size))
+        self.noise = noise.flatten(0, 1)
+        self.uniform = keyed_uniform(row_keys(rows, PICK, device), canvas_length).flatten()
+        positions = self.noise.shape[0]
         self.span = min(BLOCK, vocab_size)  # a block's widest (a vocabulary smaller than a block: all of it)
         self.best = RunningArgmax((positions,), device)
         self.values = torch.full((positions, self.span), float("-inf"), device=device)

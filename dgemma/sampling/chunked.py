@@ -24,7 +24,7 @@ import functools
 import torch
 
 from dgemma.memory import plan_tiles
-from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, race_noise, softmax_pieces
+from dgemma.sampling.blocks import BLOCK, BlockRace, Pieces, RunningArgmax, chunk_draft, finish_pieces, softmax_pieces
 from dgemma.sampling.calibration import calibrate_tile
 from dgemma.sampling.primitives import LMHead, Scores, TileInputs, TileResult, in_position_groups
 from dgemma.sampling.reference import Figures, settled, tempered_race
@@ -74,7 +74,7 @@ def chunked_tile(scores: Scores, inputs: TileInputs, embed_weight: torch.Tensor,
     # Only the entropy bound's sampling rows race here; block refinement and DDIM rows read the raw
     # distribution (temperature 1) and, with a temperature, race in a pass of their own
     stochastic = [i for i, row in enumerate(inputs.rows) if not row.greedy_pass]
-    race = BlockRace(*race_noise(inputs.rows, canvas_length, vocab_size, device), vocab_size) if stochastic else None
+    race = BlockRace(inputs.rows, canvas_length, vocab_size, device) if stochastic else None
 
     softmax = _OnlineSoftmax(n * canvas_length, embed_weight.shape[1], device)
     best = RunningArgmax((n * canvas_length,), device)

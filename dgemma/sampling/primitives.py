@@ -112,10 +112,10 @@ class Scores:
             raise ValueError(f"logits vocab {logits.shape[2]} != sampler vocab {vocab_size}")
         return cls(logits=logits)
 
-    def tile(self, start: int, stop: int) -> Scores:
+    def select(self, rows: slice | torch.Tensor) -> Scores:
         if self.logits is not None:
-            return Scores(logits=self.logits[start:stop])
-        return Scores(hidden=self.hidden[start:stop], head=self.head)
+            return Scores(logits=self.logits[rows])
+        return Scores(hidden=self.hidden[rows], head=self.head)
 
     def at(self, tokens: torch.Tensor) -> torch.Tensor:
         """The fp32 logits [n, CL] of one token per position (untempered): a gather, or the LM head

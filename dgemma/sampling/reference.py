@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, race_noise, softmax_pieces
+from dgemma.sampling.blocks import BlockRace, chunk_draft, finish_pieces, per_block, softmax_pieces
 from dgemma.sampling.keyed import RENOISE, keyed_tokens, row_keys
 from dgemma.sampling.primitives import Scores, TileInputs, TileResult, in_position_groups
 from dgemma.sampling.ddim import sweep_rows
@@ -121,8 +121,7 @@ def committed_logprobs(scores, inputs: TileInputs, argmax: torch.Tensor, draft: 
         return logprobs
     index = torch.tensor(rows, device=draft.device)
     ours, theirs = draft[index], argmax[index]
-    picked = (Scores(logits=scores.logits[index]) if scores.logits is not None
-              else Scores(hidden=scores.hidden[index], head=scores.head))
+    picked = scores.select(index)
     shift = picked.at(ours) - picked.at(theirs)
     out = logprobs.clone()
     out[index] = torch.where(ours == theirs, logprobs[index], logprobs[index] + shift)
@@ -156,7 +155,7 @@ def tempered_race(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[
     tile's inputs with those rows at their own temperature."""
     device = inputs.temperature.device
     keys = [inputs.rows[i] for i in rows]
-    race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, device), scores.vocab_size)
+    race = BlockRace(keys, inputs.history.shape[-1], scores.vocab_size, device)
     temperature = torch.tensor([inputs.params[i].scheduler.temperature for i in rows], dtype=torch.float32, device=device)
     index = torch.tensor(rows, device=device)
     return race, replace(inputs, temperature=inputs.temperature.clone().index_copy_(0, index, temperature))
@@ -165,7 +164,7 @@ def tempered_race(scores: Scores, inputs: TileInputs, rows: list[int]) -> tuple[
 def _sampling_rows(scores: Scores, inputs: TileInputs, rows: list[int] | None, embed_weight: torch.Tensor, normalizer: float) -> Figures:
     """Rows that sample: the softmax in vocab blocks; the draft is its argmax, the sample the block race."""
     keys = inputs.rows if rows is None else [inputs.rows[i] for i in rows]
-    race = BlockRace(*race_noise(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device), scores.vocab_size)
+    race = BlockRace(keys, inputs.history.shape[-1], scores.vocab_size, inputs.temperature.device)
 
     def positions(scaled: torch.Tensor, span: slice) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         # ---- Phases 2-3: one softmax in blocks; the draft is the argmax, the sample the block race

@@ -252,7 +252,7 @@ class TiledSampler:
         while pending:
             start, end = pending.pop(0)
             try:
-                self._run_tile(scores.tile(start, end), slots[start:end])
+                self._run_tile(scores.select(slice(start, end)), slots[start:end])
                 ran.append(end - start)
             except torch.OutOfMemoryError as err:
                 if self.tiling == "off" or not self.split or end - start == 1:
