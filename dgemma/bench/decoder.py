@@ -1,19 +1,16 @@
 """`python -m dgemma.bench decoder`: the decoder's seconds per step, experts per canvas vs whole batch.
 
-A random-weight model of the release's widths (`dgemma/model/release.py`; one layer by default,
-128 experts top-8, hidden 2,816) is built on the device (`--load-format dummy`'s path), n prompts
-are prefilled, and one decoder call over n canvases is timed, alternated after a warm-up, in:
+A random-weight model of the release's widths (one layer by default) is built on the device, n
+prompts are prefilled, and one decoder call over n canvases is timed, alternated after a warm-up, in:
 
 - per_canvas: the runner's batch-invariant mode, the model's experts called once per canvas;
 - whole_batch: one call of the model's experts over every canvas's tokens;
-- eager: the model's eager per-expert loop (transformers' reference implementation) over the whole
-  batch, a reference row.
+- eager: the model's eager per-expert loop (transformers' reference), over the whole batch.
 
 Printed per row: the median seconds, the ratio to per_canvas, and whether the hidden states equal
-per_canvas's bit for bit (else their largest difference). The vocabulary only sizes the embedding
-(the decoder returns hidden states; the sampler applies the head), so a CPU may pass a smaller one.
-On a CPU the header says whether MKL's strict mode is in force (it exists on Intel CPUs only): where not,
-whole batch and eager may differ from per canvas in the last bits (`dgemma/reproducible.py`).
+per_canvas's bit for bit (else their largest difference). The vocabulary only sizes the embedding,
+so a CPU may pass a smaller one. On a CPU the header says whether MKL's strict mode holds (Intel
+only; where not, whole batch and eager may differ in the last bits: `dgemma/reproducible.py`).
 """
 
 from __future__ import annotations

@@ -1,31 +1,16 @@
 """`python -m dgemma.bench sampler`: the sampler's transient memory and time, untiled vs tiled.
 
-For each num_decode it runs one denoising step twice on the same decoder hidden states (each
-step applies the LM head itself, as in the engine) and the same seeded requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
-memory budget. It prints the measured peak transient, copies per request, the tile plan, the
-time ratio tiled/untiled, and whether tiling changed any token (it must not).
-
---baseline seed adds the seed's eager step (one global-RNG Gumbel draw, all seven copies:
-dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_vs_seed` for each
-of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
-pays) plus one softmax and the self-conditioning matmul, the least any step can do, timed in the
-same interleaved rounds as our rows (the seed's step runs its repeats after them), and
-`time_ratio_vs_floor`. A tiled row of several tiles also carries
-`floor_time_ratio_tiled_vs_untiled` (`floor` in the table): the floor run tile by tile as that
-row's plan tiles it, over the floor in one tile, timed in the same rounds: what the split costs
-the least any step can do on this machine (on a CPU, each tile's two products pack the whole
-embedding again).
-
---pins adds a "pinned" row per implementation: the tiled step where every request started from
-text (half its canvas) and pins every fourth position, and `time_ratio_pinned_vs_tiled` against
-the same step without them (docs/benchmarks.md: what pins and starts cost).
-
---scheduler NAME ... runs every row once per scheduler (sampling/schedulers/'s SCHEDULERS, each at
-its defaults; the entropy bound's rows sample unless --greedy, block refinement's and DDIM's take
-the argmax, their default temperature 0), each case with its own floor, in one run.
-
---meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
-of transient) cost no memory, and the tracker still counts every byte the step allocates.
+For each num_decode it runs one denoising step twice on the same decoder hidden states (each step
+applies the LM head itself, as in the engine) and the same seeded requests: once as a single tile
+(the baseline: what runs out of memory), once tiled against the memory budget. Printed per row:
+the measured peak transient, copies per request, the tile plan, the median seconds of interleaved
+repeats, and ratios: t/u tiled over untiled; floor, the floor (projection, one softmax, the
+self-conditioning matmul: the least any step can do) tiled as that row, over it in one tile;
+=untiled, whether tiling changed any token (it must not); c/ref t and =ref, chunked against the
+reference; /seed, against the seed's eager step (--baseline seed); /floor; p/t, the step with
+starts and pins over the tiled one (--pins). --scheduler runs every row once per scheduler;
+--meta measures real-scale shapes on meta tensors (no RAM; every allocated byte still counted).
+docs/benchmarks.md has the method and the figures.
 """
 
 from __future__ import annotations
