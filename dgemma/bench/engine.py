@@ -6,12 +6,8 @@
     that runs `generate()` on one request at a time, first come first served. Throughput ratio
     and the engine's p50/p95 latency (arrival to final event); the baseline's are printed too.
 
-The CPU is shared, so each side's figure is its best of a few runs interleaved with the other's.
-
-Canvas tokens = committed canvases x canvas length, counted the same way on both sides: a request's
-canvases up to and including the one holding its EOS (transformers keeps computing rows that
-finished; that work is not counted for it, but its time is). The baseline runs on a separately
-loaded, untouched copy of the model.
+Each side's figure is its best of a few runs interleaved with the other's (the CPU is shared); canvas
+tokens are counted alike on both sides, up to each request's EOS (docs/benchmarks.md: how it is measured).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """`python -m dgemma.bench page`: how soon a fresh page of a loaded server can be used, beside a bare
 Gradio app's.
 
-It launches `python app.py` (the embedded model unless --model) and waits until the model is loaded,
-and serves a bare Gradio Blocks app with one button itself, then opens fresh pages of each in
-chromium, alternately (`--rounds` each, after one unmeasured visit each that fills the browser's
-cache). Each page: the milliseconds from navigation to its Run enabled with the model's line shown
-("Idle." on the status line; the bare app: its button enabled), timed in the page by an observer
-installed before its own scripts (`performance.now()`, whose origin is the navigation); and the CPU
-milliseconds its main thread spent until then (Chrome's trace: its tasks' thread time), which other
-processes on a busy machine do not stretch as they stretch the wall time. Idle, then again while
-another tab of the app runs `--requests` requests (pressing Run again whenever its run has ended).
-Printed: the medians and their ratios, idle and loaded.
+It launches `python app.py` and a bare Gradio app with one button, and opens fresh pages of each in
+chromium, alternately, after one unmeasured visit each (a returning visitor's cache). Per page: the
+milliseconds from navigation until Run is enabled ("Idle." on our status line), timed in the page, and
+its main thread's CPU milliseconds until then (Chrome's trace: a busy machine stretches them less than
+wall time). Idle, then while another tab runs `--requests` requests. Printed: the medians and their
+ratios, idle and loaded.
 """
 
 from __future__ import annotations
