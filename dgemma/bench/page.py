@@ -62,7 +62,7 @@ def usable_ms(context, url: str, ours: bool) -> tuple[float, float]:
         page.close()
 
 
-def keep_running(loader, requests: int) -> None:
+def keep_running(loader) -> None:
     """The loading tab's run goes on: Run again once the last has ended (its status line no longer counts calls)."""
     if "sampler calls" not in (loader.text_content("#status") or ""):
         loader.click("#run")
@@ -79,17 +79,17 @@ def loading_tab(context, url: str, requests: int):
     box = loader.locator("#concurrent input[type=number]")
     box.fill(str(requests))
     box.press("Enter")
-    keep_running(loader, requests)
+    keep_running(loader)
     return loader
 
 
-def measure(context, app: str, bare: str, rounds: int, loader=None, requests: int = 0) -> dict:
+def measure(context, app: str, bare: str, rounds: int, loader=None) -> dict:
     ours, floor = [], []
     usable_ms(context, app, True), usable_ms(context, bare, False)  # the browser's cache filled, as a visitor's is
     for _ in range(rounds):
         for times, url, is_ours in ((ours, app, True), (floor, bare, False)):
             if loader is not None:
-                keep_running(loader, requests)
+                keep_running(loader)
             times.append(usable_ms(context, url, is_ours))
     (o, o_cpu), (b, b_cpu) = ([statistics.median(t) for t in zip(*times)] for times in (ours, floor))
     return {"app_ms": round(o), "bare_ms": round(b), "ratio": round(o / b, 2),
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 bare_url = bare.local_url.rstrip("/")
                 idle = measure(context, server.url, bare_url, args.rounds)
                 loader = loading_tab(context, server.url, args.requests)
-                loaded = measure(context, server.url, bare_url, args.rounds, loader, args.requests)
+                loaded = measure(context, server.url, bare_url, args.rounds, loader)
                 browser.close()
         finally:
             with contextlib.redirect_stdout(sys.stderr):  # Gradio says it closed; stdout is the row's
