@@ -15,13 +15,12 @@ only; where not, whole batch and eager may differ in the last bits: `dgemma/repr
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
 import torch
 
-from dgemma.bench import sync, timed
+from dgemma.bench import print_row, sync, timed
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.reproducible import mkl_strict_mode_holds
 
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.canvases:
         for row in rows_for(runner, model, n, args, device):
             if args.json:
-                print(json.dumps(row), flush=True)
+                print_row(row, True)
             else:
                 print(f"{n:>8} {row['mode']:>12} {row['seconds']:>9.4f} {row['vs_per_canvas']:>11.3f} "
                       f"{str(row.get('equal_to_per_canvas')):>12} {row.get('max_abs_diff', 0):>9.2e}", flush=True)

@@ -13,7 +13,6 @@ tokens are counted alike on both sides, up to each request's EOS (docs/benchmark
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import time
@@ -21,7 +20,7 @@ import time
 import torch
 
 from dgemma.events import Status
-from dgemma.bench import bench_prompts, percentile, timed
+from dgemma.bench import bench_prompts, percentile, print_row, timed
 from dgemma.cli import ArgumentParser, positive_int
 
 
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print(result: dict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(result), flush=True)
+        print_row(result, True)
         return
     extra = (f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
              if result["bench"] == "staggered" else "")

@@ -15,7 +15,6 @@ docs/benchmarks.md has the method and the figures.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from dgemma.bench import sync
+from dgemma.bench import print_row, sync
 from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
@@ -338,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in run_case(case, args.impl, args.baseline, args.pins):
                 rows.append(row)
                 if args.json:
-                    print(json.dumps(row), flush=True)
+                    print_row(row, True)
     if not args.json:
         budget = "free memory" if args.budget is None else format_bytes(args.budget)
         clock = "" if args.clock == "wall" else ", CPU seconds"
