@@ -87,14 +87,9 @@ def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, 
     baseline_s, canvases = min(baseline_runs, key=lambda r: r[0])
     latencies = [f.extra["latency_s"] for f in finals]
     engine_tps = sum(f.canvases for f in finals) * cl / engine_s
-    baseline_tps = canvases * cl / baseline_s
-    return dict(
-        bench="batch", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
-        baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
-        p50_s=round(percentile(latencies, 0.5), 3), p95_s=round(percentile(latencies, 0.95), 3),
-        engine_s=round(engine_s, 3), baseline_s=round(baseline_s, 3), repeat=repeat,
-        engine_canvases=sum(f.canvases for f in finals), baseline_canvases=canvases,
-    )
+    return _row("batch", len(prompts), engine_tps, canvases * cl / baseline_s, latencies,
+                engine_s=round(engine_s, 3), baseline_s=round(baseline_s, 3), repeat=repeat,
+                engine_canvases=sum(f.canvases for f in finals), baseline_canvases=canvases)
 
 
 def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: int, load: float, seed: int,
@@ -132,13 +127,16 @@ def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: i
     runs = [(engine_run(), baseline_run()) for _ in range(repeat)]
     engine_tps, engine_lat = max((e for e, _ in runs), key=lambda r: r[0])
     baseline_tps, base_lat = max((b for _, b in runs), key=lambda r: r[0])
-    return dict(
-        bench="staggered", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
-        baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
-        p50_s=round(percentile(engine_lat, 0.5), 3), p95_s=round(percentile(engine_lat, 0.95), 3),
-        baseline_p50_s=round(percentile(base_lat, 0.5), 3), baseline_p95_s=round(percentile(base_lat, 0.95), 3),
-        arrival_rate_per_s=round(rate, 3), baseline_service_s=round(service_s, 3), repeat=repeat,
-    )
+    return _row("staggered", len(prompts), engine_tps, baseline_tps, engine_lat,
+                baseline_p50_s=round(percentile(base_lat, 0.5), 3), baseline_p95_s=round(percentile(base_lat, 0.95), 3),
+                arrival_rate_per_s=round(rate, 3), baseline_service_s=round(service_s, 3), repeat=repeat)
+
+
+def _row(bench: str, requests: int, engine_tps: float, baseline_tps: float, latencies: list[float], **more) -> dict:
+    """A bench's row: both sides' canvas tokens per second, their ratio, the engine's p50/p95 latency, `more`."""
+    return dict(bench=bench, requests=requests, engine_tokens_per_s=round(engine_tps, 2),
+                baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
+                p50_s=round(percentile(latencies, 0.5), 3), p95_s=round(percentile(latencies, 0.95), 3), **more)
 
 
 def _check(finals) -> None:
