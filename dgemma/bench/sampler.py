@@ -82,14 +82,14 @@ def _budget_memory(case: Case, track: bool = True) -> MemoryDevice:
     return VirtualDevice(case.budget)  # a budget below free RAM is enforced by counting every op
 
 
-def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
+def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, head: LMHead) -> TiledSampler:
     # Our steps take the decoder's hidden states and project them per tile (or per vocab chunk),
     # as the engine hands them (dgemma/engine/phases.py): their transient counts the projection's
     # output. The seed's step takes the logits as input (they do not count).
+    embed = head.weight
     if impl == "seed":
         return TiledSampler(SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
                                           memory=memory, tiling="off", impl="seed", tile_fn=seed_tile))  # fmt: skip
-    head = LMHead(embed, SOFTCAP)
     config = SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5, memory=memory,
                            tiling=tiling, impl=impl, lm_head=head, chunk_size=case.chunk_size)
     return TiledSampler(config)
@@ -122,7 +122,6 @@ class _Config:
         self.case, self.impl, self.mode, self.inputs = case, impl, mode, inputs
         self.times: list[float] = []
         self.plan = None
-        self.head = LMHead(inputs["embed"], SOFTCAP)
 
     def _sampler(self, track: bool) -> TiledSampler:
         case = self.case
@@ -132,7 +131,7 @@ class _Config:
             memory: MemoryDevice = _UnboundedTracking(case.device, track)
         else:
             memory = _budget_memory(case, track)
-        return _make(case, self.impl, "off" if self.mode == "untiled" else "auto", memory, self.inputs["embed"])
+        return _make(case, self.impl, "off" if self.mode == "untiled" else "auto", memory, self.inputs["head"])
 
     def measure(self) -> None:
         """One counted, untimed step: the row's plan, peak transient and state."""
@@ -155,7 +154,7 @@ class _Config:
         else:
             # The seed's step is handed logits (its input: not counted as its transient), but they
             # come from the model's LM head, so the projection is timed with it: the same work as ours.
-            out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
+            out = sampler.step(inputs["logits"] if case.meta else inputs["head"].project(inputs["hidden"]), slots)
         sync(case.device)
         seconds = case.now() - t0
         if track:
@@ -186,7 +185,7 @@ def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, float | None]
             float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max()))
 
 
-def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
+def _inputs(case: Case) -> dict:
     """Seeded embedding (tied LM head), decoder hidden states, and the logits they project to."""
     device = torch.device("meta") if case.meta else case.device
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -198,8 +197,9 @@ def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
         hidden.normal_(generator=gen).mul_(4.0)
     # Only the meta run hands the seed precomputed logits; a real run projects them in the timed
     # step, so holding a copy here would only eat the budget the tiled rows are measured under.
-    logits = LMHead(embed, SOFTCAP).project(hidden) if case.meta else None
-    return {"embed": embed, "hidden": hidden, "logits": logits}
+    head = LMHead(embed, SOFTCAP)
+    logits = head.project(hidden) if case.meta else None
+    return {"head": head, "hidden": hidden, "logits": logits}
 
 
 def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bool = False) -> list[dict]:
@@ -209,7 +209,7 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     seed = [_Config(case, "seed", "untiled", inputs)] if baseline == "seed" else []
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
     pinned = [_Config(case, impl, "pinned", inputs) for impl in impls] if pins else []
-    head = LMHead(inputs["embed"], SOFTCAP)
+    head = inputs["head"]
     floor = Floor(head, inputs["hidden"], case.now)
     tiled_floors: dict[tuple[int, ...], Floor] = {}  # the floor tiled as each tiled row's plan tiles it
     if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
