@@ -57,8 +57,8 @@ def sync(device) -> None:
 
 
 def print_row(row: dict, as_json: bool, width: int = 32, end: str = "") -> None:
-    """A bench's result: one JSON line, or a `name: value` line each (names right-aligned to `width`, then `end`)."""
-    print(json.dumps(row) if as_json else "\n".join(f"{k:>{width}}: {v}" for k, v in row.items()) + end)
+    """A bench's result, flushed: one JSON line, or `name: value` lines (names right-aligned to `width`, then `end`)."""
+    print(json.dumps(row) if as_json else "\n".join(f"{k:>{width}}: {v}" for k, v in row.items()) + end, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,30 +1,26 @@
 """`python -m dgemma.bench decoder`: the decoder's seconds per step, experts per canvas vs whole batch.
 
-A random-weight model of the release's widths (`dgemma/model/release.py`; one layer by default,
-128 experts top-8, hidden 2,816) is built on the device (`--load-format dummy`'s path), n prompts
-are prefilled, and one decoder call over n canvases is timed, alternated after a warm-up, in:
+A random-weight model of the release's widths (one layer by default) is built on the device, n
+prompts are prefilled, and one decoder call over n canvases is timed, alternated after a warm-up, in:
 
 - per_canvas: the runner's batch-invariant mode, the model's experts called once per canvas;
 - whole_batch: one call of the model's experts over every canvas's tokens;
-- eager: the model's eager per-expert loop (transformers' reference implementation) over the whole
-  batch, a reference row.
+- eager: the model's eager per-expert loop (transformers' reference), over the whole batch.
 
 Printed per row: the median seconds, the ratio to per_canvas, and whether the hidden states equal
-per_canvas's bit for bit (else their largest difference). The vocabulary only sizes the embedding
-(the decoder returns hidden states; the sampler applies the head), so a CPU may pass a smaller one.
-On a CPU the header says whether MKL's strict mode is in force (it exists on Intel CPUs only): where not,
-whole batch and eager may differ from per canvas in the last bits (`dgemma/reproducible.py`).
+per_canvas's bit for bit (else their largest difference). The vocabulary only sizes the embedding,
+so a CPU may pass a smaller one. On a CPU the header says whether MKL's strict mode holds (Intel
+only; where not, whole batch and eager may differ in the last bits: `dgemma/reproducible.py`).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
 import torch
 
-from dgemma.bench import sync, timed
+from dgemma.bench import print_row, sync, timed
 from dgemma.cli import ArgumentParser, positive_int
 from dgemma.reproducible import mkl_strict_mode_holds
 
@@ -148,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.canvases:
         for row in rows_for(runner, model, n, args, device):
             if args.json:
-                print(json.dumps(row), flush=True)
+                print_row(row, True)
             else:
                 print(f"{n:>8} {row['mode']:>12} {row['seconds']:>9.4f} {row['vs_per_canvas']:>11.3f} "
                       f"{str(row.get('equal_to_per_canvas')):>12} {row.get('max_abs_diff', 0):>9.2e}", flush=True)

@@ -6,18 +6,13 @@
     that runs `generate()` on one request at a time, first come first served. Throughput ratio
     and the engine's p50/p95 latency (arrival to final event); the baseline's are printed too.
 
-The CPU is shared, so each side's figure is its best of a few runs interleaved with the other's.
-
-Canvas tokens = committed canvases x canvas length, counted the same way on both sides: a request's
-canvases up to and including the one holding its EOS (transformers keeps computing rows that
-finished; that work is not counted for it, but its time is). The baseline runs on a separately
-loaded, untouched copy of the model.
+Each side's figure is its best of a few runs interleaved with the other's (the CPU is shared); canvas
+tokens are counted alike on both sides, up to each request's EOS (docs/benchmarks.md: how it is measured).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import time
@@ -25,7 +20,7 @@ import time
 import torch
 
 from dgemma.events import Status
-from dgemma.bench import bench_prompts, percentile, timed
+from dgemma.bench import bench_prompts, percentile, print_row, timed
 from dgemma.cli import ArgumentParser, positive_int
 
 
@@ -92,14 +87,9 @@ def run_batch(engine, baseline: Baseline, prompts, params, max_new_tokens: int, 
     baseline_s, canvases = min(baseline_runs, key=lambda r: r[0])
     latencies = [f.extra["latency_s"] for f in finals]
     engine_tps = sum(f.canvases for f in finals) * cl / engine_s
-    baseline_tps = canvases * cl / baseline_s
-    return dict(
-        bench="batch", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
-        baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
-        p50_s=round(percentile(latencies, 0.5), 3), p95_s=round(percentile(latencies, 0.95), 3),
-        engine_s=round(engine_s, 3), baseline_s=round(baseline_s, 3), repeat=repeat,
-        engine_canvases=sum(f.canvases for f in finals), baseline_canvases=canvases,
-    )
+    return _row("batch", len(prompts), engine_tps, canvases * cl / baseline_s, latencies,
+                engine_s=round(engine_s, 3), baseline_s=round(baseline_s, 3), repeat=repeat,
+                engine_canvases=sum(f.canvases for f in finals), baseline_canvases=canvases)
 
 
 def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: int, load: float, seed: int,
@@ -137,13 +127,16 @@ def run_staggered(engine, baseline: Baseline, prompts, params, max_new_tokens: i
     runs = [(engine_run(), baseline_run()) for _ in range(repeat)]
     engine_tps, engine_lat = max((e for e, _ in runs), key=lambda r: r[0])
     baseline_tps, base_lat = max((b for _, b in runs), key=lambda r: r[0])
-    return dict(
-        bench="staggered", requests=len(prompts), engine_tokens_per_s=round(engine_tps, 2),
-        baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
-        p50_s=round(percentile(engine_lat, 0.5), 3), p95_s=round(percentile(engine_lat, 0.95), 3),
-        baseline_p50_s=round(percentile(base_lat, 0.5), 3), baseline_p95_s=round(percentile(base_lat, 0.95), 3),
-        arrival_rate_per_s=round(rate, 3), baseline_service_s=round(service_s, 3), repeat=repeat,
-    )
+    return _row("staggered", len(prompts), engine_tps, baseline_tps, engine_lat,
+                baseline_p50_s=round(percentile(base_lat, 0.5), 3), baseline_p95_s=round(percentile(base_lat, 0.95), 3),
+                arrival_rate_per_s=round(rate, 3), baseline_service_s=round(service_s, 3), repeat=repeat)
+
+
+def _row(bench: str, requests: int, engine_tps: float, baseline_tps: float, latencies: list[float], **more) -> dict:
+    """A bench's row: both sides' canvas tokens per second, their ratio, the engine's p50/p95 latency, `more`."""
+    return dict(bench=bench, requests=requests, engine_tokens_per_s=round(engine_tps, 2),
+                baseline_tokens_per_s=round(baseline_tps, 2), ratio=round(engine_tps / baseline_tps, 3),
+                p50_s=round(percentile(latencies, 0.5), 3), p95_s=round(percentile(latencies, 0.95), 3), **more)
 
 
 def _check(finals) -> None:
@@ -200,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print(result: dict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(result), flush=True)
+        print_row(result, True)
         return
     extra = (f"  (baseline p50 {result['baseline_p50_s']} s, p95 {result['baseline_p95_s']} s)"
              if result["bench"] == "staggered" else "")

@@ -1,19 +1,13 @@
 """`python -m dgemma.bench frames RUN.jsonl ...`: what one frame of the live view costs, the full board vs compact data.
 
-For every step of each recorded run (`python -m dgemma.generate --record FILE`), the board at that
-step is sent both ways: the full board as JSON (`full_board`: every request's head and its last
-step's pieces, entropies, accepted marks and token ids, as folded; the baseline) and the compact
-frame (`compact.frame`, what the browser draws). Printed side by side: bytes per frame
-as JSON, gzip'd alone, and gzip'd as one continuing stream flushed after every frame (what the
-compressed event stream sends), the server's milliseconds to build a frame, and bytes per second
-for one visitor at the page's 6 frames a second. Then seeking a run: the board and views at a
-random step, refolded from step 0 (as a step back did before keyframes) against the nearest keyframe,
-and the slider's whole view (cards and charts) at a random step of each run, and of a synthetic
-32 x 256 x 48-step run (`--slider-steps`).
-With `--lesson MODEL`, the same for the frames of the lesson's tab: one of its real-scale runs on
-MODEL (e.g. tests/twin.py's twin at canvas 256), started as the lesson tab starts it:
-the tiled one, or the chunked one (untiled; on a CPU the cheaper at 32 x 256, and its frames are
-the same kind).
+For every step of each recorded run (`python -m dgemma.generate --record FILE`), the board is sent
+both ways, the full board as JSON (`full_board`, the baseline) and the compact frame (what the
+browser draws). Printed side by side: bytes per frame as JSON, gzip'd alone and gzip'd as one stream
+flushed after every frame (what the event stream sends), the server's milliseconds to build a frame,
+and bytes per second at the page's 6 frames a second. Then seeking: a random step refolded from
+step 0 against from the nearest keyframe, and the slider's whole view (cards and charts), of each run
+and of a synthetic 32 x 256 x 48-step run (`--slider-steps`). With `--lesson MODEL`, the same for
+the frames of one of the lesson tab's real-scale runs on MODEL (tiled or chunked: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """`python -m dgemma.bench hostile`: a public app's disk and memory under visitors who mean harm.
 
-It launches `python app.py` (the embedded model unless --model) with a small disk cap and a short
-file age, then, all at once: uploads declaring more than any run file can be (and some declaring no
-size), uploads of junk a quarter of the disk cap each, enough to fill it several times over, API
-calls with `record: true`, and browser tabs (chromium) that run, wait for their run file and close.
-Meanwhile an ordinary visitor's tab runs once, downloads its run file and checks that it loads.
-Every 0.25 s it reads the app's disk use (every file in its directory for visitors' files) and its
-resident memory. Printed: disk and RSS before, the most during, after the attack and once the age
-has passed; how long disk took to return to its baseline; every outcome by kind; the ordinary
-visitor's result. Exit status 0 when disk stayed under the cap, went back to its baseline, nothing
-oversized was stored, and the ordinary visitor's run completed.
+It launches `python app.py` with a small disk cap and a short file age, then, all at once, sends
+oversized, undeclared and junk uploads, API calls with `record: true`, and browser tabs that run and
+close, while an ordinary visitor's tab runs, downloads its run file and loads it (docs/reliability.md).
+Printed: disk and RSS before, the most during, after the attack and once the age has passed; how long
+disk took to return to its baseline; every outcome by kind; the ordinary visitor's result. Exit status
+0 when disk stayed under the cap, went back to its baseline, nothing oversized was stored, and the
+ordinary visitor's run completed.
 """
 
 from __future__ import annotations

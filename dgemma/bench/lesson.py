@@ -1,14 +1,11 @@
 """`python -m dgemma.bench lesson`: what the lesson's tiled run costs against its untiled one.
 
-The lesson (the "Tiling vs OOM" tab) runs one batch under a memory budget, as engine runs with
-the lesson's options. Here each step implementation runs it twice, alternated, on one engine with
-the same prompts and seeds: tiled under the budget the tab suggests
-(the memory ledger's `suggested_budget`: the untiled step does not fit in it), and
-untiled with no budget (the tab's rerun with room to spare), after one untimed run of each. Printed per implementation: the
-tiles each call ran, the sampler's seconds of the whole run (the TilePlans' own clocks: the
-decoder's time, the same in both, is left out), their median over the repeats, tiled/untiled,
-and whether the tokens came out identical (they must). "Real scale" (the default) pads the
-logits to vocab 262,144, as the tab does.
+Each step implementation runs the lesson tab's batch twice, alternated after one untimed run of each,
+on one engine with the same prompts and seeds: tiled under the budget the tab suggests (the untiled
+step does not fit in it), and untiled with no budget. Printed per implementation: the tiles each call
+ran, the median sampler seconds of a run (its TilePlans' own clocks: the decoder's time is left out),
+tiled/untiled, and whether the tokens came out identical (they must). The logits are padded to vocab
+262,144, as the tab pads them, unless --model-vocab.
 """
 
 from __future__ import annotations

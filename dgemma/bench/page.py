@@ -1,16 +1,12 @@
 """`python -m dgemma.bench page`: how soon a fresh page of a loaded server can be used, beside a bare
 Gradio app's.
 
-It launches `python app.py` (the embedded model unless --model) and waits until the model is loaded,
-and serves a bare Gradio Blocks app with one button itself, then opens fresh pages of each in
-chromium, alternately (`--rounds` each, after one unmeasured visit each that fills the browser's
-cache). Each page: the milliseconds from navigation to its Run enabled with the model's line shown
-("Idle." on the status line; the bare app: its button enabled), timed in the page by an observer
-installed before its own scripts (`performance.now()`, whose origin is the navigation); and the CPU
-milliseconds its main thread spent until then (Chrome's trace: its tasks' thread time), which other
-processes on a busy machine do not stretch as they stretch the wall time. Idle, then again while
-another tab of the app runs `--requests` requests (pressing Run again whenever its run has ended).
-Printed: the medians and their ratios, idle and loaded.
+It launches `python app.py` and a bare Gradio app with one button, and opens fresh pages of each in
+chromium, alternately, after one unmeasured visit each (a returning visitor's cache). Per page: the
+milliseconds from navigation until Run is enabled ("Idle." on our status line), timed in the page, and
+its main thread's CPU milliseconds until then (Chrome's trace: a busy machine stretches them less than
+wall time). Idle, then while another tab runs `--requests` requests. Printed: the medians and their
+ratios, idle and loaded.
 """
 
 from __future__ import annotations
@@ -66,7 +62,7 @@ def usable_ms(context, url: str, ours: bool) -> tuple[float, float]:
         page.close()
 
 
-def keep_running(loader, requests: int) -> None:
+def keep_running(loader) -> None:
     """The loading tab's run goes on: Run again once the last has ended (its status line no longer counts calls)."""
     if "sampler calls" not in (loader.text_content("#status") or ""):
         loader.click("#run")
@@ -83,17 +79,17 @@ def loading_tab(context, url: str, requests: int):
     box = loader.locator("#concurrent input[type=number]")
     box.fill(str(requests))
     box.press("Enter")
-    keep_running(loader, requests)
+    keep_running(loader)
     return loader
 
 
-def measure(context, app: str, bare: str, rounds: int, loader=None, requests: int = 0) -> dict:
+def measure(context, app: str, bare: str, rounds: int, loader=None) -> dict:
     ours, floor = [], []
     usable_ms(context, app, True), usable_ms(context, bare, False)  # the browser's cache filled, as a visitor's is
     for _ in range(rounds):
         for times, url, is_ours in ((ours, app, True), (floor, bare, False)):
             if loader is not None:
-                keep_running(loader, requests)
+                keep_running(loader)
             times.append(usable_ms(context, url, is_ours))
     (o, o_cpu), (b, b_cpu) = ([statistics.median(t) for t in zip(*times)] for times in (ours, floor))
     return {"app_ms": round(o), "bare_ms": round(b), "ratio": round(o / b, 2),
@@ -125,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 bare_url = bare.local_url.rstrip("/")
                 idle = measure(context, server.url, bare_url, args.rounds)
                 loader = loading_tab(context, server.url, args.requests)
-                loaded = measure(context, server.url, bare_url, args.rounds, loader, args.requests)
+                loaded = measure(context, server.url, bare_url, args.rounds, loader)
                 browser.close()
         finally:
             with contextlib.redirect_stdout(sys.stderr):  # Gradio says it closed; stdout is the row's

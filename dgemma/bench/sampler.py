@@ -1,36 +1,20 @@
 """`python -m dgemma.bench sampler`: the sampler's transient memory and time, untiled vs tiled.
 
-For each num_decode it runs one denoising step twice on the same decoder hidden states (each
-step applies the LM head itself, as in the engine) and the same seeded requests: once as a single tile (the baseline: what runs out of memory), once tiled against the
-memory budget. It prints the measured peak transient, copies per request, the tile plan, the
-time ratio tiled/untiled, and whether tiling changed any token (it must not).
-
---baseline seed adds the seed's eager step (one global-RNG Gumbel draw, all seven copies:
-dgemma/sampling/seed.py) on the same tensors, one tile, and prints `time_ratio_vs_seed` for each
-of our rows; every row also carries `floor_seconds`: the LM head's projection (which every row
-pays) plus one softmax and the self-conditioning matmul, the least any step can do, timed in the
-same interleaved rounds as our rows (the seed's step runs its repeats after them), and
-`time_ratio_vs_floor`. A tiled row of several tiles also carries
-`floor_time_ratio_tiled_vs_untiled` (`floor` in the table): the floor run tile by tile as that
-row's plan tiles it, over the floor in one tile, timed in the same rounds: what the split costs
-the least any step can do on this machine (on a CPU, each tile's two products pack the whole
-embedding again).
-
---pins adds a "pinned" row per implementation: the tiled step where every request started from
-text (half its canvas) and pins every fourth position, and `time_ratio_pinned_vs_tiled` against
-the same step without them (docs/benchmarks.md: what pins and starts cost).
-
---scheduler NAME ... runs every row once per scheduler (sampling/schedulers/'s SCHEDULERS, each at
-its defaults; the entropy bound's rows sample unless --greedy, block refinement's and DDIM's take
-the argmax, their default temperature 0), each case with its own floor, in one run.
-
---meta measures on meta tensors: real-scale shapes (vocab 262,144, CL 256, 32 requests: 57 GiB
-of transient) cost no memory, and the tracker still counts every byte the step allocates.
+For each num_decode it runs one denoising step twice on the same decoder hidden states (each step
+applies the LM head itself, as in the engine) and the same seeded requests: once as a single tile
+(the baseline: what runs out of memory), once tiled against the memory budget. Printed per row:
+the measured peak transient, copies per request, the tile plan, the median seconds of interleaved
+repeats, and ratios: t/u tiled over untiled; floor, the floor (projection, one softmax, the
+self-conditioning matmul: the least any step can do) tiled as that row, over it in one tile;
+=untiled, whether tiling changed any token (it must not); c/ref t and =ref, chunked against the
+reference; /seed, against the seed's eager step (--baseline seed); /floor; p/t, the step with
+starts and pins over the tiled one (--pins). --scheduler runs every row once per scheduler;
+--meta measures real-scale shapes on meta tensors (no RAM; every allocated byte still counted).
+docs/benchmarks.md has the method and the figures.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -38,7 +22,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from dgemma.bench import sync
+from dgemma.bench import print_row, sync
 from dgemma.bench.floor import Floor
 from dgemma.cli import ArgumentParser, positive_int, size_arg
 from dgemma.memory import CudaMemory, HostMemory, MemoryDevice, MiB, VirtualDevice, format_bytes, resolve_device
@@ -98,14 +82,14 @@ def _budget_memory(case: Case, track: bool = True) -> MemoryDevice:
     return VirtualDevice(case.budget)  # a budget below free RAM is enforced by counting every op
 
 
-def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, embed: torch.Tensor) -> TiledSampler:
+def _make(case: Case, impl: str, tiling: str, memory: MemoryDevice, head: LMHead) -> TiledSampler:
     # Our steps take the decoder's hidden states and project them per tile (or per vocab chunk),
     # as the engine hands them (dgemma/engine/phases.py): their transient counts the projection's
     # output. The seed's step takes the logits as input (they do not count).
+    embed = head.weight
     if impl == "seed":
         return TiledSampler(SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5,
                                           memory=memory, tiling="off", impl="seed", tile_fn=seed_tile))  # fmt: skip
-    head = LMHead(embed, SOFTCAP)
     config = SamplerConfig(case.num_decode, case.canvas_length, case.vocab, embed, case.hidden**0.5, memory=memory,
                            tiling=tiling, impl=impl, lm_head=head, chunk_size=case.chunk_size)
     return TiledSampler(config)
@@ -138,7 +122,6 @@ class _Config:
         self.case, self.impl, self.mode, self.inputs = case, impl, mode, inputs
         self.times: list[float] = []
         self.plan = None
-        self.head = LMHead(inputs["embed"], SOFTCAP)
 
     def _sampler(self, track: bool) -> TiledSampler:
         case = self.case
@@ -148,7 +131,7 @@ class _Config:
             memory: MemoryDevice = _UnboundedTracking(case.device, track)
         else:
             memory = _budget_memory(case, track)
-        return _make(case, self.impl, "off" if self.mode == "untiled" else "auto", memory, self.inputs["embed"])
+        return _make(case, self.impl, "off" if self.mode == "untiled" else "auto", memory, self.inputs["head"])
 
     def measure(self) -> None:
         """One counted, untimed step: the row's plan, peak transient and state."""
@@ -171,7 +154,7 @@ class _Config:
         else:
             # The seed's step is handed logits (its input: not counted as its transient), but they
             # come from the model's LM head, so the projection is timed with it: the same work as ours.
-            out = sampler.step(inputs["logits"] if case.meta else self.head.project(inputs["hidden"]), slots)
+            out = sampler.step(inputs["logits"] if case.meta else inputs["head"].project(inputs["hidden"]), slots)
         sync(case.device)
         seconds = case.now() - t0
         if track:
@@ -202,7 +185,7 @@ def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, float | None]
             float(((a["entropy"] - b["entropy"]).abs() / a["entropy"].abs().clamp(min=1e-6)).max()))
 
 
-def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
+def _inputs(case: Case) -> dict:
     """Seeded embedding (tied LM head), decoder hidden states, and the logits they project to."""
     device = torch.device("meta") if case.meta else case.device
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -214,8 +197,9 @@ def _inputs(case: Case) -> dict[str, torch.Tensor | None]:
         hidden.normal_(generator=gen).mul_(4.0)
     # Only the meta run hands the seed precomputed logits; a real run projects them in the timed
     # step, so holding a copy here would only eat the budget the tiled rows are measured under.
-    logits = LMHead(embed, SOFTCAP).project(hidden) if case.meta else None
-    return {"embed": embed, "hidden": hidden, "logits": logits}
+    head = LMHead(embed, SOFTCAP)
+    logits = head.project(hidden) if case.meta else None
+    return {"head": head, "hidden": hidden, "logits": logits}
 
 
 def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bool = False) -> list[dict]:
@@ -225,7 +209,7 @@ def run_case(case: Case, impls: list[str], baseline: str | None = None, pins: bo
     seed = [_Config(case, "seed", "untiled", inputs)] if baseline == "seed" else []
     configs = [_Config(case, impl, mode, inputs) for impl in impls for mode in ("untiled", "tiled")]
     pinned = [_Config(case, impl, "pinned", inputs) for impl in impls] if pins else []
-    head = LMHead(inputs["embed"], SOFTCAP)
+    head = inputs["head"]
     floor = Floor(head, inputs["hidden"], case.now)
     tiled_floors: dict[tuple[int, ...], Floor] = {}  # the floor tiled as each tiled row's plan tiles it
     if not case.meta:  # memory and tokens, counted (and, on a GPU, the warm-up)
@@ -353,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in run_case(case, args.impl, args.baseline, args.pins):
                 rows.append(row)
                 if args.json:
-                    print(json.dumps(row), flush=True)
+                    print_row(row, True)
     if not args.json:
         budget = "free memory" if args.budget is None else format_bytes(args.budget)
         clock = "" if args.clock == "wall" else ", CPU seconds"

@@ -1,14 +1,10 @@
 """`python -m dgemma.bench soak`: the app under steady API traffic for minutes; does it leak or fail?
 
-It launches `python app.py` (the embedded model unless --model), or drives a running app (--url),
-with K clients that each call the `generate` endpoint back to back until the time is up (at least
-once each): held-out prompts of every task family plus a few prompts outside them, batches of 1 to
-8, 16 to 64 new tokens, all drawn from one seeded generator. Every few seconds, and once after the
-last call, it reads the serving process's resident memory (psutil; the pid is the one `generate`
-reports, so a local app started elsewhere is measured too). Reported: calls, requests, errors,
-p50/p99 call latency, RSS at start and end, and RSS growth per 10,000 requests after the warm-up
-(the least-squares slope of RSS against requests completed, over the samples after the first
---warmup share of the time).
+It launches `python app.py` (or drives a running app, --url) with K clients that call the `generate`
+endpoint back to back until the time is up, and reads the serving process's resident memory every few
+seconds (docs/reliability.md: the traffic's mix). Reported: calls, requests, errors, p50/p99 call
+latency, RSS at start and end, and RSS growth per 10,000 requests after the warm-up (the least-squares
+slope of RSS against requests completed, over the samples after the first --warmup share of the time).
 """
 
 from __future__ import annotations
