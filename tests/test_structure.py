@@ -207,7 +207,7 @@ def test_importing_every_view_loads_neither_torch_nor_spaces():
 # Issue #36: serving + the views + their scripts were 5.6k lines, each feature adding a mechanism beside
 # the old one. MAX_APP_LINES is where the redesign stands, a ratchet that only ever comes down (lower it
 # when a change takes lines out; never raise it to make room). Issue #44 retired the 3,800-line goal.
-MAX_APP_LINES = 4_074
+MAX_APP_LINES = 4_064
 APP_FILES = ("dgemma/serving/*.py", "dgemma/ui/*.py", "dgemma/ui/*/*.py", "assets/*.js", "assets/*.html")
 # Issue #54 granted the memory ledger's stacked view its own lines on top (the budget arithmetic it moved out
 # of serving paid for the rest): the view's file, counted in app_lines, is added to the cap at its size.
