@@ -70,8 +70,8 @@ def test_a_pause_holds_at_the_step_play_sent_last_when_the_page_still_shows_an_e
     tab = Playback()
     tab.playing, tab.clock = True, PlayClock(0, 1.0, Clock())
     tab.clock.sent = 5  # step 5 is on its way to the page, whose slider still reads 4 as the user presses pause
-    assert tab.hold(4, pause=True) == 5 and not tab.playing and tab.clock is None
-    assert tab.hold(3, pause=True) == 3  # nothing playing: the pause holds the page's step
+    assert tab.stop_at(4, pause=True) == 5 and not tab.playing and tab.clock is None
+    assert tab.stop_at(3, pause=True) == 3  # nothing playing: the pause holds the page's step
     tab.playing, tab.clock = True, PlayClock(0, 1.0, Clock())
     tab.clock.sent = 5
-    assert tab.hold(2) == 2 and not tab.playing  # a hand on the slider (or back) goes where it says, back too
+    assert tab.stop_at(2) == 2 and not tab.playing  # a hand on the slider (or back) goes where it says, back too

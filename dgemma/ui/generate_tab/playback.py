@@ -82,7 +82,7 @@ class Playback:
         self.kept, self.evicted, self.last_used, self.clock = Seeker(), "", time.monotonic(), None
         return recording
 
-    def hold(self, step: int, pause: bool = False) -> int:
+    def stop_at(self, step: int, pause: bool = False) -> int:
         """Stop play and the following of a live run (the user has the controls); the step to show: `step`, or for
         a pause the step play sent last if later (its frame may be on its way as the page sends its slider's)."""
         clock, self.playing = self.clock, False  # stop, then read (play writes `sent` before it reads `playing`)
@@ -187,7 +187,7 @@ def wire(service: RunService, player: Player, views: dict[str, gr.components.Com
         return {**shown, status_line: line, p.slider: gr.Slider(maximum=max(1, recording.steps), value=step)}
 
     def take(playback: Playback, step: float, pause: bool = False) -> dict:  # the user has the controls
-        return show(playback, playback.hold(int(step or 0), pause))
+        return show(playback, playback.stop_at(int(step or 0), pause))
 
     def play(playback: Playback, step: float, pace: float, request: gr.Request) -> Iterator[dict]:
         # Play is one stream, paced by the server's clock: no round trip per step, so a slow link
