@@ -1,6 +1,7 @@
 """A real browser on the real app: Playwright driving Debian's chromium against `python app.py`.
 
-Click Run: canvases appear and change over at least 3 denoising steps, both charts hold data.
+Click Run: cards show their canvases mid-run, then their text; both charts hold data. A longer run: a
+card's canvas changes from step to step.
 Tiling vs OOM: the untiled run shows the out-of-memory message, the tiled run succeeds, the
 tokens are identical. Screenshots go to a temporary folder; to refresh the ones README.md shows,
 run with DGEMMA_SCREENSHOTS=assets/screenshots (a plain test run never touches tracked files).
@@ -71,11 +72,11 @@ def test_run_shows_canvases_denoising_and_live_charts(page, shots):
         timeout=300_000,
     )
     seen: dict[str, dict[str, str]] = page.evaluate("() => window.__seen")
-    # Some card was shown at two or more steps with different canvases: one still denoising. Not
-    # three: a page gets the next frame once it has drawn the last (dgemma/serving/acks.py), so a
-    # busy machine's page is sent fewer steps; under two test workers it saw two.
-    best = max(seen.values(), key=len)
-    assert len(best) >= 2 and len(set(best.values())) >= 2, seen
+    # The page drew the run while it denoised (a card at a step, its canvas on it), then its end. How many steps
+    # it drew depends on the machine, not the app: a page is sent the next frame once it has drawn the last
+    # (dgemma/serving/acks.py), and CI's loaded page drew one before this short run ended. A run that outlasts
+    # any page shows a canvas changing from step to step (test_a_running_cards_canvas_changes_from_step_to_step).
+    assert any(canvas for steps in seen.values() for canvas in steps.values()), seen
     # Both charts hold data: a line per request (a colour's lines are one trace, None between two), and
     # the tile chart's lines over the sampler calls.
     lines = page.evaluate("() => document.querySelector('#entropy-plot .js-plotly-plot').data.filter((t) => t.mode === 'lines')"
@@ -112,6 +113,20 @@ def ask_for_minutes_of_work(page) -> None:
                          ("stability threshold", "8")):
         page.get_by_label(label, exact=True).fill(value)
     page.get_by_text("Settings (the model's defaults)").click()
+
+
+def test_a_running_cards_canvas_changes_from_step_to_step(page):
+    page.get_by_role("tab", name="Generate").click()
+    page.evaluate(RECORD)
+    ask_for_minutes_of_work(page)  # the page is sent step after step, however slowly it draws them
+    page.click("#run")
+    page.wait_for_function("() => Object.values(window.__seen).some((steps) => new Set(Object.values(steps)).size >= 2)",
+                           timeout=120_000)
+    page.click("#stop")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#cards .card')].every(c => /status-(done|cancelled)/.test(c.className))",
+        timeout=120_000,
+    )
 
 
 def test_stop_cancels_this_sessions_requests(page):
