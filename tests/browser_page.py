@@ -70,3 +70,18 @@ def go_to(page, step: int, of: int | None = None, timeout: float = 30_000) -> No
         except Exception:
             if attempt == 2:
                 raise AssertionError(f"step {step} not shown; the status line reads {page.inner_text('#status')!r}") from None
+
+
+def typed(*entries: tuple[Any, str], settle_ms: int = 500) -> None:
+    """Type each (field, text) as a visitor does, until every field holds its text: a field just drawn may
+    still be set to its first value by Gradio a moment later, which takes back a keystroke that came first,
+    so the test types again, as a person would, until what it typed stays for `settle_ms`."""
+    pending = list(entries)
+    for _ in range(20):
+        for field, text in pending:
+            field.fill(text)
+        pending[0][0].page.wait_for_timeout(settle_ms)
+        pending = [(field, text) for field, text in pending if field.input_value() != text]
+        if not pending:
+            return
+    raise AssertionError(f"the fields never kept {[text for _, text in pending]}")

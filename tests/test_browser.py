@@ -1,7 +1,7 @@
 """A real browser on the real app: Playwright driving Debian's chromium against `python app.py`.
 
-Click Run: cards show their canvases mid-run, then their text; both charts hold data. A longer run: a
-card's canvas changes from step to step.
+Click Run: every card ends with its text, both charts hold data. A run that outlasts any page: a card's
+canvas changes from step to step.
 Tiling vs OOM: the untiled run shows the out-of-memory message, the tiled run succeeds, the
 tokens are identical. Screenshots go to a temporary folder; to refresh the ones README.md shows,
 run with DGEMMA_SCREENSHOTS=assets/screenshots (a plain test run never touches tracked files).
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app_server import ROOT
-from browser_page import chromium_page
+from browser_page import chromium_page, typed
 from vanishing import BOUND_S, wait_until
 
 from dgemma.serving.acks import ACK_PATH, COOKIE
@@ -54,29 +54,25 @@ RECORD = """() => {
 }"""
 
 
-def test_run_shows_canvases_denoising_and_live_charts(page, shots):
-    page.evaluate(RECORD)
-    # 32 concurrent requests of up to 256 tokens: the trained model denoises fast, and the page
-    # should be busy long enough to be seen (and photographed) mid-run.
-    concurrent = page.locator("input[type=number]").first
-    concurrent.fill("32")
-    concurrent.press("Enter")
+ALL_ENDED = "() => { const cards = [...document.querySelectorAll('#cards .card')]; " \
+           "return cards.length > 0 && cards.every(c => /status-(done|cancelled)/.test(c.className)); }"
+
+
+def ask_for(page, *settings: tuple[str, str], requests: str | None = None) -> None:
+    """`settings` (label, value) in the Generate tab's Settings accordion, and `requests` concurrent requests when
+    given, each kept as typed."""
+    page.get_by_role("tab", name="Generate").click()
     page.get_by_text("Settings (the model's defaults)").click()
-    page.get_by_label("max new tokens").fill("256")
+    count = [(page.locator("input[type=number]").first, requests)] if requests else []
+    typed(*count, *((page.get_by_label(label, exact=True), value) for label, value in settings))
     page.get_by_text("Settings (the model's defaults)").click()
+
+
+def test_a_run_ends_with_every_cards_text_and_both_charts_drawn(page, shots):
+    ask_for(page, ("max new tokens", "256"), requests="32")
     page.click("#run")
-    page.wait_for_function("() => Object.keys(window.__seen).length > 0", timeout=60_000)
-    page.screenshot(path=str(shots / "generate-live.png"), full_page=True)
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('#cards .card')].every(c => c.classList.contains('status-done'))",
-        timeout=300_000,
-    )
-    seen: dict[str, dict[str, str]] = page.evaluate("() => window.__seen")
-    # The page drew the run while it denoised (a card at a step, its canvas on it), then its end. How many steps
-    # it drew depends on the machine, not the app: a page is sent the next frame once it has drawn the last
-    # (dgemma/serving/acks.py), and CI's loaded page drew one before this short run ended. A run that outlasts
-    # any page shows a canvas changing from step to step (test_a_running_cards_canvas_changes_from_step_to_step).
-    assert any(canvas for steps in seen.values() for canvas in steps.values()), seen
+    page.wait_for_function(ALL_ENDED, timeout=300_000)
+    assert page.locator("#cards .card.status-done").count() == page.locator("#cards .card").count()
     # Both charts hold data: a line per request (a colour's lines are one trace, None between two), and
     # the tile chart's lines over the sampler calls.
     lines = page.evaluate("() => document.querySelector('#entropy-plot .js-plotly-plot').data.filter((t) => t.mode === 'lines')"
@@ -105,40 +101,35 @@ def test_lesson_untiled_runs_out_of_memory_tiled_completes(page, shots):
     assert not page.errors, page.errors
 
 
-def ask_for_minutes_of_work(page) -> None:
+MINUTES_OF_WORK = (("max new tokens", "256"), ("denoising steps", "512"), ("confidence threshold", "1e-9"),
+                   ("stability threshold", "8"))
+
+
+def ask_for_minutes_of_work(page, requests: str | None = None) -> None:
     """Settings under which no canvas converges (a confidence threshold nothing reaches): every
     request takes all 512 steps of each of its 16 canvases, so the run outlasts any test's action."""
-    page.get_by_text("Settings (the model's defaults)").click()
-    for label, value in (("max new tokens", "256"), ("denoising steps", "512"), ("confidence threshold", "1e-9"),
-                         ("stability threshold", "8")):
-        page.get_by_label(label, exact=True).fill(value)
-    page.get_by_text("Settings (the model's defaults)").click()
+    ask_for(page, *MINUTES_OF_WORK, requests=requests)
 
 
-def test_a_running_cards_canvas_changes_from_step_to_step(page):
-    page.get_by_role("tab", name="Generate").click()
+def test_a_running_cards_canvas_changes_from_step_to_step(page, shots):
+    # How many steps a page is sent depends on how fast it draws them: it gets the next frame once it has drawn the
+    # last (dgemma/serving/acks.py). A run that outlasts any page is sent step after step, however slow the page.
     page.evaluate(RECORD)
-    ask_for_minutes_of_work(page)  # the page is sent step after step, however slowly it draws them
+    ask_for_minutes_of_work(page, requests="32")  # as the README's screenshot of a run shows it
     page.click("#run")
     page.wait_for_function("() => Object.values(window.__seen).some((steps) => new Set(Object.values(steps)).size >= 2)",
                            timeout=120_000)
+    page.screenshot(path=str(shots / "generate-live.png"), full_page=True)
     page.click("#stop")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('#cards .card')].every(c => /status-(done|cancelled)/.test(c.className))",
-        timeout=120_000,
-    )
+    page.wait_for_function(ALL_ENDED, timeout=120_000)
 
 
 def test_stop_cancels_this_sessions_requests(page):
-    page.get_by_role("tab", name="Generate").click()
     ask_for_minutes_of_work(page)  # still running when Stop is pressed, however slow the machine
     page.click("#run")
     page.wait_for_selector("#cards .card.status-running", timeout=120_000)
     page.click("#stop")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('#cards .card')].every(c => /status-(done|cancelled)/.test(c.className))",
-        timeout=120_000,
-    )
+    page.wait_for_function(ALL_ENDED, timeout=120_000)
     assert page.locator("#cards .card.status-cancelled").count() == page.locator("#cards .card").count()
 
 

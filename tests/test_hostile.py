@@ -62,7 +62,7 @@ def test_an_upload_over_the_cap_is_refused_with_one_sentence_on_the_page_and_not
             page.click("#load-run")
         chooser.value.set_files(str(big))
         toast = page.locator(".toast-body").first
-        toast.wait_for(timeout=10_000)
+        toast.wait_for(timeout=60_000)
         assert 'exceed the maximum allowed size of 8.0 Mb: "big.jsonl"' in toast.inner_text()
         # That message is the page's own check (Gradio's max_file_size): it refuses the file before
         # sending a byte, so there is no upload in flight to wait for.

@@ -5,11 +5,13 @@ call's bar over the budget and labelled, the tiled calls' under it; an out-of-me
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
+from app_server import MODEL_ARGS
 from browser_page import chromium_page
+from dgemma.model.loading import load_model
+from lesson_budget import lesson_budget
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from test_lesson_overview import set_number
 
@@ -38,15 +40,35 @@ def page(browser, app_server):
         yield page
 
 
+# The page's own clock from the press on Run to the untiled card's answer on screen: a loaded test process (or
+# Playwright's checks before its click) adds nothing to what a visitor waits.
+TIME_THE_ANSWER = """() => { document.querySelector('#lesson-untiled [data-outcome]')?.remove();  // the last answer gone
+  window.__answer = [null, null];
+  document.querySelector('#lesson-run').addEventListener('click', () => window.__answer[0] = performance.now(),
+                                                         {capture: true, once: true});
+  const box = document.querySelector('#lesson-untiled');
+  const seen = new MutationObserver(() => { if (box.querySelector('[data-outcome]')) {
+    window.__answer[1] = performance.now(); seen.disconnect(); } });
+  seen.observe(box, {subtree: true, childList: true}); }"""
+
+
+def model_scale_suggestion(page, requests: int) -> str:
+    """Wait until the lesson's budget box holds its suggestion for `requests` at the model's own scale; return it."""
+    expected = lesson_budget(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), requests,
+                             max_num_seqs=32)  # app.py's --max-num-seqs
+    page.wait_for_function(f"() => document.querySelector('#lesson-budget textarea').value === {expected!r}",
+                           timeout=30_000)
+    return expected
+
+
 def refusal_after_run(page, budget: str) -> tuple[str, float]:
     """Type `budget`, press Run; the untiled card's sentence and the seconds it took."""
-    box = page.locator("#lesson-budget textarea")
-    box.fill(budget)
-    page.evaluate("() => document.querySelector('#lesson-untiled [data-outcome]')?.remove()")  # the last answer gone
-    started = time.monotonic()
+    page.locator("#lesson-budget textarea").fill(budget)
+    page.evaluate(TIME_THE_ANSWER)
     page.click("#lesson-run")
-    page.wait_for_selector("#lesson-untiled [data-outcome]", timeout=30_000)
-    return page.inner_text("#lesson-untiled"), time.monotonic() - started
+    page.wait_for_function("() => window.__answer[1] !== null", timeout=30_000)
+    clicked, answered = page.evaluate("() => window.__answer")
+    return page.inner_text("#lesson-untiled"), (answered - clicked) / 1e3
 
 
 def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothing_runs(page):
@@ -54,8 +76,7 @@ def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothi
     the run needs: each is refused within 2 s, naming the shortfall and the budget to type, and no run starts."""
     set_number(page, "lesson-requests", 16)
     set_number(page, "lesson-denoising-steps", 2)
-    page.wait_for_timeout(500)  # the suggestion for 16 requests at the model's own scale
-    small = page.locator("#lesson-budget textarea").input_value()
+    small = model_scale_suggestion(page, 16)
     page.check("#lesson-real-scale input")
     page.wait_for_function(f"() => document.querySelector('#lesson-budget textarea').value !== {small!r}", timeout=30_000)
     suggested = page.locator("#lesson-budget textarea").input_value()
@@ -77,8 +98,7 @@ def test_the_step_through_draws_each_calls_ledger_and_an_out_of_memory_is_said_o
     page.evaluate(COUNT)
     set_number(page, "lesson-requests", 16)
     set_number(page, "lesson-denoising-steps", 3)
-    page.locator("#lesson-budget textarea").fill(page.locator("#lesson-budget textarea").input_value())  # the suggestion
-    page.wait_for_timeout(500)  # the suggestion for 16 at the model's scale has arrived
+    page.locator("#lesson-budget textarea").fill(model_scale_suggestion(page, 16))  # typed, as a visitor would
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=240_000)
     said = page.evaluate("() => window.__said")

@@ -18,20 +18,23 @@ from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 # 16 requests: at 4, a fast CPU ran the tiled run within one frame period, and the page saw its end only.
 REQUESTS, STEPS = 16, 3
 FRAME_BYTES = 64 * 1024  # the Generate tab's bound for a real-scale frame on the wire (tests/test_real_scale.py)
-# Every 50 ms: the overview's rows and columns, the first card's status, the frames drawn, and which run the page says runs.
+# At every change of the lesson's board or its tiled box (a MutationObserver, not a timer: a starved page can draw a
+# running frame and the run's end one after the other, within any timer's period): the overview's rows and columns,
+# the first card's status, the frames drawn, and whether the page says the tiled run runs.
 PROBE = """() => {
   window.__seen = [];
-  setInterval(() => {
-    const canvas = document.querySelector('#lesson-board .dgv-overview canvas');
-    const card = document.querySelector('#lesson-board .dgv-cards .card');
-    window.__seen.push({rows: canvas?.dataset.rows, cols: canvas?.dataset.cols,
-                        status: card?.className, frames: document.querySelector('#lesson-board .dgv').dataset.frames,
-                        tiled: document.querySelector('#lesson-tiled').innerText.includes('running')});
-  }, 50);
-  // An error state the next run's first frame replaces within a sampling period is still seen.
+  const board = document.querySelector('#lesson-board'), tiled = document.querySelector('#lesson-tiled');
+  const probe = () => {
+    const canvas = board.querySelector('.dgv-overview canvas'), card = board.querySelector('.dgv-cards .card');
+    const now = {rows: canvas?.dataset.rows, cols: canvas?.dataset.cols, status: card?.className,
+                 frames: board.querySelector('.dgv').dataset.frames, tiled: tiled.innerText.includes('running')};
+    if (JSON.stringify(now) !== JSON.stringify(window.__seen.at(-1))) window.__seen.push(now);
+  };
+  for (const box of [board, tiled]) new MutationObserver(probe).observe(box, {subtree: true, childList: true, attributes: true, characterData: true});
+  // An error state the next run's first frame replaces is still seen.
   window.__errored = false;
-  new MutationObserver(() => { window.__errored ||= !!document.querySelector('#lesson-board .card.status-error'); })
-    .observe(document.querySelector('#lesson-board'), {subtree: true, childList: true, attributes: true});
+  new MutationObserver(() => { window.__errored ||= !!board.querySelector('.card.status-error'); })
+    .observe(board, {subtree: true, childList: true, attributes: true});
 }"""
 
 

@@ -70,7 +70,10 @@ def test_step_0_shows_the_random_start_with_every_chart_label_in_its_place(page,
     confidence chart's y labels stay inside the chart, clear of its axis title, with the threshold's
     label on its line (docs/benchmarks.md shows this screenshot)."""
     go_to(page, 0, of=STEPS, timeout=60_000)
-    page.wait_for_timeout(1500)  # the charts draw after the status line
+    page.wait_for_function("""() => { const plot = document.querySelector('#entropy-plot .js-plotly-plot');  // drawn after the status line
+      return plot && plot.querySelector('.shapelayer path') && plot.querySelector('.ytick text') &&
+        [...plot.querySelectorAll('.annotation')].some((a) => a.textContent.includes('confidence threshold')); }""",
+                           timeout=60_000)
     seen = page.evaluate(STEP_0)
     assert seen["drawn"] > 0.5, seen["drawn"]
     assert seen["ticks"] and all(seen["plot"]["left"] <= t["left"] and seen["title"]["right"] <= t["left"] + 1
