@@ -1,6 +1,5 @@
-// The note of an upload under way (gr.HTML's js_on_load: `element` is the note). The size comes from the file
-// chosen or dropped (Gradio's bar knows only the percentage); the bar is polled, not observed, since
-// Gradio changes its value attribute without a mutation the note could wait for in one place.
+// The note of an upload under way (gr.HTML's js_on_load: `element` is the note). The size comes from the file chosen or
+// dropped (Gradio's bar knows only the percentage); the bar is polled: Gradio changes it without a mutation to wait for.
 const note = element.querySelector('.upload-note');
 const area = () => document.querySelector('#load-run');
 let picked = null, phase = '', since = 0, toasts = 0;
@@ -35,3 +34,4 @@ setInterval(() => {
     say('');
   }
 }, 100);
+note.dataset.ready = 'yes';  // listening: a file picked from now on is named with its size

@@ -48,9 +48,10 @@ def test_a_slow_upload_says_how_far_it_has_come_and_ends_at_the_loaded_run(brows
     size = run_file.stat().st_size
     assert size > 3 * UPLINK_BYTES_S  # at least 3 s of upload
     with chromium_page(browser, app_server.url, idle=True) as page:
-        # A loaded server's page is "Idle." in its first paint, before it has finished setting up: a
-        # moment, as a visitor takes before picking a file.
-        page.wait_for_timeout(1000)
+        # A loaded server's page is "Idle." in its first paint, before it has finished setting up: the note
+        # listens for the file picked, and the upload area is drawn, as a visitor sees before picking a file.
+        page.wait_for_selector(".upload-note[data-ready]", state="attached", timeout=60_000)
+        page.wait_for_selector("#load-run input[type=file]", state="attached", timeout=60_000)
         cdp = page.context.new_cdp_session(page)
         cdp.send("Network.enable")
         cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 40, "downloadThroughput": 4e6 / 8,
