@@ -72,7 +72,7 @@ def test_a_run_ends_with_every_cards_text_and_both_charts_drawn(page, shots):
     ask_for(page, ("max new tokens", "256"), requests="32")
     page.click("#run")
     page.wait_for_function(ALL_ENDED, timeout=300_000)
-    assert page.locator("#cards .card.status-done").count() == page.locator("#cards .card").count()
+    assert page.locator("#cards .card.status-done").count() == page.locator("#cards .card").count() == 32
     # Both charts hold data: a line per request (a colour's lines are one trace, None between two), and
     # the tile chart's lines over the sampler calls.
     lines = page.evaluate("() => document.querySelector('#entropy-plot .js-plotly-plot').data.filter((t) => t.mode === 'lines')"
