@@ -229,6 +229,16 @@ def app_server(tmp_path_factory):
     return shared(MODEL_ARGS, tmp_path_factory.mktemp("app"))
 
 
+@pytest.fixture(scope="session")
+def app_model():
+    """The model `app_server` serves, loaded here on the CPU: for what a test computes to compare with the app's."""
+    from app_server import MODEL_ARGS
+
+    from dgemma.model.loading import load_model
+
+    return load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Debian's chromium driven by Playwright, one per module; open pages with browser_page.chromium_page.

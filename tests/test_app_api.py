@@ -146,12 +146,9 @@ def test_lesson_bad_budget_is_one_sentence_on_the_untiled_card(client, budget, w
     assert "running" not in untiled + tiled + chunked + verdict  # nothing is left saying it runs
 
 
-def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
+def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client, app_model):
     """Run pressed right after ticking real scale: the box still holds the small scale's budget."""
-    from dgemma.model.loading import load_model
-
-    model = load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu")
-    small, real = (lesson_budget(model, 4, scale, max_num_seqs=32) for scale in (False, True))  # app.py's --max-num-seqs
+    small, real = (lesson_budget(app_model, 4, scale, max_num_seqs=32) for scale in (False, True))  # app.py's --max-num-seqs
     untiled, tiled, _chunked, verdict, _chart, ran, *_board = client.predict(4, small, True, 2, "entropy_bound", api_name="/lesson")
     assert ran == real != small
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
@@ -159,10 +156,8 @@ def test_the_lesson_never_runs_a_budget_meant_for_the_other_scale(client):
 
 
 @pytest.mark.parametrize("scheduler", ["block_refinement", "discrete_ddim"])
-def test_the_lesson_runs_with_any_scheduler(client, scheduler):
-    from dgemma.model.loading import load_model
-
-    budget = lesson_budget(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), 4, max_num_seqs=32)
+def test_the_lesson_runs_with_any_scheduler(client, app_model, scheduler):
+    budget = lesson_budget(app_model, 4, max_num_seqs=32)
     untiled, tiled, _chunked, verdict, *_ = client.predict(4, budget, False, 2, scheduler, api_name="/lesson")
     assert 'data-outcome="oom"' in untiled and 'data-outcome="ok"' in tiled, (untiled, tiled)
     assert 'data-outcome="identical"' in verdict, verdict

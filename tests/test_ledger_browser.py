@@ -8,9 +8,7 @@ import re
 
 import pytest
 
-from app_server import MODEL_ARGS
 from browser_page import chromium_page
-from dgemma.model.loading import load_model
 from lesson_budget import lesson_budget
 from test_browser import shots  # noqa: F401  (the screenshots folder fixture)
 from test_lesson_overview import set_number
@@ -52,10 +50,9 @@ TIME_THE_ANSWER = """() => { document.querySelector('#lesson-untiled [data-outco
   seen.observe(box, {subtree: true, childList: true}); }"""
 
 
-def model_scale_suggestion(page, requests: int) -> str:
+def model_scale_suggestion(page, model, requests: int) -> str:
     """Wait until the lesson's budget box holds its suggestion for `requests` at the model's own scale; return it."""
-    expected = lesson_budget(load_model(MODEL_ARGS[1] if MODEL_ARGS else None, device="cpu"), requests,
-                             max_num_seqs=32)  # app.py's --max-num-seqs
+    expected = lesson_budget(model, requests, max_num_seqs=32)  # app.py's --max-num-seqs
     page.wait_for_function(f"() => document.querySelector('#lesson-budget textarea').value === {expected!r}",
                            timeout=30_000)
     return expected
@@ -71,12 +68,12 @@ def refusal_after_run(page, budget: str) -> tuple[str, float]:
     return page.inner_text("#lesson-untiled"), (answered - clicked) / 1e3
 
 
-def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothing_runs(page):
+def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothing_runs(page, app_model):
     """Just above what the idle engine holds (weights and its sampler's state, 4.5 MiB), then half of what
     the run needs: each is refused within 2 s, naming the shortfall and the budget to type, and no run starts."""
     set_number(page, "lesson-requests", 16)
     set_number(page, "lesson-denoising-steps", 2)
-    small = model_scale_suggestion(page, 16)
+    small = model_scale_suggestion(page, app_model, 16)
     page.check("#lesson-real-scale input")
     page.wait_for_function(f"() => document.querySelector('#lesson-budget textarea').value !== {small!r}", timeout=30_000)
     suggested = page.locator("#lesson-budget textarea").input_value()
@@ -94,11 +91,11 @@ def test_a_real_scale_budget_inside_the_gap_is_refused_in_one_sentence_and_nothi
     assert not page.errors, page.errors
 
 
-def test_the_step_through_draws_each_calls_ledger_and_an_out_of_memory_is_said_once(page, shots):  # noqa: F811
+def test_the_step_through_draws_each_calls_ledger_and_an_out_of_memory_is_said_once(page, shots, app_model):  # noqa: F811
     page.evaluate(COUNT)
     set_number(page, "lesson-requests", 16)
     set_number(page, "lesson-denoising-steps", 3)
-    page.locator("#lesson-budget textarea").fill(model_scale_suggestion(page, 16))  # typed, as a visitor would
+    page.locator("#lesson-budget textarea").fill(model_scale_suggestion(page, app_model, 16))  # typed, as a visitor would
     page.click("#lesson-run")
     page.wait_for_selector("#lesson-verdict [data-outcome]", timeout=240_000)
     said = page.evaluate("() => window.__said")
